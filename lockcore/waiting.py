@@ -1,0 +1,96 @@
+"""How a blocked ``acquire`` waits between attempts.
+
+* ``poll``    sleep a fixed ``poll_ms`` (seed 000's ``lock(expire, timeout, frequency)``
+              polls every 500 ms; seed 003's Java handler every 300 ms). Simple, but a
+              release is noticed up to ``poll_ms`` late, and N waiters hammer Redis.
+* ``backoff`` exponential backoff with full jitter, from ``poll_ms`` up to ``max_poll_ms``:
+              less load under a long hold, still late to notice a release.
+* ``notify``  seed 000's closing question answered: the releaser pushes one element onto
+              ``lock:{name}:signal`` and exactly one waiter, blocked in BLPOP, wakes up.
+
+The notify protocol has no lost wake-up. A waiter first *tries* the lock and only then
+blocks; if the release lands between the failed try and the BLPOP, the element is
+already in the list and BLPOP returns at once. The releaser DELs the list before
+RPUSH, so at most one element is ever waiting, and a stale one only costs a spurious
+retry. A waiter never blocks longer than the holder's remaining TTL (returned by the
+failed try), so it also wakes when a crashed holder's lock expires.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any, Protocol
+
+from . import scripts
+
+if TYPE_CHECKING:
+    from .base import DistributedLock
+
+#: longest single BLPOP; keeps a waiter responsive to a holder whose TTL we could not read
+MAX_BLOCK_S = 1.0
+#: how long a release signal survives with nobody waiting for it
+SIGNAL_TTL_MS = 60_000
+
+
+class Waiter(Protocol):
+    name: str
+
+    def wait(self, lock: DistributedLock, remaining: float | None, attempt: int) -> None:
+        """Block until it is worth trying again (never longer than ``remaining``)."""
+
+
+class PollWaiter:
+    name = "poll"
+
+    def __init__(self, poll_ms: float) -> None:
+        self.interval = poll_ms / 1000
+
+    def wait(self, lock: DistributedLock, remaining: float | None, attempt: int) -> None:
+        delay = self.interval if remaining is None else min(self.interval, remaining)
+        lock.clock.sleep(delay)
+
+
+class BackoffWaiter:
+    name = "backoff"
+
+    def __init__(self, poll_ms: float, max_poll_ms: float) -> None:
+        self.base = poll_ms / 1000
+        self.cap = max_poll_ms / 1000
+
+    def wait(self, lock: DistributedLock, remaining: float | None, attempt: int) -> None:
+        ceiling = min(self.cap, self.base * (2 ** min(attempt, 20)))
+        delay = random.uniform(0, ceiling)  # "full jitter"
+        lock.clock.sleep(delay if remaining is None else min(delay, remaining))
+
+
+class NotifyWaiter:
+    name = "notify"
+
+    def wait(self, lock: DistributedLock, remaining: float | None, attempt: int) -> None:
+        block = MAX_BLOCK_S if remaining is None else min(MAX_BLOCK_S, remaining)
+        holder_ttl = lock.holder_ttl_ms
+        if holder_ttl is not None and holder_ttl > 0:
+            block = min(block, holder_ttl / 1000)
+        # BLPOP's timeout has millisecond resolution; 0 would mean "forever".
+        block = max(block, 0.001)
+        lock.client.blpop([lock.signal_key], timeout=block)
+
+
+def make_waiter(wait: str, *, poll_ms: float, max_poll_ms: float) -> Waiter:
+    if not isinstance(poll_ms, (int, float)) or poll_ms <= 0:
+        raise ValueError("poll_ms must be a positive number")
+    if wait == "poll":
+        return PollWaiter(poll_ms)
+    if wait == "backoff":
+        return BackoffWaiter(poll_ms, max_poll_ms)
+    if wait == "notify":
+        return NotifyWaiter()
+    raise ValueError(f"wait must be 'poll', 'backoff' or 'notify', not {wait!r}")
+
+
+def signal_release(lock: DistributedLock) -> None:
+    """Wake one notify-waiter of ``lock`` (for strategies whose release is not a script)."""
+    if lock.client is None:
+        return
+    signal: Any = scripts.script(lock.client, "signal")
+    signal(keys=[lock.signal_key], args=[SIGNAL_TTL_MS])

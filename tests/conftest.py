@@ -1,0 +1,57 @@
+"""Session-wide fixtures: our own redis-server processes, never a server we did not start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from lockcore.embedded import EmbeddedRedis, RedisServer
+from tests.support import FakeClock
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One redis-server for the whole session, on a free loopback port."""
+    with EmbeddedRedis(nodes=1) as cluster:
+        yield cluster.servers[0]
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of our own server, flushed before each test (safe: we started it)."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def redlock_cluster() -> Iterator[EmbeddedRedis]:
+    """Five independent redis-server processes, as RedLock wants."""
+    with EmbeddedRedis(nodes=5) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def redlock_clients(redlock_cluster: EmbeddedRedis) -> Iterator[list[redis.Redis]]:
+    for server in redlock_cluster.servers:  # a previous test may have killed one
+        server.start()
+    clients = [redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+               for url in redlock_cluster.urls]
+    for client in clients:
+        client.flushall()
+    yield clients
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()

@@ -1,0 +1,53 @@
+"""Fixtures for lockcore tests: a factory that builds any strategy on real servers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import lockcore
+from tests.support import missing_system_part
+
+
+@pytest.fixture(scope="session")
+def zookeeper_hosts() -> Iterator[str]:
+    """A standalone ZooKeeper started for this session (Debian package ``zookeeper``)."""
+    try:
+        from lockcore.zkserver import ZooKeeperServer, ZooKeeperUnavailable
+    except ImportError as exc:  # pragma: no cover - until the module exists
+        missing_system_part(f"lockcore.zkserver not importable: {exc}")
+        return
+    try:
+        server = ZooKeeperServer().start()
+    except ZooKeeperUnavailable as exc:
+        missing_system_part(str(exc))
+        return
+    try:
+        yield server.hosts
+    finally:
+        server.stop()
+
+
+LockFactory = Callable[..., lockcore.DistributedLock]
+
+
+@pytest.fixture
+def make_lock(request: pytest.FixtureRequest, redis_client: Any) -> LockFactory:
+    """``make_lock(strategy, resource="res", **options)`` on the right real backend."""
+
+    def factory(strategy: str, resource: Any = "res", **options: Any) -> lockcore.DistributedLock:
+        if strategy == "redlock":
+            backend = request.getfixturevalue("redlock_clients")
+        elif strategy == "zookeeper":
+            backend = request.getfixturevalue("zookeeper_hosts")
+        elif strategy == "local":
+            backend = None
+        else:
+            backend = redis_client
+        if strategy == "multi" and isinstance(resource, str):
+            resource = [resource, resource + ":b"]
+        return lockcore.create(strategy, backend, resource, **options)
+
+    return factory

@@ -1,0 +1,1 @@
+"""The flash-sale web app (placeholder until the app factory lands)."""
