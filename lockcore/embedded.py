@@ -215,6 +215,11 @@ def _stop_all() -> None:
 
 def serve_forever(nodes: int = 1) -> int:
     """``seckill redis``: start ``nodes`` servers, print their URLs, wait for Ctrl-C."""
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: atexit alone would not run
+
+    signal.signal(signal.SIGTERM, _terminate)
     with EmbeddedRedis(nodes) as cluster:
         for url in cluster.urls:
             print(url, flush=True)

@@ -1,7 +1,8 @@
-"""The ``seckill`` command: one entry point, each sub-command imported only when used.
+"""The seckill command: serve the storefront, run the showdown, the labs and the benchmarks.
 
-Importing Locust monkey-patches the process with gevent, so nothing here imports it;
-the showdown runs Locust as a subprocess.
+Each sub-command lives in its own module, which provides ``add_arguments(parser)`` and
+``main(args) -> int``. Importing Locust monkey-patches the process with gevent, so none
+of those modules imports it at import time; the showdown runs Locust as a subprocess.
 """
 
 from __future__ import annotations
@@ -10,25 +11,36 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
-#: sub-command -> "module:function"; each function takes the parsed args, returns an exit code
-_COMMANDS = {
-    "serve": "webapp.serve:main",
-    "showdown": "loadtest.showdown:main",
-    "scenario": "loadtest.labs:main",
-    "bench": "loadtest.bench:main",
-    "redis": "lockcore.embedded:cli_main",
+#: sub-command -> (module, function taking the parsed args and returning an exit code)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("webapp.serve", "main"),
+    "showdown": ("loadtest.showdown", "main"),
+    "scenario": ("loadtest.labs", "main"),
+    "bench": ("loadtest.bench", "main"),
+    "redis": ("lockcore.embedded", "cli_main"),
 }
+
+
+def _load(module_name: str) -> ModuleType | ImportError:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:  # an optional extra is missing: say so when it is used
+        return exc
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seckill", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command, target in _COMMANDS.items():
-        module = importlib.import_module(target.partition(":")[0])
-        add_arguments = getattr(module, "add_arguments", None)
+    for command, (module_name, _) in COMMANDS.items():
+        module = _load(module_name)
+        if isinstance(module, ImportError):
+            sub.add_parser(command, help=f"(unavailable: {module})")
+            continue
         doc = (module.__doc__ or command).strip().splitlines()[0]
         p = sub.add_parser(command, help=doc, description=doc)
+        add_arguments = getattr(module, "add_arguments", None)
         if add_arguments is not None:
             add_arguments(p)
     return parser
@@ -36,8 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    module_name, _, func = _COMMANDS[args.command].partition(":")
-    code: int = getattr(importlib.import_module(module_name), func)(args)
+    module_name, func = COMMANDS[args.command]
+    module = _load(module_name)
+    if isinstance(module, ImportError):
+        print(f"seckill {args.command}: unavailable: {module}", file=sys.stderr)
+        return 2
+    code: int = getattr(module, func)(args)
     return code
 
 
