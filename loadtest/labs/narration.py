@@ -1,0 +1,66 @@
+"""The two things every lab hands back: a timeline as it happens, and a verdict.
+
+A lab is a story with a clock. ``Narrator`` stamps every line with the milliseconds
+since the lab started (``[  +12 ms] A acquires ...``) and prints it at once, so a
+reader watching ``seckill scenario crash-no-ttl`` sees the pauses where they happen.
+It also keeps the lines, so a test can read the same story the user saw.
+
+Several actors (threads, or the parent reporting on a child process) narrate at
+once; a mutex keeps their lines whole.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the lab showed. ``demonstrated`` is True when the claimed failure (or the
+    claimed protection) actually happened in this run; ``facts`` carries the numbers
+    (oversold units, PTTL, ...) that tests assert on."""
+
+    demonstrated: bool
+    line: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+class Narrator:
+    """Prints timestamped lines as they happen and remembers them."""
+
+    def __init__(self, stream: TextIO | None = sys.stdout, *, quiet: bool = False) -> None:
+        self.stream = stream
+        self.quiet = quiet
+        self.lines: list[str] = []
+        self._started = time.monotonic()
+        self._mutex = threading.Lock()
+
+    @property
+    def elapsed_ms(self) -> float:
+        return (time.monotonic() - self._started) * 1000
+
+    def __call__(self, text: str, *args: Any) -> None:
+        """Narrate one event; ``args`` are %-style, as with logging."""
+        message = text % args if args else text
+        with self._mutex:
+            line = f"[{self.elapsed_ms:+7.0f} ms] {message}"
+            self.lines.append(line)
+            if self.stream is not None and not self.quiet:
+                print(line, file=self.stream, flush=True)
+
+    say = __call__
+
+    def section(self, title: str) -> None:
+        """An unstamped heading between acts of the story (``-- with the token lock --``)."""
+        with self._mutex:
+            line = f"-- {title} --"
+            self.lines.append(line)
+            if self.stream is not None and not self.quiet:
+                print(line, file=self.stream, flush=True)
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
