@@ -1,0 +1,160 @@
+"""Start a real standalone ZooKeeper on a free loopback port and stop it by pid.
+
+The tests and the ghost-node lab need a ZooKeeper they own, the same way
+``embedded.py`` gives them their own redis-server. We run the Debian package's jars
+(``/usr/share/java/zookeeper.jar``, whose manifest names its dependencies) with plain
+``java`` and a generated ``zoo.cfg``, rather than ``zkServer.sh``: the script reads
+``/etc/zookeeper`` and writes to ``/var/log``, and would run one shared server for
+everybody.
+
+Why these settings:
+
+* ``tickTime=200`` with ``minSessionTimeout=400``: sessions can be short, so a test
+  can expire one (and watch a lock be lost) in well under a second.
+* ``admin.enableServer=false``: the admin HTTP server would grab port 8080.
+* ``4lw.commands.whitelist=ruok,srvr``: ``start()`` waits for ``ruok`` -> ``imok`` and
+  for ``srvr`` to report a mode (``imok`` comes before the server accepts sessions).
+* ``-Xmx256m``, serial GC and C1 only: a small, fast-starting JVM on a shared machine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from .embedded import _stop_process, free_port
+
+logger = logging.getLogger(__name__)
+
+JAR_DIR = Path(os.environ.get("ZOOKEEPER_JARS", "/usr/share/java"))
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+JVM_OPTIONS = ["-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-Dzookeeper.jmx.log4j.disable=true", "-Dzookeeper.admin.enableServer=false"]
+_live: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    """java or the ZooKeeper jars are missing (``apt-get install zookeeper``)."""
+
+
+def four_letter_word(port: int, word: str = "ruok", timeout: float = 0.5) -> str:
+    """Send a ZooKeeper four-letter command and return the answer ('' if unreachable)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(word.encode())
+            chunks = []
+            while chunk := s.recv(4096):
+                chunks.append(chunk)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def classpath() -> str:
+    """zookeeper.jar (its manifest pulls in netty, jute, ...) plus a quiet slf4j binding."""
+    java = shutil.which("java")
+    server_jar = JAR_DIR / "zookeeper.jar"
+    if java is None or not server_jar.exists():
+        raise ZooKeeperUnavailable(
+            f"ZooKeeper needs java on PATH and {server_jar} (Debian: apt-get install zookeeper)")
+    jars = [server_jar]
+    for binding in ("slf4j-simple.jar", "slf4j-nop.jar"):
+        if (JAR_DIR / binding).exists():
+            jars.append(JAR_DIR / binding)
+            break
+    return os.pathsep.join(str(j) for j in jars)
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper process; a context manager.
+
+    >>> with ZooKeeperServer() as zk:
+    ...     client = KazooClient(hosts=zk.hosts)
+    """
+
+    def __init__(self, port: int | None = None, *, tick_ms: int = 200) -> None:
+        self.port = port or free_port()
+        self.tick_ms = tick_ms
+        self.workdir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def serving(self) -> bool:
+        """``ruok`` -> ``imok`` says the JVM is up; ``srvr`` naming a mode says it serves."""
+        return (four_letter_word(self.port, "ruok") == "imok"
+                and "Mode:" in four_letter_word(self.port, "srvr"))
+
+    def start(self, timeout: float = 60.0) -> ZooKeeperServer:
+        """Start the server and return once it answers requests."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self
+        cp = classpath()
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"seckill-zk-{self.port}-"))
+        config = self.workdir / "zoo.cfg"
+        config.write_text(
+            f"tickTime={self.tick_ms}\ninitLimit=10\nsyncLimit=5\n"
+            f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout=30000\n"
+            f"dataDir={self.workdir / 'data'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,srvr\nmaxClientCnxns=200\n")
+        log = (self.workdir / "zookeeper.log").open("ab")
+        self.proc = subprocess.Popen(["java", *JVM_OPTIONS, "-cp", cp, MAIN_CLASS, str(config)],
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                     start_new_session=True)
+        log.close()
+        _live[self.proc.pid] = self.proc
+        deadline = time.monotonic() + timeout
+        while not self.serving():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = (self.workdir / "zookeeper.log").read_text(errors="replace")[-1500:]
+                self.stop()
+                raise ZooKeeperUnavailable(f"ZooKeeper on port {self.port} did not start:\n{tail}")
+            time.sleep(0.05)
+        logger.info("ZooKeeper pid %s on %s", self.proc.pid, self.hosts)
+        return self
+
+    def kill(self) -> None:
+        """Stop the process but keep the data dir, so ``start()`` brings the same data back."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            _stop_process(proc)
+            _live.pop(proc.pid, None)
+
+    def stop(self) -> None:
+        """Stop the process (by pid) and remove its data dir."""
+        self.kill()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<ZooKeeperServer {self.hosts} pid={self.pid}>"
+
+
+@atexit.register
+def _stop_all() -> None:
+    for proc in list(_live.values()):
+        _stop_process(proc)
