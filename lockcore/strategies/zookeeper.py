@@ -1,0 +1,155 @@
+"""zookeeper: kazoo's ``Lock`` recipe on real ZooKeeper. Safe, FIFO, no TTL to tune.
+
+**Guarantee.** At most one live session holds the lock; waiters are served in arrival
+order; a holder that crashes loses the lock when its session expires (no TTL to guess);
+each acquisition's fencing token (the znode's sequence number) is greater than every
+earlier one for the same resource.
+
+**Algorithm** (seed 001, the production recipe; we wrap kazoo, we do not rewrite it).
+
+1. Create an ephemeral *sequential* znode ``/seckill/locks/<name>/<uuid>__lock__000000000N``.
+2. The smallest sequence number holds the lock. Every other contender watches only its
+   *predecessor* (no thundering herd: one delete wakes one waiter).
+3. Release deletes our node; so does the server when our session expires.
+
+The ``<uuid>`` prefix is kazoo's answer to seed 001's *ghost node*: if ``create``
+succeeds on the server but the reply is lost, the retry first looks for a child with
+our prefix instead of creating a second node that nobody would ever delete. The naive
+recipe without it lives in the ghost-node lab, to show the deadlock.
+
+**Failure timeline** (kazoo's caveat, which applies to every ZooKeeper lock)::
+
+    A: holds node ..0001;  A's network drops -> kazoo state SUSPENDED
+       A cannot know whether the session is still alive: it must stop writing now
+    -- session timeout passes on the server -> node ..0001 deleted, state LOST --
+    B: node ..0002 is now smallest -> B holds the lock
+    A: reconnects with a new session; it lost the lock long ago
+
+So we report both SUSPENDED and LOST to the holder as a lost lock (``lock.lost``,
+``on_lost``, ``LockLost`` on leaving ``with``). A paused holder (GC) sees neither in
+time: its writes still need ``fencing_token`` checked by the store.
+
+**Options.** ``ttl_ms``, ``wait`` and ``poll_ms`` do not apply: the session is the
+lease and watches are the notification. ``backend`` is a started ``KazooClient`` or a
+hosts string (then one client per hosts string is shared by this process).
+
+**When to use it.** When ZooKeeper is already there, waits may be long, and fairness
+and crash detection without TTL guessing matter more than latency.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import LockTimeout as KazooLockTimeout
+from kazoo.protocol.states import KazooState
+from kazoo.recipe.lock import Lock as KazooLock
+
+from ..base import DistributedLock, new_token
+from ..errors import LockError, LockNotOwned
+
+ROOT = "/seckill/locks"
+_shared: dict[str, KazooClient] = {}
+_shared_guard = threading.Lock()
+
+
+def shared_client(hosts: str) -> KazooClient:
+    """One started client per hosts string: a ZooKeeper session is too dear per lock."""
+    with _shared_guard:
+        client = _shared.get(hosts)
+        if client is None:
+            client = _shared[hosts] = KazooClient(hosts=hosts, timeout=10.0)
+            client.start(timeout=15)
+        return client
+
+
+@atexit.register
+def close_shared_clients() -> None:
+    """Stop the clients ``shared_client`` started (at exit, or when their server goes)."""
+    with _shared_guard:
+        clients = list(_shared.values())
+        _shared.clear()
+    for client in clients:
+        client.stop()
+        client.close()
+
+
+class ZooKeeperLock(DistributedLock):
+    strategy = "zookeeper"
+    safe = True
+    origin = "seed 001"
+    summary = "kazoo's ephemeral sequential znodes: FIFO, session is the lease, fencing by seq"
+    expires = False
+    signals_on_release = True  # the deleted znode is the wake-up (a watch), not a list
+
+    def __init__(self, backend: Any, name: str, **options: Any) -> None:
+        if isinstance(backend, str):
+            backend = shared_client(backend)
+        elif not isinstance(backend, KazooClient):
+            raise TypeError("zookeeper needs a KazooClient or a hosts string")
+        super().__init__(backend, name, **options)
+        self.ttl_ms = None  # the ZooKeeper session is the lease
+        self.path = f"{ROOT}/{name.replace('/', '%2F')}"
+        self._recipe: KazooLock | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Queue in ZooKeeper and wait for our turn (kazoo does the waiting)."""
+        if self._token is not None:
+            raise LockError("this handle already holds the lock; locks are not reentrant",
+                            self.name)
+        if timeout is not None and (not blocking or timeout < 0):
+            raise ValueError("timeout needs blocking=True and must be >= 0")
+        token = new_token()
+        recipe = KazooLock(self.client, self.path, identifier=token)
+        try:
+            gotten = bool(recipe.acquire(blocking=blocking, timeout=timeout))
+        except KazooLockTimeout:  # kazoo has already deleted our node
+            gotten = False
+        if not gotten:
+            return False
+        self._recipe = recipe
+        self.fencing_token = int(recipe.node[-10:])  # sequence numbers never repeat
+        self._on_acquired(token)
+        self.client.add_listener(self._on_session_change)
+        return True
+
+    def _try_acquire(self, token: str) -> bool:
+        raise NotImplementedError("ZooKeeperLock.acquire delegates to kazoo")
+
+    def _release(self, token: str) -> None:
+        recipe, self._recipe = self._recipe, None
+        self.client.remove_listener(self._on_session_change)
+        if recipe is None or recipe.node is None:
+            raise LockNotOwned("release of a lock this handle does not hold", self.name)
+        try:
+            self.client.delete(f"{self.path}/{recipe.node}")
+        except NoNodeError:
+            raise LockNotOwned("our znode is gone: the session expired", self.name) from None
+        except KazooException as exc:
+            raise LockNotOwned(f"cannot reach ZooKeeper to release: {exc!r}", self.name) from exc
+        finally:
+            recipe.is_acquired, recipe.node = False, None
+
+    def _is_held(self, token: str) -> bool:
+        recipe = self._recipe
+        if recipe is None or recipe.node is None:
+            return False
+        return self.client.exists(f"{self.path}/{recipe.node}") is not None
+
+    def locked(self) -> bool:
+        return bool(KazooLock(self.client, self.path).contenders())
+
+    def _on_session_change(self, state: str) -> bool:
+        """kazoo connection listener; returning True unregisters it."""
+        if self._token is None:
+            return True
+        if state == KazooState.SUSPENDED:
+            self._mark_lost("ZooKeeper connection suspended: the session may expire")
+        elif state == KazooState.LOST:
+            self._mark_lost("ZooKeeper session lost: the server deleted our znode")
+            return True
+        return False

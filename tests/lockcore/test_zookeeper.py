@@ -1,0 +1,165 @@
+"""zookeeper: kazoo's recipe behind our interface, on a ZooKeeper the session started."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import lockcore
+from lockcore import LockLost, LockNotOwned, LockTimeout
+
+pytestmark = pytest.mark.zookeeper
+kazoo_client = pytest.importorskip("kazoo.client")
+
+
+def _client(hosts: str) -> kazoo_client.KazooClient:
+    client = kazoo_client.KazooClient(hosts=hosts, timeout=4.0)
+    client.start(timeout=10)
+    return client
+
+
+@pytest.fixture
+def zk(zookeeper_hosts: str) -> Iterator[kazoo_client.KazooClient]:
+    client = _client(zookeeper_hosts)
+    yield client
+    client.stop()
+    client.close()
+
+
+def _wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_held_lock_refuses_a_second_handle_until_released(zk, request) -> None:
+    name = request.node.name
+    first = lockcore.create("zookeeper", zk, name)
+    second = lockcore.create("zookeeper", zk, name)
+    assert first.acquire(blocking=False)
+    assert first.locked() and first.held()
+    assert not second.acquire(blocking=False)
+    assert not second.acquire(timeout=0.2)
+    first.release()
+    assert second.acquire(blocking=False)
+    second.release()
+    assert not first.locked()
+
+
+def test_a_timed_out_waiter_leaves_no_znode_behind(zk, request) -> None:
+    holder = lockcore.create("zookeeper", zk, request.node.name)
+    holder.acquire()
+    waiter = lockcore.create("zookeeper", zk, request.node.name)
+    assert not waiter.acquire(timeout=0.3)
+    assert zk.get_children(holder.path) == [holder._recipe.node]
+    holder.release()
+
+
+def test_fencing_tokens_grow_with_every_acquisition(zk, request) -> None:
+    lock = lockcore.create("zookeeper", zk, request.node.name)
+    tokens = []
+    for _ in range(4):
+        with lock:
+            tokens.append(lock.fencing_token)
+    assert tokens == sorted(set(tokens)) and len(tokens) == 4
+
+
+def test_waiters_are_granted_the_lock_in_arrival_order(zk, request) -> None:
+    holder = lockcore.create("zookeeper", zk, request.node.name)
+    holder.acquire()
+    grants: list[int] = []
+
+    def wait_turn(i: int) -> None:
+        lock = lockcore.create("zookeeper", zk, request.node.name)
+        assert lock.acquire(timeout=30)
+        grants.append(i)
+        lock.release()
+
+    threads = []
+    for i in range(6):
+        thread = threading.Thread(target=wait_turn, args=(i,))
+        thread.start()
+        threads.append(thread)
+        # the next waiter arrives only once this one has queued its znode
+        assert _wait_until(lambda: len(zk.get_children(holder.path)) == i + 2)
+    holder.release()
+    for thread in threads:
+        thread.join(30)
+    assert grants == list(range(6))
+
+
+def test_releasing_a_lock_not_held_raises(zk, request) -> None:
+    lock = lockcore.create("zookeeper", zk, request.node.name)
+    with pytest.raises(LockNotOwned):
+        lock.release()
+
+
+def test_context_manager_raises_lock_timeout_when_held_elsewhere(zk, request) -> None:
+    holder = lockcore.create("zookeeper", zk, request.node.name)
+    holder.acquire()
+    with pytest.raises(LockTimeout):
+        with lockcore.create("zookeeper", zk, request.node.name, timeout=0.2):
+            pass
+    holder.release()
+
+
+def test_a_hosts_string_backend_shares_one_started_client(zookeeper_hosts, request) -> None:
+    a = lockcore.create("zookeeper", zookeeper_hosts, request.node.name)
+    b = lockcore.create("zookeeper", zookeeper_hosts, request.node.name)
+    try:
+        assert a.client is b.client
+        with a:
+            assert not b.acquire(blocking=False)
+    finally:
+        from lockcore.strategies.zookeeper import close_shared_clients
+
+        close_shared_clients()
+
+
+def test_an_expired_session_is_reported_as_a_lost_lock(zookeeper_hosts, zk, request) -> None:
+    mine = _client(zookeeper_hosts)
+    reasons: list[str] = []
+    lock = lockcore.create("zookeeper", mine, request.node.name,
+                           on_lost=lambda _lock, why: reasons.append(why))
+    lock.acquire()
+    # A second connection with our session id and password, then closed: the server
+    # ends our session exactly as a timeout would (kazoo's own tests do this).
+    ghost = kazoo_client.KazooClient(hosts=zookeeper_hosts, client_id=mine.client_id)
+    ghost.start(timeout=10)
+    ghost.stop()
+    ghost.close()
+    try:
+        assert _wait_until(lambda: lock.lost)
+        assert any("lost" in why or "suspended" in why for why in reasons)
+        other = lockcore.create("zookeeper", zk, request.node.name)
+        assert other.acquire(timeout=10)  # the server deleted our ephemeral znode
+        other.release()
+        with pytest.raises(LockNotOwned):
+            lock.release()
+    finally:
+        mine.stop()
+        mine.close()
+
+
+def test_leaving_with_after_a_server_outage_raises_lock_lost(request) -> None:
+    from lockcore.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        client = _client(server.hosts)
+        try:
+            lock = lockcore.create("zookeeper", client, request.node.name)
+            with pytest.raises(LockLost, match="suspended"):
+                with lock:
+                    server.kill()  # the holder's connection drops: SUSPENDED
+                    assert _wait_until(lambda: lock.lost)
+                    server.start()
+                    assert _wait_until(lambda: client.connected)
+        finally:
+            client.stop()
+            client.close()
