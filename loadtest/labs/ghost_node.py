@@ -1,0 +1,143 @@
+"""ghost-node: a lost create reply deadlocks the naive ZooKeeper lock; kazoo's UUID guard does not.
+
+Seed 001 (幽灵节点). We start our own ZooKeeper and three clients, each with its own
+session. Client A's first ``create`` succeeds on the server but A never sees the reply:
+the lab injects that fault deterministically instead of waiting for a real network
+hiccup.
+
+* Naive recipe (``naive_zk.py``): A "retries" and creates a second node. Its first
+  node, the ghost, is the smallest; A waits behind it, B and C wait behind A. Nobody
+  acquires in ``DEADLOCK_WAIT_S`` seconds, and nobody ever would while A's session is
+  alive. Closing A's session (what an operator ends up doing) deletes the ghost.
+* kazoo's ``Lock`` recipe: the fault is injected into its real retry path (the create
+  raises ``ConnectionLoss`` after the server made the node). kazoo retries, finds its
+  own node by the UUID prefix in its name, and does not create a second one: A
+  acquires, releases, and B gets the lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
+from kazoo.recipe.lock import Lock
+
+from lockcore.zkserver import ZooKeeperServer
+
+from .naive_zk import NaiveZkLock
+from .narration import Narrator, Verdict
+
+TITLE = "a lost create reply leaves a ghost node that deadlocks the naive ZooKeeper lock"
+SEED = "001"
+DEADLOCK_WAIT_S = 2.0
+
+
+@contextmanager
+def zookeeper_sessions(narrator: Narrator, count: int) -> Iterator[list[KazooClient]]:
+    """Our own ZooKeeper and ``count`` clients, each with its own session."""
+    with ExitStack() as stack:
+        server = stack.enter_context(ZooKeeperServer())
+        narrator("ZooKeeper pid %s on %s", server.pid, server.hosts)
+        clients = []
+        for _ in range(count):
+            client = KazooClient(hosts=server.hosts, timeout=10)
+            client.start(timeout=30)
+            stack.callback(client.close)
+            stack.callback(client.stop)
+            clients.append(client)
+        yield clients
+    narrator("ZooKeeper stopped")
+
+
+def lose_first_create_reply(client: KazooClient) -> Callable[[], None]:
+    """Make ``client.create`` succeed on the server once, then raise ConnectionLoss.
+
+    :returns: a function that undoes the patch
+    """
+    real_create = client.create
+
+    def create_and_lose_reply(*args: Any, **kwargs: Any) -> str:
+        client.create = real_create  # only the first reply is lost
+        created: str = real_create(*args, **kwargs)
+        raise ConnectionLoss(f"reply to create of {created} lost")
+
+    client.create = create_and_lose_reply
+    return lambda: setattr(client, "create", real_create)
+
+
+def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient, c: KazooClient) -> bool:
+    """True when the ghost deadlocked every client."""
+    path = "/seckill/naive/sku-1"
+    locks = {"A": NaiveZkLock(a, path), "B": NaiveZkLock(b, path), "C": NaiveZkLock(c, path)}
+    got: dict[str, bool] = {}
+    lock_a = locks["A"]
+    workers = [threading.Thread(target=lambda: got.__setitem__(
+        "A", lock_a.acquire(DEADLOCK_WAIT_S, lose_first_reply=True)))]
+    workers[0].start()
+    while lock_a.node is None:  # A's nodes first, so the ghost is the smallest
+        threading.Event().wait(0.01)
+    for name in ("B", "C"):
+        lock = locks[name]
+        workers.append(threading.Thread(target=lambda n=name, lk=lock: got.__setitem__(
+            n, lk.acquire(DEADLOCK_WAIT_S))))
+        workers[-1].start()
+    while locks["B"].node is None or locks["C"].node is None:
+        threading.Event().wait(0.01)
+    children = sorted(a.get_children(path))
+    ghost = children[0]
+    owner = a.exists(f"{path}/{ghost}").ephemeralOwner
+    narrator("A: create -> %s on the server, reply LOST; A retries -> %s", ghost, lock_a.node)
+    narrator("B, C create theirs; children now %s", children)
+    narrator("%s is the smallest; its owner session 0x%x is A's (0x%x), but A does not know",
+             ghost, owner, a.client_id[0])
+    for worker in workers:
+        worker.join(DEADLOCK_WAIT_S + 5)
+    narrator("after %.0f s: A acquired=%s, B acquired=%s, C acquired=%s", DEADLOCK_WAIT_S,
+             got.get("A"), got.get("B"), got.get("C"))
+    deadlocked = not any(got.values()) and owner == a.client_id[0]
+    a.stop()
+    narrator("A's session closes: its ephemeral nodes (ghost included) vanish; children %s",
+             sorted(b.get_children(path)))
+    return deadlocked
+
+
+def kazoo_act(narrator: Narrator, a: KazooClient, b: KazooClient) -> bool:
+    """True when kazoo's UUID-guarded retry kept one node for A and B got the lock after."""
+    path = "/seckill/kazoo/sku-1"
+    lock_a, lock_b = Lock(a, path, "A"), Lock(b, path, "B")
+    undo = lose_first_create_reply(a)
+    try:
+        a_got = lock_a.acquire(timeout=10)
+    finally:
+        undo()
+    children = sorted(a.get_children(path))
+    narrator("A: create -> reply LOST (ConnectionLoss); kazoo retries, looks for prefix %s...",
+             lock_a.prefix[:12])
+    narrator("A acquired=%s using its first node %s; children %s (no ghost)", a_got,
+             lock_a.node, children)
+    b_blocked = not lock_b.acquire(blocking=False)
+    narrator("B while A holds: acquired=%s", not b_blocked)
+    lock_a.release()
+    b_got = lock_b.acquire(timeout=10)
+    narrator("A releases; B acquired=%s", b_got)
+    lock_b.release()
+    return a_got and len(children) == 1 and b_blocked and b_got
+
+
+def run(narrator: Narrator) -> Verdict:
+    with zookeeper_sessions(narrator, 3) as (a, b, c):
+        narrator.section("seed 001's naive recipe: _000000000N nodes, no client id")
+        deadlocked = naive_act(narrator, a, b, c)
+    with zookeeper_sessions(narrator, 2) as (a, b):
+        narrator.section("kazoo's Lock recipe: <uuid>__lock__000000000N nodes")
+        guarded = kazoo_act(narrator, a, b)
+    facts = {"naive_deadlocked": deadlocked, "kazoo_recovered": guarded}
+    if deadlocked and guarded:
+        return Verdict(True, f"the ghost node deadlocked every naive client for "
+                       f"{DEADLOCK_WAIT_S:.0f}s; kazoo's UUID prefix found its own node and "
+                       f"the lock kept working", facts)
+    return Verdict(False, f"expected a naive deadlock and a kazoo recovery; saw {facts}", facts)
