@@ -11,6 +11,10 @@
 article it comes from. Each strategy module's docstring is a lesson.
 """
 
+# Import the strategies *package* before binding the strategies() *function*: importing
+# a subpackage for the first time sets ``lockcore.strategies`` to it, which would
+# otherwise shadow the function the first time a lock is created.
+from . import strategies as _strategies_package  # noqa: F401
 from .base import DistributedLock
 from .clock import Clock, SystemClock
 from .errors import FencingTokenRejected, LockError, LockLost, LockNotOwned, LockTimeout

