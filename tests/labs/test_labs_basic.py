@@ -6,8 +6,6 @@ labs) on free loopback ports, so these tests need no fixtures beyond a quiet nar
 
 from __future__ import annotations
 
-import pytest
-
 from loadtest.labs import Narrator, Verdict, run_lab
 
 
@@ -25,3 +23,20 @@ def test_watchdog_lab_shows_renewal_keeps_long_work_safe_and_reports_loss() -> N
     assert verdict.facts["on_lost_called"] is True
     assert verdict.facts["with_raised_lock_lost"] is True
     assert "renewal" in verdict.facts["lost_reason"]
+
+
+def test_crash_no_ttl_lab_shows_setnx_stuck_forever_and_token_recovering() -> None:
+    verdict, narrator = run_quietly("crash-no-ttl")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["setnx_pttl"] == -1
+    assert verdict.facts["setnx_waiter_acquired"] is False
+    assert verdict.facts["token_waiter_acquired"] is True
+    assert 0 < verdict.facts["token_pttl"] <= 1_000
+
+
+def test_setnx_expire_gap_lab_leaves_a_lock_without_ttl() -> None:
+    verdict, narrator = run_quietly("setnx-expire-gap")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["pttl_after_crash_in_gap"] == -1
+    assert verdict.facts["waiter_acquired"] is False
+    assert verdict.facts["pttl_after_crash_with_set_nx_px"] > 0
