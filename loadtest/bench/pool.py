@@ -1,0 +1,89 @@
+"""A fixed set of worker processes, reused for every contender of a run.
+
+Starting eight interpreters per contender would cost more than some runs last, and a
+fresh process per run would also re-measure imports. The pool starts them once with
+the ``spawn`` method (a fork of a parent holding kazoo or pool threads can deadlock),
+and stops them by pid at the end, killing any that do not exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import queue
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from . import worker
+
+logger = logging.getLogger(__name__)
+
+#: how long a worker may take to build its lock and warm up before we give up on it
+READY_TIMEOUT_S = 90.0
+#: beyond the run's duration, how long a worker may take to report
+REPORT_GRACE_S = 30.0
+
+
+class WorkerPool:
+    def __init__(self, processes: int) -> None:
+        if processes < 1:
+            raise ValueError("processes must be >= 1")
+        ctx = multiprocessing.get_context("spawn")
+        self.results: Any = ctx.Queue()
+        self.commands: list[Any] = [ctx.Queue() for _ in range(processes)]
+        self.processes = [ctx.Process(target=worker.serve, args=(i, q, self.results),
+                                      name=f"bench-worker-{i}", daemon=True)
+                          for i, q in enumerate(self.commands)]
+        for proc in self.processes:
+            proc.start()
+
+    def run(self, spec: dict[str, Any], workers: int, duration: float,
+            at_start: Callable[[], None]) -> tuple[list[dict[str, Any]], list[str]]:
+        """Run ``spec`` on the first ``workers`` workers for ``duration`` seconds.
+
+        ``at_start`` runs once every worker is ready, just before the window opens.
+        Returns the workers' reports and their errors.
+        """
+        for q in self.commands[:workers]:
+            q.put(spec)
+        ready, errors = self._collect(workers, time.monotonic() + READY_TIMEOUT_S)
+        at_start()
+        start = time.time() + 0.05
+        window = {"start": start, "end": start + (duration if not errors else 0.0)}
+        for report in ready:
+            self.commands[report["worker"]].put(window)
+        reports, late = self._collect(len(ready), time.monotonic() + duration + REPORT_GRACE_S)
+        return reports, errors + late
+
+    def _collect(self, count: int, deadline: float) -> tuple[list[dict[str, Any]], list[str]]:
+        good: list[dict[str, Any]] = []
+        errors: list[str] = []
+        while len(good) + len(errors) < count:
+            try:
+                report = self.results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError("benchmark workers stopped answering") from None
+            if "error" in report:
+                errors.append(f"worker {report['worker']}: {report['error']}")
+            else:
+                good.append(report)
+        return good, errors
+
+    def close(self) -> None:
+        for q in self.commands:
+            q.put(None)
+        for proc in self.processes:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                logger.warning("killing bench worker pid %s", proc.pid)
+                proc.kill()
+                proc.join(timeout=5)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,105 @@
+"""The comparison table, and the issue's targets checked as ratios within this one run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+COLUMNS = [
+    # header, width, how to get it from one result
+    ("contender", 18, lambda r: r["name"]),
+    ("backend", 9, lambda r: r["backend"]),
+    ("solo op/s", 9, lambda r: _get(r, "uncontended", "ops_per_s")),
+    ("rt/op", 5, lambda r: _get(r, "uncontended", "round_trips_per_op")),
+    ("acq/s", 7, lambda r: _get(r, "contended", "acq_per_s")),
+    ("p50 ms", 7, lambda r: _get(r, "contended", "wait_ms", "p50")),
+    ("p99 ms", 7, lambda r: _get(r, "contended", "wait_ms", "p99")),
+    ("max ms", 7, lambda r: _get(r, "contended", "wait_ms", "max")),
+    ("fair", 5, lambda r: _get(r, "contended", "fairness")),
+    ("rt/acq", 6, lambda r: _get(r, "contended", "round_trips_per_acq")),
+    ("cmd/acq", 7, lambda r: _get(r, "contended", "redis_commands_per_acq")),
+    ("overlap", 7, lambda r: _get(r, "contended", "overlaps")),
+]
+
+
+def _get(result: dict[str, Any], *path: str) -> Any:
+    value: Any = result
+    for part in path:
+        if not isinstance(value, dict) or value.get(part) is None:
+            return None
+        value = value[part]
+    return value
+
+
+def _cell(value: Any, width: int) -> str:
+    if value is None:
+        text = "-"
+    elif isinstance(value, float):
+        text = f"{value:,.0f}" if value >= 100 else f"{value:.2f}".rstrip("0").rstrip(".")
+    else:
+        text = str(value)
+    return text.rjust(width)
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w, _) in enumerate(COLUMNS))]
+    for result in results:
+        cells = [_cell(get(result), w) for _, w, get in COLUMNS]
+        cells[0] = str(result["name"]).ljust(COLUMNS[0][1])
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    return None if a is None or not b else round(a / b, 2)
+
+
+def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's goals that this run's contenders let us check."""
+    by = {r["name"]: r for r in results}
+
+    def val(name: str, *path: str) -> Any:
+        return _get(by[name], *path) if name in by else None
+
+    checks: list[tuple[str, Any, Callable[[Any], bool]]] = [
+        ("token-notify acq/s / python-redis-lock acq/s >= 1.5",
+         _ratio(val("token-notify", "contended", "acq_per_s"),
+                val("python-redis-lock", "contended", "acq_per_s")), lambda v: v >= 1.5),
+        ("token-notify fairness >= 0.8",
+         val("token-notify", "contended", "fairness"), lambda v: v >= 0.8),
+        ("token-notify p99 wait / python-redis-lock p99 wait <= 1",
+         _ratio(val("token-notify", "contended", "wait_ms", "p99"),
+                val("python-redis-lock", "contended", "wait_ms", "p99")), lambda v: v <= 1),
+        ("fair acq/s / python-redis-lock acq/s >= 1",
+         _ratio(val("fair", "contended", "acq_per_s"),
+                val("python-redis-lock", "contended", "acq_per_s")), lambda v: v >= 1),
+        ("redlock acq/s / pottery acq/s >= 5",
+         _ratio(val("redlock", "contended", "acq_per_s"),
+                val("pottery", "contended", "acq_per_s")), lambda v: v >= 5),
+        ("token uncontended round trips per acquire+release == 2",
+         val("token-notify", "uncontended", "round_trips_per_op"), lambda v: v == 2),
+        ("token-notify uncontended op/s / redis-py op/s >= 0.95",
+         _ratio(val("token-notify", "uncontended", "ops_per_s"),
+                val("redis-py", "uncontended", "ops_per_s")), lambda v: v >= 0.95),
+    ]
+    return [{"target": text, "value": value, "met": None if value is None else ok(value)}
+            for text, value, ok in checks]
+
+
+def render(outcome: dict[str, Any]) -> str:
+    m = outcome["machine"]
+    c = outcome["config"]
+    lines = [f"seckill bench  {m['date']}  {m['cpu']} x{m['cores']}  Python {m['python']}  "
+             f"Redis {m['redis']}  load {m['loadavg_before']} -> {m['loadavg_after']}",
+             f"contended: {c['processes']} processes x {c['duration']}s on one lock, "
+             f"critical section GET+DECR; solo: 1 process x {c['uncontended']}s", "",
+             table(outcome["results"]), ""]
+    for t in outcome["targets"]:
+        verdict = {True: "met ", False: "MISS", None: "n/a "}[t["met"]]
+        lines.append(f"  [{verdict}] {t['target']}: {t['value']}")
+    for s in outcome["skipped"]:
+        lines.append(f"  skipped {s['name']}: {s['reason']}")
+    for r in outcome["results"]:
+        for error in r["errors"]:
+            lines.append(f"  ERROR {r['name']}: {error}")
+    return "\n".join(lines)

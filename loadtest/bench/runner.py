@@ -1,0 +1,126 @@
+"""One benchmark run: start our own servers, measure every contender, return the figures.
+
+All contenders share one run on purpose. On a shared 2-core machine absolute figures
+swing with whatever else runs; ratios between locks measured minutes apart on the same
+servers, by the same worker processes, are what can be compared. Each contender gets
+freshly flushed servers (ours: we started them) and the same stock key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from lockcore.embedded import EmbeddedRedis
+
+from . import stats
+from .contenders import Contender, by_name
+from .counting import commands_total
+from .pool import WorkerPool
+
+logger = logging.getLogger(__name__)
+
+STOCK_KEY = "bench:stock"
+INITIAL_STOCK = 10**9
+
+
+@dataclass
+class BenchConfig:
+    duration: float = 5.0  # contended window, seconds
+    uncontended: float = 2.0  # uncontended window, seconds
+    processes: int = 8
+    only: list[str] | None = None
+
+
+def run(config: BenchConfig) -> dict[str, Any]:
+    chosen = by_name(config.only)
+    skipped = [{"name": c.name, "reason": r} for c in chosen if (r := c.unavailable())]
+    runnable = [c for c in chosen if not c.unavailable()]
+    results = []
+    with ExitStack() as stack:
+        single = stack.enter_context(EmbeddedRedis(1))
+        backends: dict[str, Any] = {"redis": single.urls[0]}
+        if any(c.backend == "redlock" for c in runnable):
+            backends["redlock"] = stack.enter_context(EmbeddedRedis(5)).urls
+        if any(c.backend == "zookeeper" for c in runnable):
+            hosts, why = _zookeeper(stack)
+            if hosts:
+                backends["zookeeper"] = hosts
+            else:
+                skipped += [{"name": c.name, "reason": why}
+                            for c in runnable if c.backend == "zookeeper"]
+                runnable = [c for c in runnable if c.backend != "zookeeper"]
+        load_before = os.getloadavg()
+        pool = stack.enter_context(WorkerPool(config.processes))
+        for contender in runnable:
+            logger.info("benchmarking %s", contender.name)
+            results.append(_measure(pool, contender, backends, config))
+        version = redis.Redis.from_url(backends["redis"]).info("server")["redis_version"]
+    return {"machine": _machine(version, load_before), "config": asdict(config),
+            "results": results, "skipped": skipped}
+
+
+def _measure(pool: WorkerPool, contender: Contender, backends: dict[str, Any],
+             config: BenchConfig) -> dict[str, Any]:
+    every = [redis.Redis.from_url(u) for u in [backends["redis"], *backends.get("redlock", [])]]
+    lock_servers = {"redis": every[:1], "redlock": every[1:], "zookeeper": []}[contender.backend]
+    outcome: dict[str, Any] = {"name": contender.name, "library": contender.library,
+                               "backend": contender.backend, "settings": contender.settings,
+                               "errors": []}
+    for mode, workers, duration in [("uncontended", 1, config.uncontended),
+                                    ("contended", config.processes, config.duration)]:
+        for client in every:
+            client.flushall()
+        every[0].set(STOCK_KEY, INITIAL_STOCK)
+        spec = {"contender": contender.name, "mode": mode, "backends": backends,
+                "lock_name": f"bench:{contender.name}", "stock_key": STOCK_KEY}
+        before: list[int] = []
+        reports, errors = pool.run(spec, workers, duration,
+                                   lambda: before.append(commands_total(lock_servers)))
+        commands = commands_total(lock_servers) - before[0] if lock_servers else None
+        outcome["errors"] += [f"{mode}: {e}" for e in errors]
+        if mode == "uncontended":
+            outcome[mode] = stats.uncontended(reports, duration, commands)
+        else:
+            if commands is not None and contender.backend == "redis":
+                commands -= 2 * sum(r["acquisitions"] for r in reports)  # the GET + DECR
+            outcome[mode] = stats.contended(reports, duration, commands)
+    for client in every:
+        client.close()
+    return outcome
+
+
+def _zookeeper(stack: ExitStack) -> tuple[str | None, str]:
+    if os.environ.get("ZOOKEEPER_HOSTS"):
+        return os.environ["ZOOKEEPER_HOSTS"], ""
+    try:
+        from lockcore.zkserver import ZooKeeperServer
+
+        server = ZooKeeperServer().start()
+    except Exception as exc:  # ImportError, ZooKeeperUnavailable, a JVM that won't start
+        return None, f"ZooKeeper unavailable: {type(exc).__name__}: {exc}"
+    stack.callback(server.stop)
+    return str(server.hosts), ""
+
+
+def _machine(redis_version: str, load_before: tuple[float, float, float]) -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": sys.version.split()[0],
+            "platform": platform.platform(), "redis": redis_version,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()]}

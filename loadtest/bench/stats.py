@@ -1,0 +1,62 @@
+"""Turn the workers' raw reports into the figures the table shows.
+
+Waits are pooled across workers before taking percentiles: p99 is "one acquisition in
+a hundred waited this long", whoever it was. Fairness is the fewest acquisitions any
+worker got divided by the most: 1.0 means everybody got their turn, and a lock that
+lets the releaser grab it straight back shows up as a figure near 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (None when there are none)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(fraction * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def per_op(total: float | None, ops: int) -> float | None:
+    return None if total is None or ops == 0 else round(total / ops, 2)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def uncontended(reports: list[dict[str, Any]], duration: float,
+                commands: int | None) -> dict[str, Any]:
+    """One worker's acquire+release loop."""
+    ops = sum(r["acquisitions"] for r in reports)
+    trips = sum(r["round_trips"] for r in reports)
+    return {
+        "ops": ops,
+        "ops_per_s": round(ops / duration, 1),
+        "round_trips_per_op": per_op(trips, ops),
+        "redis_commands_per_op": per_op(commands, ops),
+    }
+
+
+def contended(reports: list[dict[str, Any]], duration: float,
+              commands: int | None) -> dict[str, Any]:
+    """Every worker on one hot lock; ``commands`` excludes the critical section's own."""
+    counts = [r["acquisitions"] for r in sorted(reports, key=lambda r: r["worker"])]
+    acquisitions = sum(counts)
+    waits = sorted(w for r in reports for w in r["waits"])
+    trips = sum(r["round_trips"] for r in reports)
+    return {
+        "acquisitions": acquisitions,
+        "acq_per_s": round(acquisitions / duration, 1),
+        "wait_ms": {"p50": _ms(percentile(waits, 0.50)), "p99": _ms(percentile(waits, 0.99)),
+                    "max": _ms(waits[-1] if waits else None)},
+        "per_worker": counts,
+        "fairness": round(min(counts) / max(counts), 3) if counts and max(counts) else 0.0,
+        "round_trips_per_acq": per_op(trips, acquisitions),
+        "redis_commands_per_acq": per_op(commands, acquisitions),
+        "overlaps": sum(r["overlaps"] for r in reports),
+    }

@@ -1,0 +1,113 @@
+"""One benchmark worker process: build a contender's lock, wait for the start, run the loop.
+
+Workers are separate processes (``spawn``), not threads, because a Python lock client
+spends most of its time in the interpreter: eight threads would measure the GIL, not
+the lock. Every worker builds its own clients, warms up (connects, loads Lua scripts)
+and says "ready"; the parent then takes the ``INFO commandstats`` snapshot and sends one
+wall-clock start and end time to all of them, so they begin together.
+
+The critical section is the flash sale's: GET the stock, DECR it. If DECR does not
+return GET - 1, someone else decremented in between, and the overlap is counted: a
+benchmark of a lock that does not exclude would be meaningless.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from multiprocessing.queues import Queue
+from typing import Any
+
+import redis
+
+from .contenders import Connections, by_name
+from .counting import ROUND_TRIPS, counting_client
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerConnections(Connections):
+    """Clients built on first use and kept for the worker's life."""
+
+    def __init__(self, backends: dict[str, Any]) -> None:
+        self.backends = backends
+        self._redis: Any = None
+        self._redlock: list[Any] | None = None
+        self._zk: Any = None
+
+    def redis(self) -> Any:
+        if self._redis is None:
+            self._redis = counting_client(self.backends["redis"])
+        return self._redis
+
+    def redlock(self) -> list[Any]:
+        if self._redlock is None:
+            self._redlock = [counting_client(url) for url in self.backends["redlock"]]
+        return self._redlock
+
+    def zookeeper(self) -> Any:
+        if self._zk is None:
+            from kazoo.client import KazooClient
+
+            self._zk = KazooClient(hosts=self.backends["zookeeper"], timeout=10)
+            self._zk.start(timeout=30)
+        return self._zk
+
+    def close(self) -> None:
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+
+
+def serve(index: int, commands: Queue[Any], results: Queue[Any]) -> None:
+    """Run specs from ``commands`` until it yields None."""
+    # A worker still waiting when the window closes times out on purpose; lockcore's
+    # "gave up" warning would only be noise on the benchmark's terminal.
+    logging.getLogger("lockcore").setLevel(logging.ERROR)
+    connections: dict[str, WorkerConnections] = {}
+    while (spec := commands.get()) is not None:
+        key = repr(sorted(spec["backends"].items()))
+        conns = connections.setdefault(key, WorkerConnections(spec["backends"]))
+        try:
+            run(index, spec, conns, commands, results)
+        except Exception as exc:  # reported to the parent, which records it per contender
+            logger.exception("worker %d failed on %s", index, spec["contender"])
+            results.put({"worker": index, "error": f"{type(exc).__name__}: {exc}"})
+    for conns in connections.values():
+        conns.close()
+
+
+def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
+        commands: Queue[Any], results: Queue[Any]) -> None:
+    contender = by_name([spec["contender"]])[0]
+    handle = contender.build(conns, spec["lock_name"])
+    stock = redis.Redis.from_url(spec["backends"]["redis"])  # not counted: not the lock's
+    stock.ping()
+    if handle.acquire(5.0):  # warm-up: connect, load scripts, create parent znodes
+        handle.release()
+    results.put({"worker": index, "ready": True})
+    window = commands.get()
+    start, end = window["start"], window["end"]
+    time.sleep(max(0.0, start - time.time()))
+    sent_before = ROUND_TRIPS.value
+    acquisitions = overlaps = 0
+    waits: list[float] = []
+    contended = spec["mode"] == "contended"
+    while (now := time.time()) < end:
+        began = time.perf_counter()
+        if not handle.acquire(end - now):
+            continue
+        waited = time.perf_counter() - began
+        in_window = time.time() < end  # a late acquisition is released and not counted
+        if contended and in_window:
+            before = int(stock.get(spec["stock_key"]) or 0)
+            if stock.decr(spec["stock_key"]) != before - 1:
+                overlaps += 1
+        handle.release()
+        if in_window:
+            acquisitions += 1
+            if contended:
+                waits.append(waited)
+    stock.close()
+    results.put({"worker": index, "acquisitions": acquisitions, "overlaps": overlaps,
+                 "waits": waits, "round_trips": ROUND_TRIPS.value - sent_before})
