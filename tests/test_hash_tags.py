@@ -1,0 +1,177 @@
+"""Past one machine: every key one script or transaction touches shares a hash slot.
+
+Redis Cluster runs a script, a MULTI/EXEC or a multi-key command only when all of its
+keys hash to one slot, which is why our keys carry hash tags (``lock:{name}``,
+``sale:{sku}:...``). One Redis never checks this, so a cross-slot call works in the lab
+and fails the day the deployment moves to a cluster. These tests run every path
+against a real redis-server in cluster mode that owns all 16384 slots: it accepts
+everything a single Redis would, except ``CROSSSLOT`` calls. A recording client lists
+the keys of every script call, so a failure names the keys, and the test proves it
+really exercised scripts. Scripts must also touch only keys passed in ``KEYS``
+(a cluster routes by the declared keys), which a static check of the ``.lua`` files
+enforces.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+import lockcore
+from lockcore import registry
+from lockcore.embedded import RedisServer
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT_DIRS = [REPO / "lockcore" / "scripts", REPO / "webapp" / "scripts"]
+KEYLESS_COMMANDS = {"time", "ping", "echo"}
+
+
+def free_cluster_port() -> int:
+    """A port whose cluster-bus twin (port + 10000) is free too; both must be < 65536."""
+    for _ in range(200):
+        port = random.randint(20_000, 55_000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10_000))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a cluster-mode redis-server")
+
+
+def start_cluster_nodes(count: int) -> list[RedisServer]:
+    """One-node Redis Clusters owning every slot: only cross-slot calls fail on them.
+
+    A node reports ``cluster_state:ok`` about two seconds after it gets its slots, so
+    all of them are started first and then awaited together.
+    """
+    nodes: list[RedisServer] = []
+    try:
+        for _ in range(count):
+            nodes.append(RedisServer(port=free_cluster_port(), args=[
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]).start())
+        clients = [redis.Redis.from_url(node.url) for node in nodes]
+        for client in clients:
+            client.execute_command("CLUSTER ADDSLOTS", *range(16384))
+        deadline = time.monotonic() + 15
+        for client in clients:
+            while client.execute_command("CLUSTER INFO").get("cluster_state") != "ok":
+                assert time.monotonic() < deadline, "a cluster node never reached state ok"
+                time.sleep(0.05)
+            client.close()
+    except BaseException:
+        for node in nodes:
+            node.cleanup()
+        raise
+    return nodes
+
+
+class RecordingRedis(redis.Redis):
+    """A redis-py client that remembers the keys of every script call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.script_keys: list[tuple[str, ...]] = []
+
+    def _record(self, numkeys: int, keys_and_args: tuple[Any, ...]) -> None:
+        self.script_keys.append(tuple(
+            k.decode() if isinstance(k, bytes) else str(k) for k in keys_and_args[:numkeys]))
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:  # type: ignore[override]
+        self._record(numkeys, keys_and_args)
+        return super().evalsha(sha, numkeys, *keys_and_args)
+
+    def eval(self, script: str, numkeys: int, *keys_and_args: Any) -> Any:  # type: ignore[override]
+        self._record(numkeys, keys_and_args)
+        return super().eval(script, numkeys, *keys_and_args)
+
+    def cross_slot_calls(self) -> list[tuple[str, ...]]:
+        return [keys for keys in self.script_keys if len({key_slot(k.encode()) for k in keys}) > 1]
+
+
+@pytest.fixture(scope="module")
+def cluster_nodes() -> Iterator[list[RedisServer]]:
+    """Five cluster-mode nodes: one serves single-Redis paths, five serve RedLock."""
+    nodes = start_cluster_nodes(5)
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.cleanup()
+
+
+@pytest.fixture
+def cluster_clients(cluster_nodes: list[RedisServer]) -> Iterator[list[RecordingRedis]]:
+    clients = [RecordingRedis.from_url(node.url) for node in cluster_nodes]
+    for client in clients:
+        client.flushall()
+    yield clients
+    for client in clients:
+        client.close()
+
+
+def test_the_cluster_node_rejects_a_script_whose_keys_span_two_slots(cluster_clients):
+    # The premise of every test below: without it they could not fail.
+    with pytest.raises(redis.ResponseError, match="same slot"):
+        cluster_clients[0].eval("return 1", 2, "lock:{a}", "lock:{b}")
+    assert cluster_clients[0].cross_slot_calls() == [("lock:{a}", "lock:{b}")]
+
+
+def test_every_lua_script_touches_only_keys_it_is_given():
+    """A cluster routes a script by its KEYS; a key built inside the script may live elsewhere."""
+    call = re.compile(r"redis\.p?call\(\s*['\"](\w+)['\"]\s*(?:,\s*([^,)]+))?")
+    offenders = []
+    for path in sorted(p for d in SCRIPT_DIRS if d.exists() for p in d.glob("*.lua")):
+        source = path.read_text()
+        aliases = set(re.findall(r"local\s+(\w+)\s*=\s*KEYS\[", source))
+        aliases |= set(re.findall(r"for\s+\w+\s*,\s*(\w+)\s+in\s+ipairs\(KEYS\)", source))
+        for command, first_arg in call.findall(source):
+            arg = first_arg.strip()
+            if command.lower() in KEYLESS_COMMANDS or arg.startswith("KEYS[") or arg in aliases:
+                continue
+            offenders.append(f"{path.relative_to(REPO)}: redis.call('{command}', {arg} ...)")
+    assert not offenders, "scripts touching keys not passed in KEYS:\n" + "\n".join(offenders)
+
+
+def redis_backed_strategies() -> list[str]:
+    return [name for name in registry.names() if name not in ("local", "zookeeper")]
+
+
+@pytest.mark.parametrize("strategy", redis_backed_strategies())
+def test_every_call_of_a_lock_strategy_stays_in_one_hash_slot(strategy, cluster_clients):
+    try:
+        registry.lock_class(strategy)
+    except ImportError as exc:
+        pytest.skip(f"{strategy} is not written yet: {exc}")
+    backend: Any = cluster_clients if strategy == "redlock" else cluster_clients[0]
+    # multi: two unrelated resources, which a script may only lock if they share a slot.
+    resource: Any = ["sku-1", "sku-2"] if strategy == "multi" else "sku-1"
+    first = lockcore.create(strategy, backend, resource, ttl_ms=5_000, wait="notify")
+    second = lockcore.create(strategy, backend, resource, ttl_ms=5_000, wait="notify")
+    assert first.acquire(blocking=False)
+    assert not second.acquire(blocking=True, timeout=0.05)  # a failed try, then a wait
+    if first.expires:
+        first.extend()
+    first.held()
+    first.release()
+    assert second.acquire(blocking=True, timeout=2)
+    second.release()
+
+    calls = [keys for client in cluster_clients for keys in client.script_keys]
+    crossing = [keys for client in cluster_clients for keys in client.cross_slot_calls()]
+    assert not crossing, f"{strategy} script calls span hash slots: {crossing}"
+    assert calls or strategy in NO_SCRIPTS, f"{strategy} made no script call at all"
+
+
+#: strategies that teach with plain commands and so never call a script
+NO_SCRIPTS = {"naive", "setnx", "setnx-expire", "getset"}
