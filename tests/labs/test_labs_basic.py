@@ -40,3 +40,23 @@ def test_setnx_expire_gap_lab_leaves_a_lock_without_ttl() -> None:
     assert verdict.facts["pttl_after_crash_in_gap"] == -1
     assert verdict.facts["waiter_acquired"] is False
     assert verdict.facts["pttl_after_crash_with_set_nx_px"] > 0
+
+
+def test_getset_clock_lab_shows_fast_clock_takeover_and_overwritten_expiry() -> None:
+    verdict, narrator = run_quietly("getset-clock")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["correct_clock_acquired"] is False
+    assert verdict.facts["fast_clock_acquired"] is True
+    assert verdict.facts["del_setnx_two_holders"] is True
+    assert verdict.facts["getset_winner_acquired"] is True
+    assert verdict.facts["getset_loser_acquired"] is False
+    assert verdict.facts["winner_still_sees_its_lock"] is False
+
+
+def test_wrong_release_lab_shows_plain_del_freeing_the_next_holders_lock() -> None:
+    verdict, narrator = run_quietly("wrong-release")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["plain_del_refused"] is False
+    assert verdict.facts["plain_two_holders"] is True
+    assert verdict.facts["token_release_refused"] is True
+    assert verdict.facts["token_two_holders"] is False
