@@ -40,22 +40,22 @@ class WorkerPool:
             proc.start()
 
     def run(self, spec: dict[str, Any], workers: int, duration: float,
-            at_start: Callable[[], None]) -> tuple[list[dict[str, Any]], list[str]]:
+            at_start: Callable[[], Any]) -> tuple[list[dict[str, Any]], list[str], Any]:
         """Run ``spec`` on the first ``workers`` workers for ``duration`` seconds.
 
         ``at_start`` runs once every worker is ready, just before the window opens.
-        Returns the workers' reports and their errors.
+        Returns the workers' reports, their errors and what ``at_start`` returned.
         """
         for q in self.commands[:workers]:
             q.put(spec)
         ready, errors = self._collect(workers, time.monotonic() + READY_TIMEOUT_S)
-        at_start()
+        started = at_start()
         start = time.time() + 0.05
         window = {"start": start, "end": start + (duration if not errors else 0.0)}
         for report in ready:
             self.commands[report["worker"]].put(window)
         reports, late = self._collect(len(ready), time.monotonic() + duration + REPORT_GRACE_S)
-        return reports, errors + late
+        return reports, errors + late, started
 
     def _collect(self, count: int, deadline: float) -> tuple[list[dict[str, Any]], list[str]]:
         good: list[dict[str, Any]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-COLUMNS = [
+COLUMNS: list[tuple[str, int, Callable[[dict[str, Any]], Any]]] = [
     # header, width, how to get it from one result
     ("contender", 18, lambda r: r["name"]),
     ("backend", 9, lambda r: r["backend"]),

@@ -15,6 +15,7 @@ import sys
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import redis
@@ -82,10 +83,9 @@ def _measure(pool: WorkerPool, contender: Contender, backends: dict[str, Any],
         every[0].set(STOCK_KEY, INITIAL_STOCK)
         spec = {"contender": contender.name, "mode": mode, "backends": backends,
                 "lock_name": f"bench:{contender.name}", "stock_key": STOCK_KEY}
-        before: list[int] = []
-        reports, errors = pool.run(spec, workers, duration,
-                                   lambda: before.append(commands_total(lock_servers)))
-        commands = commands_total(lock_servers) - before[0] if lock_servers else None
+        reports, errors, before = pool.run(spec, workers, duration,
+                                           partial(commands_total, lock_servers))
+        commands = commands_total(lock_servers) - before if lock_servers else None
         outcome["errors"] += [f"{mode}: {e}" for e in errors]
         if mode == "uncontended":
             outcome[mode] = stats.uncontended(reports, duration, commands)

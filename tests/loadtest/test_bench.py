@@ -1,0 +1,102 @@
+"""``seckill bench --quick``: the run completes and reports what the docs say it reports.
+
+Only structure and correctness are asserted; speed belongs to the benchmark itself,
+and on a shared CI machine any figure here would be noise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from loadtest.bench import main
+from loadtest.bench.contenders import CONTENDERS
+from loadtest.bench.stats import percentile
+from webapp.cli import build_parser
+
+QUICK_SET = "token-notify,redis-py,python-redis-lock,pottery"
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, str]:
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    args = build_parser().parse_args(["bench", "--quick", "--only", QUICK_SET,
+                                      "--json", str(out)])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(args)
+    return code, json.loads(out.read_text()), printed.getvalue()
+
+
+def test_quick_run_exits_zero_and_measures_every_contender_asked_for(quick_run):
+    code, figures, _ = quick_run
+    assert code == 0
+    assert [r["name"] for r in figures["results"]] == QUICK_SET.split(",")
+    assert all(r["errors"] == [] for r in figures["results"])
+
+
+def test_every_contender_acquired_the_lock_without_overlapping(quick_run):
+    _, figures, _ = quick_run
+    for result in figures["results"]:
+        contended = result["contended"]
+        assert contended["acquisitions"] > 0, result["name"]
+        assert contended["acquisitions"] == sum(contended["per_worker"])
+        assert len(contended["per_worker"]) == figures["config"]["processes"]
+        assert contended["overlaps"] == 0, result["name"]
+        assert result["uncontended"]["ops"] > 0
+
+
+def test_wait_percentiles_are_ordered_and_fairness_is_a_ratio(quick_run):
+    _, figures, _ = quick_run
+    for result in figures["results"]:
+        c = result["contended"]
+        assert 0 <= c["wait_ms"]["p50"] <= c["wait_ms"]["p99"] <= c["wait_ms"]["max"]
+        assert c["fairness"] == round(min(c["per_worker"]) / max(c["per_worker"]), 3)
+
+
+def test_token_lock_costs_two_round_trips_per_uncontended_acquire_and_release(quick_run):
+    _, figures, _ = quick_run
+    token = next(r for r in figures["results"] if r["name"] == "token-notify")
+    assert token["uncontended"]["round_trips_per_op"] == 2
+    # its two scripts run SET+INCR and GET+DEL+DEL+RPUSH+PEXPIRE inside Redis
+    assert token["uncontended"]["redis_commands_per_op"] > 2
+
+
+def test_redlock_peer_talks_to_all_five_nodes(quick_run):
+    _, figures, _ = quick_run
+    pottery = next(r for r in figures["results"] if r["name"] == "pottery")
+    assert pottery["backend"] == "redlock"
+    assert pottery["uncontended"]["round_trips_per_op"] >= 10  # 5 to lock, 5 to unlock
+
+
+def test_report_names_the_machine_and_checks_the_targets(quick_run):
+    _, figures, printed = quick_run
+    assert {"cpu", "cores", "python", "redis", "date"} <= set(figures["machine"])
+    assert figures["config"]["processes"] == 4
+    checked = {t["target"]: t for t in figures["targets"]}
+    assert checked["token uncontended round trips per acquire+release == 2"]["met"] is True
+    assert checked["fair acq/s / python-redis-lock acq/s >= 1"]["met"] is None  # not run
+    for name in QUICK_SET.split(","):
+        assert name in printed
+    assert "p99 ms" in printed
+
+
+def test_unknown_contender_is_refused_before_starting_anything():
+    args = build_parser().parse_args(["bench", "--only", "token,nosuchlock"])
+    with pytest.raises(ValueError, match="nosuchlock"):
+        main(args)
+
+
+def test_contender_names_are_unique():
+    names = [c.name for c in CONTENDERS]
+    assert len(names) == len(set(names))
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 0.5) is None
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 0.99) == 99.0
+    assert percentile([5.0], 0.99) == 5.0
