@@ -1,0 +1,112 @@
+"""A real network partition on one machine: a network namespace and a veth cable we can cut.
+
+The partition lab needs the lock holder to lose the network the way a real node does:
+its packets stop arriving, its sockets stay open, nothing tells it. A mock would only
+show what we already believe, so we build it from the kernel's parts (needs root and
+iproute2):
+
+* a network namespace of our own (``skp<pid>``) with its own loopback;
+* a veth pair, one end in the root namespace (``10.213.N.1``), one inside (``10.213.N.2``);
+  the addresses exist only on this cable, which only this lab created;
+* ``cut()`` is ``ip link set <host end> down``: both sides' packets are dropped, every
+  open TCP connection just goes silent. ``heal()`` brings it back.
+
+``Island.close()`` kills what it started inside by pid and deletes the namespace,
+which deletes the veth pair with it. ``unsupported()`` says why this machine cannot
+do it (not root, no ``ip``, namespaces refused) so the lab can skip, saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+logger = logging.getLogger(__name__)
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10,
+                          check=check)
+
+
+def unsupported() -> str | None:
+    """Why network namespaces cannot be used here, or None when they can."""
+    if shutil.which("ip") is None:
+        return "iproute2 (the ip command) is not installed"
+    if os.geteuid() != 0:
+        return "creating network namespaces needs root"
+    probe = f"skprobe{os.getpid()}"
+    made = _ip("netns", "add", probe, check=False)
+    if made.returncode != 0:
+        return f"ip netns add refused: {made.stderr.strip()}"
+    _ip("netns", "del", probe, check=False)
+    return None
+
+
+class Island:
+    """A network namespace joined to the root namespace by one veth cable."""
+
+    def __init__(self) -> None:
+        pid = os.getpid()
+        self.name = f"skp{pid}"
+        self.host_end, self.ns_end = f"skh{pid}", f"skn{pid}"
+        subnet = f"10.213.{pid % 250}"
+        self.host_ip, self.ns_ip = f"{subnet}.1", f"{subnet}.2"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._created = False
+
+    def open(self) -> Island:
+        try:
+            _ip("netns", "add", self.name)
+            self._created = True
+            _ip("link", "add", self.host_end, "type", "veth", "peer", "name", self.ns_end)
+            _ip("link", "set", self.ns_end, "netns", self.name)
+            _ip("addr", "add", f"{self.host_ip}/24", "dev", self.host_end)
+            _ip("link", "set", self.host_end, "up")
+            for args in (("addr", "add", f"{self.ns_ip}/24", "dev", self.ns_end),
+                         ("link", "set", self.ns_end, "up"), ("link", "set", "lo", "up")):
+                _ip("-n", self.name, *args)
+        except BaseException:
+            self.close()
+            raise
+        logger.info("namespace %s: %s <-> %s", self.name, self.host_ip, self.ns_ip)
+        return self
+
+    def spawn(self, argv: Sequence[str], **popen: object) -> subprocess.Popen[bytes]:
+        """Start ``argv`` inside the namespace; ``ip netns exec`` execs it, so the pid is
+        the program's own and ``close()`` can kill it."""
+        proc: subprocess.Popen[bytes] = subprocess.Popen(
+            ["ip", "netns", "exec", self.name, *argv], start_new_session=True,
+            **popen)  # type: ignore[call-overload]
+        self.procs.append(proc)
+        return proc
+
+    def cut(self) -> None:
+        """The partition: the cable goes dark, both ways, without a word to anyone."""
+        _ip("link", "set", self.host_end, "down")
+
+    def heal(self) -> None:
+        _ip("link", "set", self.host_end, "up")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                logger.warning("pid %s did not exit after SIGKILL", proc.pid)
+        self.procs.clear()
+        _ip("link", "del", self.host_end, check=False)
+        if self._created:
+            _ip("netns", "del", self.name, check=False)
+            self._created = False
+
+    def __enter__(self) -> Island:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,64 @@
+"""Labs 9-12 as tests: ghost node, failover, RedLock restart, partition.
+
+Each lab starts its own servers (ZooKeeper, redis-servers, a network namespace) and
+stops them by pid, so the test only runs it quietly and checks that the failure it
+teaches really happened in this run, and that the protection it shows really held.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from loadtest.labs import Narrator, Verdict, run_lab
+from loadtest.labs import netns
+from tests.support import missing_system_part
+
+
+def run_quietly(name: str) -> tuple[Verdict, Narrator]:
+    narrator = Narrator(quiet=True)
+    return run_lab(name, narrator), narrator
+
+
+@pytest.mark.zookeeper
+def test_ghost_node_deadlocks_the_naive_recipe_but_not_kazoos_lock() -> None:
+    if shutil.which("java") is None:
+        missing_system_part("java (Debian package zookeeper) is not installed")
+    verdict, narrator = run_quietly("ghost-node")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["naive_deadlocked"] is True
+    assert verdict.facts["kazoo_recovered"] is True
+    assert "reply LOST" in narrator.text()
+
+
+def test_failover_before_replication_grants_the_lock_twice_and_wait_refuses_it() -> None:
+    verdict, narrator = run_quietly("failover")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["two_holders"] is True
+    # the promoted replica lost the fencing counter too: both holders carry token 1
+    assert verdict.facts["a_fence"] == verdict.facts["b_fence"] == 1
+    assert verdict.facts["wait_refused_unreplicated"] is True
+    assert verdict.facts["wait_protected"] is True
+
+
+def test_redlock_node_restarting_empty_gives_a_second_client_a_majority() -> None:
+    verdict, narrator = run_quietly("redlock-restart")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["b_got_after_immediate_restart"] is True
+    assert verdict.facts["b_refused_during_delay"] is True
+    assert verdict.facts["b_got_after_ttl"] is True
+
+
+@pytest.mark.netns
+def test_partitioned_holder_still_believes_while_the_majority_side_grants_the_lock() -> None:
+    reason = netns.unsupported()
+    if reason is not None:
+        missing_system_part(f"network namespaces: {reason}")
+    verdict, narrator = run_quietly("partition")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["b_before_cut"] is False
+    assert verdict.facts["b_after_cut"] is True
+    assert verdict.facts["a_believes"] is True
+    assert verdict.facts["a_validity_left_ms"] <= 0
+    assert "unreachable" in verdict.facts["a_nodes"]
