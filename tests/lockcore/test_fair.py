@@ -1,0 +1,194 @@
+"""fair: FIFO hand-off on a real Redis: order, no herd, no ghosts, dead waiters skipped."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import lockcore
+from lockcore import LockNotOwned
+from lockcore.strategies.fair import FairLock
+
+
+def fair(client, name: str = "fair-res", **options) -> FairLock:
+    lock = lockcore.create("fair", client, name, **options)
+    assert isinstance(lock, FairLock)
+    return lock
+
+
+def enqueue(lock: FairLock, uuid: str, lease_ms: int = 10_000) -> list[int]:
+    """Call the acquire script as a waiter we simulate (it never calls again: it 'died')."""
+    return lock._script(keys=lock.keys, args=["acquire", uuid, lock.ttl_ms, lease_ms])
+
+
+def queued(client, name: str = "fair-res") -> int:
+    return int(client.zcard(f"lock:{{{name}}}:queue"))
+
+
+def _wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("wait", ["notify", "poll"])
+def test_waiters_are_granted_the_lock_in_arrival_order(redis_client, wait) -> None:
+    holder = fair(redis_client)
+    assert holder.acquire()
+    grants: list[int] = []
+
+    def wait_turn(i: int) -> None:
+        lock = fair(redis_client, wait=wait, poll_ms=5)
+        assert lock.acquire(timeout=30)
+        grants.append(i)
+        lock.release()
+
+    threads = []
+    for i in range(6):
+        threads.append(threading.Thread(target=wait_turn, args=(i,)))
+        threads[-1].start()
+        assert _wait_until(lambda: queued(redis_client) == i + 1)  # i has its ticket
+    holder.release()
+    for thread in threads:
+        thread.join(30)
+    assert grants == list(range(6))
+
+
+def test_eight_busy_workers_get_nearly_equal_turns(redis_client) -> None:
+    counts = [0] * 8
+    stop, start = threading.Event(), threading.Event()
+
+    def worker(i: int) -> None:
+        lock = fair(redis_client, wait="notify")
+        start.wait()
+        while not stop.is_set():
+            assert lock.acquire(timeout=30)
+            counts[i] += 1
+            lock.release()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    start.set()
+    time.sleep(1.5)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    assert min(counts) >= 20, counts  # enough turns for the ratio to mean something
+    assert (max(counts) - min(counts)) / max(counts) < 0.10, counts
+
+
+def test_release_hands_the_lock_to_the_next_waiter_and_wakes_only_it(redis_client) -> None:
+    holder = fair(redis_client)
+    holder.acquire()
+    for uuid in ("w1", "w2", "w3"):
+        assert enqueue(holder, uuid)[0] == 0
+    holder.release()
+    assert redis_client.get(holder.key) == b"w1"
+    assert [redis_client.llen(f"{holder.key}:wake:{w}") for w in ("w1", "w2", "w3")] == [1, 0, 0]
+    assert queued(redis_client) == 2
+
+
+def test_a_retried_enqueue_with_the_same_uuid_keeps_one_ticket(redis_client) -> None:
+    holder = fair(redis_client)
+    holder.acquire()
+    first = enqueue(holder, "retried")
+    second = enqueue(holder, "retried")  # the first reply was "lost": the client retries
+    assert first[0] == second[0] == 0
+    assert first[2] == second[2] == 0  # same place in line
+    assert queued(redis_client) == 1  # no ghost ticket left behind
+    holder.release()
+    claimed = enqueue(holder, "retried")
+    assert claimed[0] == 1
+    assert enqueue(holder, "retried") == claimed  # a retried claim: same fencing token
+
+
+def test_a_waiter_that_died_before_its_turn_is_skipped(redis_client) -> None:
+    holder = fair(redis_client)
+    holder.acquire()
+    enqueue(holder, "dead", lease_ms=200)
+    live = fair(redis_client, wait="notify")
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(live.acquire(timeout=10)))
+    thread.start()
+    assert _wait_until(lambda: queued(redis_client) == 2)
+    time.sleep(0.3)  # the dead waiter's lease runs out
+    holder.release()
+    thread.join(15)
+    assert got == [True]
+    assert redis_client.get(live.key).decode() == live.token
+    live.release()
+
+
+def test_a_lock_handed_to_a_dead_waiter_passes_on_after_its_claim_window(redis_client) -> None:
+    holder = fair(redis_client)
+    holder.acquire()
+    enqueue(holder, "dead", lease_ms=300)
+    live = fair(redis_client, poll_ms=20)
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(live.acquire(timeout=10)))
+    thread.start()
+    assert _wait_until(lambda: queued(redis_client) == 2)
+    holder.release()
+    assert redis_client.get(holder.key) == b"dead"  # handed to the dead waiter first
+    thread.join(15)
+    assert got == [True]
+    live.release()
+
+
+def test_a_waiter_that_times_out_leaves_the_queue(redis_client) -> None:
+    holder = fair(redis_client)
+    holder.acquire()
+    quitter = fair(redis_client, poll_ms=10)
+    assert not quitter.acquire(timeout=0.1)
+    assert not quitter.acquire(blocking=False)
+    assert queued(redis_client) == 0
+    holder.release()
+    assert not holder.locked()  # nobody to hand it to
+
+
+def test_a_newcomer_cannot_jump_the_queue(redis_client) -> None:
+    holder = fair(redis_client)
+    holder.acquire()
+    enqueue(holder, "first-in-line")
+    holder.release()
+    newcomer = fair(redis_client)
+    assert not newcomer.acquire(blocking=False)
+    assert redis_client.get(holder.key) == b"first-in-line"
+
+
+def test_a_crashed_holder_frees_the_lock_after_its_ttl(redis_client) -> None:
+    crashed = fair(redis_client, ttl_ms=200)
+    crashed.acquire()  # and never releases
+    waiter = fair(redis_client, poll_ms=20)
+    assert waiter.acquire(timeout=10)
+    with pytest.raises(LockNotOwned):
+        crashed.release()
+    waiter.release()
+
+
+def test_fencing_tokens_grow_across_hand_offs(redis_client) -> None:
+    a, b = fair(redis_client), fair(redis_client, poll_ms=5)
+    tokens = []
+    for _ in range(3):
+        for lock in (a, b):
+            with lock:
+                tokens.append(lock.fencing_token)
+    assert tokens == sorted(set(tokens))
+
+
+def test_extend_and_held_work_for_the_owner_only(redis_client) -> None:
+    lock = fair(redis_client, ttl_ms=1_000)
+    lock.acquire()
+    lock.extend(30_000)
+    assert redis_client.pttl(lock.key) > 10_000
+    assert lock.held()
+    redis_client.set(lock.key, "someone-else")
+    assert not lock.held()
+    with pytest.raises(LockNotOwned):
+        lock.release()
