@@ -1,0 +1,137 @@
+"""atomic-sharded against a real redis-server: no oversell, and the remainder it trades for speed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+from sqlalchemy.orm import Session, sessionmaker
+
+from webapp import paths, sales
+from webapp.extensions import make_engine
+from webapp.models import Base
+from webapp.problems import AlreadyPurchased, ShopError, SoldOut
+from webapp.services import Checkout, PurchaseRequest, checkout, load_sale
+from webapp.sharding import ShardedPath, shard_key, split
+
+SKU = "sku-1"
+
+
+@pytest.fixture
+def sessions(tmp_path) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'shop.sqlite'}")
+    Base.metadata.create_all(engine)
+    yield sessionmaker(engine, expire_on_commit=False)
+    engine.dispose()
+
+
+@pytest.fixture
+def deps(sessions, redis_client) -> Checkout:
+    sales.create_product(sessions, SKU, "Hot phone", 99_900, stock=1, strategy="atomic")
+    return Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: None)
+
+
+def open_sale(deps: Checkout, monkeypatch, *, stock: int, shards: int = 4,
+              probes: int | None = None, limit: int = 1) -> ShardedPath:
+    """Reset the sale onto a sharded path (registered for this test only)."""
+    path = ShardedPath(shards=shards, probes=probes)
+    monkeypatch.setitem(paths._paths(), "atomic-sharded", path)
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=stock, strategy="atomic-sharded",
+                     limit=limit)
+    return path
+
+
+def buy(deps: Checkout, user: str, quantity: int = 1) -> Any:
+    return checkout(deps, PurchaseRequest(SKU, user, quantity))
+
+
+def users_starting_at(path: ShardedPath, shard: int, count: int) -> list[str]:
+    found = [f"user-{i}" for i in range(1000) if path.first_shard(f"user-{i}") == shard]
+    return found[:count]
+
+
+def test_each_shard_has_its_own_hash_tag_so_a_cluster_spreads_them():
+    slots = {key_slot(shard_key(SKU, i).encode()) for i in range(4)}
+    assert len(slots) == 4
+    assert shard_key(SKU, 0) == "sale:{sku-1#0}:stock"
+
+
+def test_stock_is_dealt_over_the_shards_as_evenly_as_possible(deps, monkeypatch):
+    assert split(10, 4) == [3, 3, 2, 2]
+    path = open_sale(deps, monkeypatch, stock=10)
+    sale = load_sale(deps.sessions, SKU)
+    assert path.read_shards(deps.redis, sale) == [3, 3, 2, 2]
+    assert sales.get_product(deps.sessions, deps.redis, SKU)["stock"] == 10
+
+
+def test_concurrent_buyers_never_oversell_and_the_audit_is_exact(deps, monkeypatch):
+    open_sale(deps, monkeypatch, stock=10)
+    start, outcomes = threading.Barrier(40), []
+
+    def shopper(n: int) -> None:
+        start.wait()
+        try:
+            buy(deps, f"buyer-{n}")
+            outcomes.append("order")
+        except ShopError as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=shopper, args=(n,)) for n in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcomes.count("order") == 10
+    assert outcomes.count("sold_out") == 30
+    report = sales.audit(deps.sessions, deps.redis, SKU)
+    assert report["consistent"], report
+    assert (report["units_sold"], report["remaining"], report["oversold"]) == (10, 0, 0)
+
+
+def test_probing_every_shard_sells_the_last_unit_whoever_asks(deps, monkeypatch):
+    path = open_sale(deps, monkeypatch, stock=4)  # one unit per shard
+    same_first_shard = users_starting_at(path, 0, 5)
+    for user in same_first_shard[:4]:
+        buy(deps, user)
+    with pytest.raises(SoldOut):
+        buy(deps, same_first_shard[4])
+    assert deps.redis.get(load_sale(deps.sessions, SKU).keys.soldout) == b"1"
+    assert sales.audit(deps.sessions, deps.redis, SKU)["consistent"]
+
+
+def test_a_single_probe_says_sold_out_while_other_shards_still_hold_units(deps, monkeypatch):
+    path = open_sale(deps, monkeypatch, stock=4, probes=1)
+    first, second = users_starting_at(path, 0, 2)
+    buy(deps, first)
+    with pytest.raises(SoldOut):
+        buy(deps, second)  # shard 0 is empty; shards 1-3 are never asked
+    report = sales.audit(deps.sessions, deps.redis, SKU)
+    assert report["remaining"] == 3 and report["units_sold"] == 1  # the unsold remainder
+    assert report["consistent"]  # nothing lost: the units are just never offered
+    assert not deps.redis.get(load_sale(deps.sessions, SKU).keys.soldout)
+
+
+def test_a_multi_unit_purchase_can_find_no_shard_big_enough_although_the_sum_is(
+        deps, monkeypatch):
+    path = open_sale(deps, monkeypatch, stock=4, limit=2)  # 1 + 1 + 1 + 1
+    with pytest.raises(SoldOut, match="no shard had 2"):
+        buy(deps, "big-spender", quantity=2)
+    sale = load_sale(deps.sessions, SKU)
+    assert path.read_shards(deps.redis, sale) == [1, 1, 1, 1]
+    assert not deps.redis.get(sale.keys.soldout), "units remain: the sale is not over"
+    buy(deps, "small-spender", quantity=1)  # single units still sell
+
+
+def test_a_failed_order_write_returns_the_unit_to_the_shard_it_came_from(deps, monkeypatch):
+    path = open_sale(deps, monkeypatch, stock=8)
+    buy(deps, "alice")
+    sale = load_sale(deps.sessions, SKU)
+    before = path.read_shards(deps.redis, sale)
+    deps.redis.srem(sale.keys.buyers, "alice")  # let a second purchase reach the database
+    with pytest.raises(AlreadyPurchased):
+        buy(deps, "alice")  # the UNIQUE (sale, user) constraint refuses the second row
+    assert path.read_shards(deps.redis, sale) == before
+    assert sales.audit(deps.sessions, deps.redis, SKU)["consistent"]

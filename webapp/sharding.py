@@ -1,0 +1,117 @@
+"""atomic-sharded: a hot SKU's stock split over N keys, each in its own hash slot.
+
+``atomic`` runs one Lua script on one key, so every buyer of a hot SKU queues on one
+Redis thread, and on a cluster on one shard. Here the stock of ``sku-1`` lives in
+``sale:{sku-1#0}:stock`` ... ``sale:{sku-1#N-1}:stock``: different hash tags, so a
+cluster spreads them over its nodes and N buyers can be served in parallel.
+
+**How a purchase picks a shard.** It starts at ``crc32(user_id) % N`` (a stable spread
+without a random generator, so tests are repeatable), runs ``sharded_take.lua`` on that
+one key, and on "not enough here" moves to the next shard, up to ``probes`` shards.
+
+**The unsold-remainder trade-off.** A shard that is empty says nothing about the others.
+
+* ``probes=N`` (the default, our choice): a buyer hears ``sold_out`` only after every
+  shard said no. That costs up to N round trips, but only near the end of the sale,
+  when most shards are empty. With ``quantity=1`` nothing is ever left unsold.
+* ``probes=1``: one round trip, always; a buyer can hear ``sold_out`` while another
+  shard still holds units, and the sale may end with stock on the shelf.
+* Either way, a multi-unit purchase can find every shard below its quantity while
+  the sum is enough (shards 1 + 1, quantity 2): that remainder is the price of
+  sharding. ``read_shards`` and the audit's ``remaining`` show it.
+
+The per-user rule and the order row stay where they are for every path (services.py):
+the buyer is reserved in ``sale:{sku}:buyers`` before, and the order row is written
+after, the stock is taken; if the row cannot be written, the unit goes back to the
+shard it came from, not to a shared key.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Any
+
+from . import scripts
+from .orders import insert_order
+from .paths import StockPath
+from .problems import SoldOut
+from .services import Checkout, PurchaseRequest, SaleInfo
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SHARDS = 4
+
+
+def shard_key(sku: str, index: int) -> str:
+    """``sale:{sku#index}:stock``: the hash tag includes the index, so shards spread."""
+    return f"sale:{{{sku}#{index}}}:stock"
+
+
+def split(stock: int, shards: int) -> list[int]:
+    """``stock`` units dealt over ``shards`` as evenly as possible (10 over 4: 3 3 2 2)."""
+    base, extra = divmod(stock, shards)
+    return [base + (1 if i < extra else 0) for i in range(shards)]
+
+
+class ShardedPath(StockPath):
+    """Lock-free like ``atomic``, over ``shards`` stock keys instead of one."""
+
+    def __init__(self, shards: int = DEFAULT_SHARDS, probes: int | None = None) -> None:
+        if shards < 1:
+            raise ValueError("shards must be >= 1")
+        self.shards = shards
+        self.probes = shards if probes is None else max(1, min(probes, shards))
+
+    def keys(self, sale: SaleInfo) -> list[str]:
+        return [shard_key(sale.sku, i) for i in range(self.shards)]
+
+    def load_stock(self, redis: Any, sale: SaleInfo, stock: int) -> None:
+        # No transaction: on a cluster the shards live on different nodes.
+        pipe = redis.pipeline(transaction=False)
+        for key, units in zip(self.keys(sale), split(stock, self.shards), strict=True):
+            pipe.set(key, units)
+        pipe.execute()
+
+    def read_shards(self, redis: Any, sale: SaleInfo) -> list[int]:
+        """Units left in each shard (what the unsold remainder is made of)."""
+        pipe = redis.pipeline(transaction=False)
+        for key in self.keys(sale):
+            pipe.get(key)
+        return [int(value or 0) for value in pipe.execute()]
+
+    def read_stock(self, redis: Any, sale: SaleInfo) -> int:
+        return sum(self.read_shards(redis, sale))
+
+    def first_shard(self, user_id: str) -> int:
+        return zlib.crc32(user_id.encode()) % self.shards
+
+    def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
+        self._work(deps, sale)
+        take = scripts.script(deps.redis, "sharded_take")
+        start, seen = self.first_shard(request.user_id), []
+        for step in range(self.probes):
+            key = shard_key(sale.sku, (start + step) % self.shards)
+            left = int(take(keys=[key], args=[request.quantity]))
+            if left >= 0:
+                return self._record(deps, sale, request, key)
+            seen.append(-1 - left)
+        if self.probes == self.shards and not any(seen):
+            deps.redis.set(sale.keys.soldout, 1)  # every shard is empty: stop the queue
+            raise SoldOut(f"{sale.sku} is sold out")
+        logger.info("%s: %s found no shard with %d unit(s) in %d probe(s); shards seen %s",
+                    sale.sku, request.user_id, request.quantity, self.probes, seen)
+        raise SoldOut(f"{sale.sku}: no shard had {request.quantity} unit(s) left")
+
+    def _record(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
+                key: str) -> Any:
+        """Write the order; if that fails, the unit goes back to the shard it came from."""
+        try:
+            return insert_order(deps.sessions, sale, request.user_id, request.quantity,
+                                None, request.idempotency_key)
+        except BaseException:
+            try:
+                deps.redis.incrby(key, request.quantity)
+            except Exception:
+                logger.exception("could not return %d unit(s) to %s", request.quantity, key)
+            raise
