@@ -1,0 +1,105 @@
+"""Eight processes compete for one lock; no two critical sections may overlap.
+
+Each worker process records (start, end, fencing token) for every critical section with
+CLOCK_MONOTONIC, which Linux shares between processes, so sections from different
+workers can be laid on one time line. Then: sorted by start, each section must begin
+after the previous one ended, and fencing tokens must strictly increase along that line
+(python-redis-lock ``test_no_overlap2``, cosmicpython ``test_concurrent_updates``).
+
+The default run is 8 workers x 25 acquisitions per strategy and wait mode; the
+``slow`` variant is the full 8 x 200.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.lockcore.processes import holders
+from tests.lockcore.strategy_params import SAFE, lock_class_or_skip
+
+WORKERS = 8
+
+
+def backend_spec(strategy: str, request: pytest.FixtureRequest) -> Any:
+    if strategy == "redlock":
+        return {"redlock": request.getfixturevalue("redlock_cluster").urls}
+    if strategy == "zookeeper":
+        return {"zookeeper": request.getfixturevalue("zookeeper_hosts")}
+    if strategy == "local":
+        return None
+    return {"redis": request.getfixturevalue("redis_url")}
+
+
+def run_contest(strategy: str, wait: str, rounds: int, request: pytest.FixtureRequest,
+                tmp_path: Path) -> list[tuple[int, int, int | None]]:
+    lock_class_or_skip(strategy)
+    request.getfixturevalue("redis_client")  # flushes our server before the contest
+    if strategy == "redlock":
+        request.getfixturevalue("redlock_clients")  # restarts and flushes the five nodes
+    resource: Any = f"exclusion-{strategy}-{wait}"
+    if strategy == "multi":
+        resource = [resource, resource + ":b"]
+    specs = [{
+        "mode": "exclusion", "strategy": strategy, "resource": resource,
+        "backend": backend_spec(strategy, request), "rounds": rounds,
+        "out": str(tmp_path / f"worker{i}.json"),
+        "options": {"wait": wait, "poll_ms": 5, "ttl_ms": 10_000},
+    } for i in range(WORKERS)]
+    with holders(*specs) as workers:
+        for worker in workers:
+            worker.send("go")
+        for worker in workers:
+            assert worker.proc.wait(timeout=120) == 0, f"worker {worker.pid} failed"
+    sections: list[tuple[int, int, int | None]] = []
+    for spec in specs:
+        sections.extend(tuple(s) for s in json.loads(Path(spec["out"]).read_text()))
+    assert len(sections) == WORKERS * rounds
+    return sorted(sections)
+
+
+def assert_one_holder_at_a_time(sections: list[tuple[int, int, int | None]]) -> None:
+    for before, after in zip(sections, sections[1:], strict=False):
+        assert after[0] > before[1], f"sections overlap: {before} and {after}"
+
+
+def assert_fencing_tokens_increase(strategy: str,
+                                   sections: list[tuple[int, int, int | None]]) -> None:
+    tokens = [fence for _, _, fence in sections]
+    if strategy != "token" and all(t is None for t in tokens):
+        return  # this strategy issues no fencing tokens (e.g. RedLock cannot)
+    assert None not in tokens, f"{strategy} issued fencing tokens only sometimes"
+    for before, after in zip(tokens, tokens[1:], strict=False):
+        assert after > before, f"fencing token {after} came after {before}"  # type: ignore
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("wait", ["poll", "notify"])
+@pytest.mark.parametrize("strategy", SAFE)
+def test_safe_strategy_never_lets_two_workers_in_at_once(strategy, wait, request, tmp_path):
+    sections = run_contest(strategy, wait, 25, request, tmp_path)
+    assert_one_holder_at_a_time(sections)
+    assert_fencing_tokens_increase(strategy, sections)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("wait", ["poll", "notify"])
+@pytest.mark.parametrize("strategy", SAFE)
+def test_safe_strategy_holds_for_eight_workers_times_two_hundred(strategy, wait, request,
+                                                                 tmp_path):
+    sections = run_contest(strategy, wait, 200, request, tmp_path)
+    assert_one_holder_at_a_time(sections)
+    assert_fencing_tokens_increase(strategy, sections)
+
+
+def test_the_overlap_check_catches_two_holders():
+    # The checks above must be able to fail: two overlapping sections and a token
+    # that went backwards are both reported.
+    with pytest.raises(AssertionError, match="overlap"):
+        assert_one_holder_at_a_time([(0, 10, 1), (5, 15, 2)])
+    with pytest.raises(AssertionError, match="fencing token"):
+        assert_fencing_tokens_increase("token", [(0, 1, 2), (2, 3, 1)])
