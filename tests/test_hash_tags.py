@@ -175,3 +175,49 @@ def test_every_call_of_a_lock_strategy_stays_in_one_hash_slot(strategy, cluster_
 
 #: strategies that teach with plain commands and so never call a script
 NO_SCRIPTS = {"naive", "setnx", "setnx-expire", "getset"}
+
+
+def webapp_paths() -> list[str]:
+    from webapp import paths
+
+    return [name for name in dict.fromkeys([*paths.names(), "atomic-sharded"])
+            if name != "zookeeper"]
+
+
+@pytest.mark.parametrize("strategy", webapp_paths())
+def test_every_purchase_path_of_the_shop_stays_in_one_hash_slot_per_call(
+        strategy, cluster_clients, tmp_path, monkeypatch):
+    from webapp import locks, paths, sales
+    from webapp.extensions import Backends, make_engine
+    from webapp.models import Base
+    from webapp.problems import SoldOut
+    from webapp.services import Checkout, PurchaseRequest, checkout
+    from webapp.sharding import ShardedPath
+
+    if strategy not in paths.names():
+        monkeypatch.setitem(paths._paths(), strategy, ShardedPath())
+    try:
+        registry.lock_class(strategy)
+    except ImportError as exc:
+        pytest.skip(f"{strategy} is not written yet: {exc}")
+    except ValueError:
+        pass  # a lock-free path (atomic, sql, atomic-sharded)
+    engine = make_engine(f"sqlite:///{tmp_path / 'shop.sqlite'}")
+    Base.metadata.create_all(engine)
+    backends = Backends({"LOCK_TTL_MS": 5_000})
+    backends.__dict__.update(redis=cluster_clients[0], redlock=cluster_clients, engine=engine)
+    deps = Checkout(sessions=backends.sessions, redis=cluster_clients[0], lock_timeout_s=2,
+                    lock_for=lambda sale, user: locks.lock_for(backends, sale, user))
+    sales.create_product(deps.sessions, "sku-1", "Phone", 100, stock=2, strategy=strategy)
+    sales.reset_sale(deps.sessions, deps.redis, "sku-1", stock=2, strategy=strategy)
+
+    for user in ("ann", "bob"):
+        checkout(deps, PurchaseRequest("sku-1", user))
+    with pytest.raises(SoldOut):
+        checkout(deps, PurchaseRequest("sku-1", "cyd"))
+    report = sales.audit(deps.sessions, deps.redis, "sku-1")
+    engine.dispose()
+
+    assert report["units_sold"] == 2 and report["remaining"] == 0
+    crossing = [keys for client in cluster_clients for keys in client.cross_slot_calls()]
+    assert not crossing, f"{strategy} script calls span hash slots: {crossing}"
