@@ -59,7 +59,7 @@ def run(narrator: Narrator) -> Verdict:
     with lab_client(narrator) as (server, client):
         narrator.section("setnx: SETNX + DEL, no expiry")
         setnx_got, setnx_pttl, _ = _crash_and_wait(narrator, client, server.url, "setnx", None)
-        narrator.section("token: SET NX PX %d" % TTL_MS)
+        narrator.section(f"token: SET NX PX {TTL_MS}")
         token_got, token_pttl, token_wait = _crash_and_wait(narrator, client, server.url,
                                                             "token", TTL_MS)
     facts = {"setnx_waiter_acquired": setnx_got, "setnx_pttl": setnx_pttl,

@@ -103,7 +103,7 @@ def _getset_race(narrator: Narrator, client: Any) -> tuple[bool, bool, bool]:
 
 def run(narrator: Narrator) -> Verdict:
     with lab_client(narrator) as (_, client):
-        narrator.section("act 1: a client whose clock runs %+.0f s ahead" % SKEW_S)
+        narrator.section(f"act 1: a client whose clock runs {SKEW_S:+.0f} s ahead")
         honest_got, fast_got = _skewed_clock_takes_live_lock(narrator, client)
         narrator.section("act 2a: recovering a dead holder with DEL + SETNX")
         both_hold = _del_setnx_race(narrator, client)

@@ -60,3 +60,13 @@ def test_wrong_release_lab_shows_plain_del_freeing_the_next_holders_lock() -> No
     assert verdict.facts["plain_two_holders"] is True
     assert verdict.facts["token_release_refused"] is True
     assert verdict.facts["token_two_holders"] is False
+
+
+def test_pause_past_ttl_lab_lands_a_stale_write_unless_fenced() -> None:
+    verdict, narrator = run_quietly("pause-past-ttl")
+    assert verdict.demonstrated, narrator.text()
+    unfenced, fenced = verdict.facts["unfenced"], verdict.facts["fenced"]
+    assert unfenced["stale_write_landed"] is True
+    assert unfenced["sales"] == 2 and unfenced["final_stock"] == 99  # one unit sold twice
+    assert fenced["stale_write_landed"] is False
+    assert fenced["sales"] == 1 and fenced["final_stock"] == 99
