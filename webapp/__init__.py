@@ -1,1 +1,43 @@
-"""The flash-sale web app (placeholder until the app factory lands)."""
+"""The flash-sale web app: a storefront, a JSON API and an admin page over one sale per
+product, whose stock is guarded by any ``lockcore`` strategy (or by none: ``atomic``,
+``sql``).
+
+``create_app()`` is the factory gunicorn calls (``webapp:create_app()``); the schema
+comes from the Alembic migrations (``webapp.db.upgrade``), never from ``create_all``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from typing import Any
+
+from flask import Flask
+
+from . import config as settings
+from .extensions import Backends
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(test_config: dict[str, Any] | None = None) -> Flask:
+    app = Flask(__name__, instance_relative_config=True)
+    app.config.update(settings.from_env(app.instance_path))
+    if test_config is not None:
+        app.config.update(test_config)
+    os.makedirs(app.instance_path, exist_ok=True)
+    if not app.config["SECKILL_ADMIN_TOKEN"]:
+        # never run the admin routes open; seckill serve always passes one in
+        app.config["SECKILL_ADMIN_TOKEN"] = secrets.token_urlsafe(24)
+        logger.warning("SECKILL_ADMIN_TOKEN unset: generated a random one for this process")
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["seckill"] = Backends(app.config)
+
+    from . import admin, api, errors, shop
+
+    app.register_blueprint(errors.bp)
+    app.register_blueprint(api.bp)
+    app.register_blueprint(admin.bp)
+    app.register_blueprint(shop.bp)
+    return app

@@ -1,0 +1,52 @@
+"""Alembic environment: the target is the web app's metadata (``webapp.models``).
+
+The database URL comes from ``config.attributes["database_url"]`` (set by
+``webapp.db``), else the ``DATABASE_URL`` environment variable. SQLite gets batch mode,
+since it cannot ALTER most things in place.
+"""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from webapp.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def database_url() -> str:
+    url = config.attributes.get("database_url") or os.environ.get("DATABASE_URL")
+    if not url:
+        raise RuntimeError("set DATABASE_URL (e.g. sqlite:///instance/seckill.sqlite)")
+    return str(url)
+
+
+def run_migrations_offline() -> None:
+    url = database_url()
+    context.configure(url=url, target_metadata=target_metadata, literal_binds=True,
+                      render_as_batch=url.startswith("sqlite"))
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    url = database_url()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            context.configure(connection=connection, target_metadata=target_metadata,
+                              render_as_batch=url.startswith("sqlite"))
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

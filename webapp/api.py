@@ -1,0 +1,92 @@
+"""The JSON API: products, purchases, audits, health and the OpenAPI document."""
+
+from __future__ import annotations
+
+import functools
+
+from flask import Blueprint, Response, jsonify, request
+from sqlalchemy import text as sql
+
+from . import locks, sales, validation
+from .extensions import get_backends
+from .openapi import document
+from .problems import UnknownSku
+from .services import Checkout, PurchaseRequest, checkout
+
+bp = Blueprint("api", __name__)
+
+#: above any sale's limit; the exact limit is the sale's and checked in ``checkout``
+MAX_QUANTITY = 1_000_000
+
+
+def _known_sku(sku: str) -> str:
+    if not validation.plausible_sku(sku):
+        raise UnknownSku("no product with that sku")
+    return sku
+
+
+@bp.get("/healthz")
+def healthz() -> tuple[Response, int]:
+    backends = get_backends()
+    status = {"redis": "ok", "database": "ok"}
+    try:
+        backends.redis.ping()
+    except Exception as exc:
+        status["redis"] = f"down: {type(exc).__name__}"
+    try:
+        with backends.engine.connect() as connection:
+            connection.execute(sql("SELECT 1"))
+    except Exception as exc:
+        status["database"] = f"down: {type(exc).__name__}"
+    down = [part for part, state in status.items() if state != "ok"]
+    if down:
+        body = {**status, "error": "unavailable", "detail": f"{', '.join(down)} down"}
+        return jsonify(body), 503
+    return jsonify(status), 200
+
+
+@bp.get("/api/products")
+def products() -> Response:
+    backends = get_backends()
+    return jsonify(sales.list_products(backends.sessions, backends.redis))
+
+
+@bp.get("/api/products/<sku>")
+def product(sku: str) -> Response:
+    backends = get_backends()
+    return jsonify(sales.get_product(backends.sessions, backends.redis, _known_sku(sku)))
+
+
+@bp.post("/api/products/<sku>/purchase")
+def purchase(sku: str) -> tuple[Response, int]:
+    body = validation.json_object(request)
+    purchase_request = PurchaseRequest(
+        sku=_known_sku(sku),
+        user_id=validation.text(body, "user_id", get_backends().config["MAX_USER_ID_LENGTH"]),
+        quantity=validation.integer(body, "quantity", low=1, high=MAX_QUANTITY, default=1),
+        idempotency_key=validation.idempotency_key(request))
+    backends = get_backends()
+    deps = Checkout(sessions=backends.sessions, redis=backends.redis,
+                    lock_for=functools.partial(locks.lock_for, backends),
+                    lock_timeout_s=backends.config["LOCK_TIMEOUT_S"])
+    result = checkout(deps, purchase_request)
+    return jsonify(result.order.to_json()), 201 if result.created else 200
+
+
+@bp.get("/api/sales/<sku>/audit")
+def audit(sku: str) -> Response:
+    backends = get_backends()
+    return jsonify(sales.audit(backends.sessions, backends.redis, _known_sku(sku)))
+
+
+@bp.get("/api/strategies")
+def strategies() -> Response:
+    from .paths import names
+
+    return jsonify(names())
+
+
+@bp.get("/api/openapi.json")
+def openapi() -> Response:
+    return jsonify(document())
+

@@ -1,0 +1,39 @@
+"""Settings read from the environment once, when the app is built.
+
+Defaults run the lab on one machine with nothing installed: SQLite in the instance
+folder and a Redis on localhost (``seckill serve`` starts an embedded one and exports
+``REDIS_URL``). ``docker compose`` sets the same variables to its services.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _csv(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def from_env(instance_path: str) -> dict[str, Any]:
+    """The app's config keys, from the environment with working defaults."""
+    sqlite_path = os.path.join(instance_path, "seckill.sqlite")
+    return {
+        "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{sqlite_path}",
+        "REDIS_URL": os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
+        "REDLOCK_URLS": _csv(os.environ.get("REDLOCK_URLS")),
+        "ZOOKEEPER_HOSTS": os.environ.get("ZOOKEEPER_HOSTS") or os.environ.get("ZK_HOSTS"),
+        "SECKILL_ADMIN_TOKEN": os.environ.get("SECKILL_ADMIN_TOKEN", ""),
+        # the strategy a sale gets when it is created without one (demo seeding)
+        "LOCK_STRATEGY": os.environ.get("LOCK_STRATEGY", "token"),
+        # redis-py's default pool raises "Too many connections" past its limit; a
+        # BlockingConnectionPool makes the 1001st request wait instead (for this long)
+        "REDIS_MAX_CONNECTIONS": int(os.environ.get("REDIS_MAX_CONNECTIONS", "400")),
+        "REDIS_POOL_TIMEOUT_S": float(os.environ.get("REDIS_POOL_TIMEOUT_S", "5")),
+        # how long a buyer waits for the stock lock before hearing 503 busy
+        "LOCK_TIMEOUT_S": float(os.environ.get("LOCK_TIMEOUT_S", "5")),
+        "LOCK_TTL_MS": int(os.environ.get("LOCK_TTL_MS", "10000")),
+        "MAX_USER_ID_LENGTH": 64,
+    }

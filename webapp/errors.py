@@ -1,0 +1,83 @@
+"""Every error is JSON ``{"error": CODE, "detail": TEXT}``, whatever raised it.
+
+Shop errors carry their own status; a backend that is down or a lock not acquired in
+time is 503 ``busy`` with ``Retry-After`` (microblog's ``errors/handlers.py`` idea);
+any other HTTP error (404, 405, 413...) keeps its status with a JSON body; anything
+else is a bug: logged with its traceback, answered 500 without one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from flask import Blueprint, Response, jsonify
+from redis.exceptions import RedisError
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from werkzeug.exceptions import HTTPException
+
+from lockcore import LockError
+
+from .problems import Busy, ShopError
+
+logger = logging.getLogger(__name__)
+
+bp = Blueprint("errors", __name__)
+
+
+def error_response(code: str, detail: str, status: int,
+                   retry_after_s: int | None = None) -> tuple[Response, int]:
+    response = jsonify(error=code, detail=detail)
+    if retry_after_s is not None:
+        response.headers["Retry-After"] = str(retry_after_s)
+    return response, status
+
+
+@bp.app_errorhandler(ShopError)
+def shop_error(exc: ShopError) -> tuple[Response, int]:
+    retry = exc.retry_after_s if isinstance(exc, Busy) else None
+    return error_response(exc.code, exc.detail, exc.status, retry)
+
+
+def _unavailable(part: str, exc: Exception) -> tuple[Response, int]:
+    logger.warning("%s unavailable: %s", part, exc)
+    return error_response("busy", f"{part} is unavailable, try again shortly", 503, 1)
+
+
+@bp.app_errorhandler(RedisError)
+def redis_down(exc: RedisError) -> tuple[Response, int]:
+    return _unavailable("redis", exc)
+
+
+@bp.app_errorhandler(OperationalError)
+@bp.app_errorhandler(PoolTimeout)
+def database_down(exc: Exception) -> tuple[Response, int]:
+    return _unavailable("the database", exc)
+
+
+@bp.app_errorhandler(LockError)
+def lock_trouble(exc: LockError) -> tuple[Response, int]:
+    return _unavailable("the lock service", exc)
+
+
+@bp.app_errorhandler(HTTPException)
+def http_error(exc: HTTPException) -> tuple[Response, int]:
+    code = re.sub(r"[^a-z0-9]+", "_", (exc.name or "error").lower()).strip("_")
+    response, status = error_response(code, exc.description or code, exc.code or 500)
+    if exc.code == 405 and exc.valid_methods:  # type: ignore[attr-defined]
+        response.headers["Allow"] = ", ".join(exc.valid_methods)  # type: ignore[attr-defined]
+    return response, status
+
+
+@bp.app_errorhandler(Exception)
+def bug(exc: Exception) -> tuple[Response, int]:
+    try:  # kazoo is optional; its errors mean ZooKeeper trouble, not a bug of ours
+        from kazoo.exceptions import KazooException
+
+        if isinstance(exc, KazooException):
+            return _unavailable("zookeeper", exc)
+    except ImportError:
+        pass
+    logger.exception("unhandled error")
+    return error_response("internal_error", "an unexpected error occurred; it was logged", 500)

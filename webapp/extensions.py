@@ -1,0 +1,127 @@
+"""The app's connections: one SQLAlchemy engine and the Redis/ZooKeeper clients.
+
+Plain SQLAlchemy and redis-py, made per app (``app.extensions["seckill"]``), lazily,
+so each gunicorn worker opens its own after the fork.
+
+* Redis: a ``BlockingConnectionPool``. redis-py's default pool raises "Too many
+  connections" once its limit is reached; under a 1000-buyer spike the blocking pool
+  makes a request wait for a free connection (up to a timeout, then 503) instead.
+* SQLite: WAL (readers never block the writer) and a busy timeout, so concurrent
+  writers from two workers queue for the write lock instead of failing.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from typing import Any
+
+import redis
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from .problems import Busy
+
+logger = logging.getLogger(__name__)
+
+SQLITE_BUSY_TIMEOUT_S = 20
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,
+                                                  "check_same_thread": False},
+                               pool_size=10, max_overflow=20, pool_timeout=30)
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_connection: Any, record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_size=5, max_overflow=10, pool_timeout=10, pool_pre_ping=True)
+
+
+def _gevent_patched() -> bool:
+    monkey = sys.modules.get("gevent.monkey")
+    return bool(monkey and monkey.is_module_patched("socket"))
+
+
+class Backends:
+    """Everything a request talks to, built on first use."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+
+    @functools.cached_property
+    def engine(self) -> Engine:
+        return make_engine(self.config["DATABASE_URL"])
+
+    @functools.cached_property
+    def sessions(self) -> sessionmaker[Session]:
+        return sessionmaker(self.engine, expire_on_commit=False)
+
+    @functools.cached_property
+    def redis(self) -> redis.Redis:
+        pool = redis.BlockingConnectionPool.from_url(
+            self.config["REDIS_URL"], max_connections=self.config["REDIS_MAX_CONNECTIONS"],
+            timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=2,
+            socket_timeout=10, health_check_interval=30)
+        return redis.Redis(connection_pool=pool)
+
+    @functools.cached_property
+    def redlock(self) -> list[redis.Redis]:
+        urls = self.config["REDLOCK_URLS"]
+        if not urls:
+            raise Busy("the redlock strategy needs REDLOCK_URLS (five Redis servers)")
+        return [redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+                    url, max_connections=self.config["REDIS_MAX_CONNECTIONS"], timeout=5,
+                    socket_connect_timeout=0.5, socket_timeout=0.5)) for url in urls]
+
+    @functools.cached_property
+    def zookeeper(self) -> Any:
+        hosts = self.config["ZOOKEEPER_HOSTS"]
+        if not hosts:
+            raise Busy("the zookeeper strategy needs ZOOKEEPER_HOSTS")
+        from kazoo.client import KazooClient
+
+        options: dict[str, Any] = {}
+        if _gevent_patched():  # kazoo's threads would block the gevent hub
+            from kazoo.handlers.gevent import SequentialGeventHandler
+
+            options["handler"] = SequentialGeventHandler()
+        client = KazooClient(hosts=hosts, timeout=5, **options)
+        try:
+            client.start(timeout=5)
+        except Exception as exc:  # kazoo's timeout is not a KazooException
+            client.close()
+            raise Busy(f"ZooKeeper at {hosts} is unreachable: {exc}") from exc
+        return client
+
+    def close(self) -> None:
+        for name in ("redis",):
+            client = self.__dict__.get(name)
+            if client is not None:
+                client.close()
+        for client in self.__dict__.get("redlock", []):
+            client.close()
+        zk = self.__dict__.get("zookeeper")
+        if zk is not None:
+            zk.stop()
+            zk.close()
+        engine = self.__dict__.get("engine")
+        if engine is not None:
+            engine.dispose()
+
+
+def get_backends() -> Backends:
+    """The current app's ``Backends`` (inside a request or app context)."""
+    from flask import current_app
+
+    backends: Backends = current_app.extensions["seckill"]
+    return backends

@@ -1,0 +1,29 @@
+"""Redis key names of one sale. They share the hash tag ``{sku}``, so a Lua script may
+touch all of them on a Redis Cluster too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SaleKeys:
+    sku: str
+
+    @property
+    def stock(self) -> str:
+        """Live units left (an integer string): what the storefront shows."""
+        return f"sale:{{{self.sku}}}:stock"
+
+    @property
+    def soldout(self) -> str:
+        """Set once the stock is gone, so late buyers get 409 without touching the lock."""
+        return f"sale:{{{self.sku}}}:soldout"
+
+    @property
+    def buyers(self) -> str:
+        """Users with an order or a purchase in flight: the one-order-per-user fast path."""
+        return f"sale:{{{self.sku}}}:buyers"
+
+    def all(self) -> list[str]:
+        return [self.stock, self.soldout, self.buyers]

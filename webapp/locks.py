@@ -1,0 +1,52 @@
+"""Build the lock that guards one sale's stock, with the backend its strategy needs.
+
+``lockcore.create`` is the only constructor. Single-Redis strategies wait with
+``notify`` (a BLPOP woken by the release, seed 000's closing question), so a thousand
+waiters do not poll Redis; the others poll. ``multi`` takes the stock *and* the
+buyer, all or nothing (seed 003's batch lock).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lockcore
+
+from .extensions import Backends
+from .problems import InvalidRequest
+from .services import SaleInfo
+
+#: strategies whose waiters cannot BLPOP on one Redis
+_POLLING = {"local", "redlock", "zookeeper"}
+
+
+def backend_for(strategy: str, backends: Backends) -> Any:
+    """The client ``strategy`` locks on; raises ``Busy`` if it is not configured."""
+    if strategy == "local":
+        return None
+    if strategy == "redlock":
+        return backends.redlock
+    if strategy == "zookeeper":
+        return backends.zookeeper
+    return backends.redis
+
+
+def check_configured(strategy: str, config: dict[str, Any]) -> None:
+    """Refuse (400) to select a strategy whose backend this server does not have."""
+    if strategy == "redlock" and not config["REDLOCK_URLS"]:
+        raise InvalidRequest("strategy 'redlock' needs REDLOCK_URLS (five Redis servers)")
+    if strategy == "zookeeper" and not config["ZOOKEEPER_HOSTS"]:
+        raise InvalidRequest("strategy 'zookeeper' needs ZOOKEEPER_HOSTS")
+
+
+def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.DistributedLock:
+    config = backends.config
+    strategy = sale.strategy
+    resource: Any = f"stock:{sale.sku}"
+    if strategy == "multi":
+        resource = [resource, f"buyer:{sale.sku}:{user_id}"]
+    # a lock must outlive the section it guards, simulated work included
+    ttl_ms = config["LOCK_TTL_MS"] + 2 * sale.work_ms
+    wait = "poll" if strategy in _POLLING else "notify"
+    return lockcore.create(strategy, backend_for(strategy, backends), resource,
+                           ttl_ms=ttl_ms, wait=wait, poll_ms=20)

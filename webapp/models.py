@@ -1,0 +1,78 @@
+"""The tables: products, one sale per product, and one order row per successful purchase.
+
+The schema is owned by Alembic (``migrations/``); these classes are what its
+``env.py`` compares against. Two UNIQUE constraints are the database's last word on
+the rules the Redis fast path also enforces: one order per user per sale, and one
+order per ``Idempotency-Key``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, MetaData, String, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Named constraints make migrations portable between SQLite and PostgreSQL.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Product(Base):
+    __tablename__ = "products"
+
+    sku: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    price_cents: Mapped[int] = mapped_column(Integer)
+    description: Mapped[str] = mapped_column(String(500), default="")
+
+
+class Sale(Base):
+    """The sale of one product: its stock and the strategy that guards it."""
+
+    __tablename__ = "sales"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sku: Mapped[str] = mapped_column(ForeignKey("products.sku"), unique=True)
+    initial_stock: Mapped[int] = mapped_column(Integer)
+    # the database's own count; the live count is in Redis, the audit compares them
+    remaining: Mapped[int] = mapped_column(Integer)
+    strategy: Mapped[str] = mapped_column(String(40))
+    work_ms: Mapped[int] = mapped_column(Integer, default=0)
+    per_user_limit: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Order(Base):
+    __tablename__ = "orders"
+    __table_args__ = (UniqueConstraint("sale_id", "user_id", name="uq_orders_sale_user"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sale_id: Mapped[int] = mapped_column(ForeignKey("sales.id"), index=True)
+    sku: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    quantity: Mapped[int] = mapped_column(Integer)
+    strategy: Mapped[str] = mapped_column(String(40))
+    fencing_token: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    def to_json(self) -> dict[str, object]:
+        body: dict[str, object] = {"order_id": self.id, "sku": self.sku,
+                                   "user_id": self.user_id, "quantity": self.quantity}
+        if self.fencing_token is not None:
+            body["fencing_token"] = self.fencing_token
+        return body

@@ -1,0 +1,87 @@
+"""The OpenAPI 3.1 document of the JSON API (``GET /api/openapi.json``), built by hand:
+the API is small, and a generator would be a dependency for one page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: tuple[int, str]) -> dict[str, Any]:
+    return {str(status): _json(_ERROR, text) for status, text in codes}
+
+
+_SKU = {"name": "sku", "in": "path", "required": True, "schema": {"type": "string"}}
+_BUSY = (503, "busy: lock not acquired in time or a backend down; see Retry-After")
+
+_PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sold", "strategy"],
+            "properties": {"sku": {"type": "string"}, "name": {"type": "string"},
+                           "price": {"type": "number"}, "stock": {"type": "integer"},
+                           "sold": {"type": "integer"}, "strategy": {"type": "string"}}}
+_ORDER = {"type": "object", "required": ["order_id", "sku", "user_id", "quantity"],
+          "properties": {"order_id": {"type": "integer"}, "sku": {"type": "string"},
+                         "user_id": {"type": "string"}, "quantity": {"type": "integer"},
+                         "fencing_token": {"type": "integer"}}}
+_AUDIT = {"type": "object", "properties": {
+    name: {"type": "integer"} for name in
+    ("initial_stock", "remaining", "orders", "units_sold", "oversold", "duplicate_buyers")}
+    | {"consistent": {"type": "boolean"}}}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "seckill flash-sale API", "version": "0.1.0"},
+        "paths": {
+            "/healthz": {"get": {"summary": "Are Redis and the database reachable?",
+                                 "responses": {"200": {"description": "all parts ok"},
+                                               "503": {"description": "names the part down"}}}},
+            "/api/products": {"get": {"summary": "Every product with its live stock",
+                                      "responses": {"200": _json({"type": "array",
+                                                                  "items": _PRODUCT}, "ok")}}},
+            "/api/products/{sku}": {"get": {
+                "summary": "One product", "parameters": [_SKU],
+                "responses": {"200": _json(_PRODUCT, "ok"), **_errors((404, "unknown_sku"))}}},
+            "/api/products/{sku}/purchase": {"post": {
+                "summary": "Buy; one order per user per sale",
+                "parameters": [_SKU, {"name": "Idempotency-Key", "in": "header",
+                                      "schema": {"type": "string", "maxLength": 128}}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["user_id"],
+                    "properties": {"user_id": {"type": "string", "minLength": 1,
+                                               "maxLength": 64},
+                                   "quantity": {"type": "integer", "minimum": 1,
+                                                "default": 1}}}}}},
+                "responses": {"201": _json(_ORDER, "order created"),
+                              "200": _json(_ORDER, "the order this Idempotency-Key made"),
+                              **_errors((400, "invalid_request"), (404, "unknown_sku"),
+                                        (409, "sold_out or already_purchased"), _BUSY)}}},
+            "/api/admin/sales/{sku}": {"put": {
+                "summary": "Reset a sale: delete its orders, set stock and strategy",
+                "security": [{"bearer": []}], "parameters": [_SKU],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["stock", "strategy"],
+                    "properties": {"stock": {"type": "integer", "minimum": 0},
+                                   "strategy": {"type": "string"},
+                                   "work_ms": {"type": "integer", "minimum": 0, "default": 0},
+                                   "limit": {"type": "integer", "minimum": 1, "default": 1}}}}}},
+                "responses": {"200": {"description": "the sale as reset"},
+                              **_errors((400, "invalid_request"), (401, "unauthorized"),
+                                        (404, "unknown_sku"))}}},
+            "/api/sales/{sku}/audit": {"get": {
+                "summary": "Did the sale oversell or lose an order?", "parameters": [_SKU],
+                "responses": {"200": _json(_AUDIT, "the audit"),
+                              **_errors((404, "unknown_sku"))}}},
+        },
+        "components": {
+            "schemas": {"Error": {"type": "object", "required": ["error", "detail"],
+                                  "properties": {"error": {"type": "string"},
+                                                 "detail": {"type": "string"}}}},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }

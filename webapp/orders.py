@@ -1,0 +1,95 @@
+"""Writing the order row: the one place where a purchase becomes durable.
+
+Rule: *a purchase either produces exactly one order row or returns its unit to
+stock*. So every path decrements the stock first, then calls ``record_order``, which
+puts the units back (``INCRBY``) if the write fails for any reason, and translates the
+UNIQUE violations into the shop's answers.
+
+Under gevent with SQLite the transaction must never yield to another greenlet: SQLite's
+busy handler blocks the whole worker process, so a greenlet waiting for the write lock
+would stall the one holding it. Nothing between BEGIN and COMMIT here talks to Redis
+or sleeps.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from .keys import SaleKeys
+from .models import Order, Sale
+from .problems import AlreadyPurchased, InvalidRequest, Replay, SoldOut
+
+logger = logging.getLogger(__name__)
+
+
+def find_order(sessions: sessionmaker[Session], sale_id: int, user_id: str) -> Order | None:
+    with sessions() as session:
+        return session.scalars(
+            select(Order).where(Order.sale_id == sale_id, Order.user_id == user_id)
+        ).first()
+
+
+def _find_by_key(sessions: sessionmaker[Session], key: str) -> Order | None:
+    with sessions() as session:
+        return session.scalars(select(Order).where(Order.idempotency_key == key)).first()
+
+
+def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
+                 fencing_token: int | None, idempotency_key: str | None,
+                 *, conditional: bool = False) -> Order:
+    """One transaction: count the units off ``sales.remaining`` and insert the order.
+
+    :param conditional: the ``sql`` strategy: only if ``remaining >= quantity``, else
+        ``SoldOut``. The lock paths decrement unconditionally, so a broken lock shows
+        up as a negative ``remaining`` in the database.
+    """
+    order = Order(sale_id=sale.id, sku=sale.sku, user_id=user_id, quantity=quantity,
+                  strategy=sale.strategy, fencing_token=fencing_token,
+                  idempotency_key=idempotency_key)
+    try:
+        with sessions.begin() as session:
+            decrement = update(Sale).where(Sale.id == sale.id)
+            if conditional:
+                decrement = decrement.where(Sale.remaining >= quantity)
+            result = session.execute(decrement.values(remaining=Sale.remaining - quantity))
+            if result.rowcount == 0:  # type: ignore[attr-defined]
+                raise SoldOut(f"{sale.sku} is sold out")
+            session.add(order)
+    except IntegrityError:
+        _explain_conflict(sessions, sale, user_id, idempotency_key)
+        raise
+    return order
+
+
+def _explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
+                      idempotency_key: str | None) -> None:
+    """Turn a UNIQUE violation into ``Replay``, ``AlreadyPurchased`` or ``InvalidRequest``."""
+    if idempotency_key is not None:
+        earlier = _find_by_key(sessions, idempotency_key)
+        if earlier is not None:
+            if earlier.sale_id == sale.id and earlier.user_id == user_id:
+                raise Replay(earlier)
+            raise InvalidRequest("this Idempotency-Key was already used for another purchase")
+    raise AlreadyPurchased(f"{user_id!r} already bought {sale.sku}")
+
+
+def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
+                 quantity: int, fencing_token: int | None,
+                 idempotency_key: str | None) -> Order:
+    """Insert the order after Redis stock was taken; on any failure give the units back."""
+    try:
+        return insert_order(sessions, sale, user_id, quantity, fencing_token, idempotency_key)
+    except BaseException:
+        try:
+            redis.incrby(SaleKeys(sale.sku).stock, quantity)
+        except Exception:  # Redis down too: the audit will show the mismatch
+            logger.exception("could not return %d unit(s) of %s", quantity, sale.sku)
+        else:
+            logger.warning("order write for %s/%s failed; %d unit(s) returned to stock",
+                           sale.sku, user_id, quantity)
+        raise

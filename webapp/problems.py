@@ -1,0 +1,57 @@
+"""What can go wrong with a purchase, as exceptions that know their HTTP answer.
+
+The service layer raises these without knowing about Flask; ``errors.py`` turns each
+into ``{"error": code, "detail": ...}`` with ``status``. Contention is not a bug: a
+lock not acquired in time is ``Busy`` (503 with ``Retry-After``), never a 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ShopError(Exception):
+    code: ClassVar[str] = "error"
+    status: ClassVar[int] = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidRequest(ShopError):
+    code, status = "invalid_request", 400
+
+
+class Unauthorized(ShopError):
+    code, status = "unauthorized", 401
+
+
+class UnknownSku(ShopError):
+    code, status = "unknown_sku", 404
+
+
+class SoldOut(ShopError):
+    code, status = "sold_out", 409
+
+
+class AlreadyPurchased(ShopError):
+    code, status = "already_purchased", 409
+
+
+class Busy(ShopError):
+    """Try again shortly: the lock was not acquired in time, or a backend is down."""
+
+    code, status = "busy", 503
+
+    def __init__(self, detail: str, retry_after_s: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
+
+
+class Replay(Exception):
+    """Internal: this Idempotency-Key already produced ``order``; answer it again (200)."""
+
+    def __init__(self, order: Any) -> None:
+        super().__init__("idempotent replay")
+        self.order = order

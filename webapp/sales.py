@@ -1,0 +1,110 @@
+"""The catalogue, resetting a sale and auditing it (no Flask here either).
+
+The audit is the lab's verdict. Units sold come from the order rows (the truth),
+``remaining`` from Redis (what buyers saw). A correct strategy keeps
+``remaining + units_sold == initial_stock``; a lost update leaves Redis *higher*
+than it should be, so an oversold sale shows both ``oversold > 0`` and a sum above
+the initial stock.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.exceptions import RedisError
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from .models import Order, Product, Sale, utcnow
+from .paths import path_for
+from .problems import UnknownSku
+from .services import SaleInfo
+
+logger = logging.getLogger(__name__)
+
+
+def _info(sale: Sale) -> SaleInfo:
+    return SaleInfo(sale.id, sale.sku, sale.strategy, sale.work_ms, sale.per_user_limit,
+                    sale.initial_stock)
+
+
+def _view(product: Product, sale: Sale, redis: Any) -> dict[str, Any]:
+    try:
+        stock = path_for(sale.strategy).read_stock(redis, _info(sale))
+    except RedisError:  # the storefront keeps working on the database's count
+        stock = sale.remaining
+    return {"sku": product.sku, "name": product.name, "price": product.price_cents / 100,
+            "description": product.description, "stock": max(stock, 0),
+            "sold": sale.initial_stock - sale.remaining, "initial_stock": sale.initial_stock,
+            "strategy": sale.strategy, "work_ms": sale.work_ms, "limit": sale.per_user_limit}
+
+
+def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str, Any]]:
+    with sessions() as session:
+        rows = session.execute(select(Product, Sale).join(Sale, Sale.sku == Product.sku)
+                               .order_by(Product.sku)).all()
+        return [_view(product, sale, redis) for product, sale in rows]
+
+
+def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, Any]:
+    with sessions() as session:
+        row = session.execute(select(Product, Sale).join(Sale, Sale.sku == Product.sku)
+                              .where(Product.sku == sku)).first()
+        if row is None:
+            raise UnknownSku(f"no product with sku {sku!r}")
+        return _view(row[0], row[1], redis)
+
+
+def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: int,
+               strategy: str, work_ms: int = 0, limit: int = 1) -> dict[str, Any]:
+    """Delete the sale's orders, set its stock and strategy, load the stock into Redis."""
+    path = path_for(strategy)
+    with sessions.begin() as session:
+        sale = session.scalars(select(Sale).where(Sale.sku == sku)).first()
+        if sale is None:
+            raise UnknownSku(f"no product with sku {sku!r}")
+        session.execute(delete(Order).where(Order.sale_id == sale.id))
+        sale.initial_stock = sale.remaining = stock
+        sale.strategy, sale.work_ms, sale.per_user_limit = strategy, work_ms, limit
+        sale.started_at = utcnow()
+        info = _info(sale)
+    redis.delete(*info.keys.all())
+    path.load_stock(redis, info, stock)
+    logger.info("sale %s reset: stock %d, strategy %s, work %d ms", sku, stock, strategy, work_ms)
+    return {"sku": sku, "stock": stock, "strategy": strategy, "work_ms": work_ms, "limit": limit}
+
+
+def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_cents: int,
+                   *, stock: int, strategy: str, description: str = "") -> None:
+    """Add a product and its sale unless the sku exists (demo seeding is idempotent)."""
+    with sessions.begin() as session:
+        if session.get(Product, sku) is not None:
+            return
+        session.add(Product(sku=sku, name=name, price_cents=price_cents,
+                            description=description))
+        session.flush()
+        session.add(Sale(sku=sku, initial_stock=stock, remaining=stock, strategy=strategy,
+                         work_ms=0, per_user_limit=1))
+
+
+def audit(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, Any]:
+    with sessions() as session:
+        sale = session.scalars(select(Sale).where(Sale.sku == sku)).first()
+        if sale is None:
+            raise UnknownSku(f"no product with sku {sku!r}")
+        orders, units = session.execute(
+            select(func.count(Order.id), func.coalesce(func.sum(Order.quantity), 0))
+            .where(Order.sale_id == sale.id)).one()
+        duplicates = session.scalar(select(func.count()).select_from(
+            select(Order.user_id).where(Order.sale_id == sale.id).group_by(Order.user_id)
+            .having(func.count(Order.id) > 1).subquery()))
+        info, db_remaining = _info(sale), sale.remaining
+    remaining = path_for(info.strategy).read_stock(redis, info)
+    initial = info.initial_stock
+    oversold = max(0, units - initial)
+    return {"sku": sku, "strategy": info.strategy, "initial_stock": initial,
+            "remaining": remaining, "database_remaining": db_remaining, "orders": orders,
+            "units_sold": units, "oversold": oversold, "duplicate_buyers": duplicates,
+            "consistent": (remaining + units == initial and oversold == 0
+                           and duplicates == 0 and remaining == db_remaining)}

@@ -1,0 +1,25 @@
+-- atomic_purchase: take `quantity` units in one step, no lock needed.
+--
+-- KEYS[1]  sale:{sku}:stock     live units left (integer string)
+-- KEYS[2]  sale:{sku}:soldout   flag set here when the stock reaches zero
+-- ARGV[1]  quantity             positive integer
+-- ARGV[2]  per-user limit       the most units one user may buy in this sale
+--
+-- Returns  >= 0  the units left after this purchase (it succeeded)
+--          -1    sold out (not enough units; nothing changed)
+--          -2    quantity above the per-user limit (nothing changed)
+--
+-- Redis runs a script to the end before any other command, so the read, the check
+-- and the decrement cannot interleave with another buyer's: no lost update.
+local quantity = tonumber(ARGV[1])
+if quantity > tonumber(ARGV[2]) then
+  return -2
+end
+local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
+if stock < quantity then
+  if stock <= 0 then
+    redis.call('SET', KEYS[2], '1')
+  end
+  return -1
+end
+return redis.call('DECRBY', KEYS[1], quantity)

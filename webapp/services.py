@@ -1,0 +1,140 @@
+"""``checkout``: one purchase, from the request to the order row. No Flask in here.
+
+The steps every strategy shares, in order, each cheaper than the next:
+
+1. A retried ``Idempotency-Key`` whose order exists gets that order back (200).
+2. The sold-out flag answers 409 without touching the lock: after the sale ends, a
+   thousand late buyers cost one GET each instead of a queue on the lock.
+3. ``SADD buyers user`` reserves the user's one order per sale. Fifty concurrent
+   clicks by one user: one gets the reservation, the rest 409 (or, with the same
+   Idempotency-Key, wait for the first one's order and answer it with 200).
+4. The sale's purchase path (``paths.py``) takes the stock: under a lock, with one
+   Lua script, or with a conditional SQL UPDATE. If it fails, the reservation goes.
+
+Everything the function needs comes in ``Checkout`` so the tests can hand it a
+``FakeLock`` and a fake clock (cosmicpython's service layer with a fake UoW).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from .keys import SaleKeys
+from .models import Order, Sale
+from .orders import find_order
+from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut, UnknownSku
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SaleInfo:
+    """A sale as the purchase paths see it (a plain copy, safe across sessions)."""
+
+    id: int
+    sku: str
+    strategy: str
+    work_ms: int
+    per_user_limit: int
+    initial_stock: int
+
+    @property
+    def keys(self) -> SaleKeys:
+        return SaleKeys(self.sku)
+
+
+@dataclass(frozen=True)
+class PurchaseRequest:
+    sku: str
+    user_id: str
+    quantity: int = 1
+    idempotency_key: str | None = None
+
+
+@dataclass
+class Checkout:
+    """The dependencies of a purchase."""
+
+    sessions: sessionmaker[Session]
+    redis: Any
+    #: (sale, user_id) -> an unacquired lockcore lock (or anything with its interface)
+    lock_for: Callable[[SaleInfo, str], Any]
+    lock_timeout_s: float = 5.0
+    #: how long a duplicate Idempotency-Key waits for the first request's order
+    replay_wait_s: float = 10.0
+    sleep: Callable[[float], None] = field(default=time.sleep)
+    monotonic: Callable[[], float] = field(default=time.monotonic)
+
+
+@dataclass(frozen=True)
+class PurchaseResult:
+    order: Order
+    created: bool
+
+
+def load_sale(sessions: sessionmaker[Session], sku: str) -> SaleInfo:
+    with sessions() as session:
+        sale = session.scalars(select(Sale).where(Sale.sku == sku)).first()
+        if sale is None:
+            raise UnknownSku(f"no product with sku {sku!r}")
+        return SaleInfo(sale.id, sale.sku, sale.strategy, sale.work_ms, sale.per_user_limit,
+                        sale.initial_stock)
+
+
+def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
+    """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
+    from .paths import path_for  # paths imports this module's dataclasses
+
+    sale = load_sale(deps.sessions, request.sku)
+    if request.quantity > sale.per_user_limit:
+        raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} for this sale")
+    earlier = _reserve(deps, sale, request)
+    if earlier is not None:
+        return PurchaseResult(earlier, created=False)
+    try:
+        order = path_for(sale.strategy).purchase(deps, sale, request)
+    except Replay as replay:  # a concurrent twin won the Idempotency-Key race
+        return PurchaseResult(replay.order, created=False)
+    except BaseException:
+        _unreserve(deps, sale, request.user_id)
+        raise
+    logger.info("order %s: %s x%d for %r (%s)", order.id, sale.sku, request.quantity,
+                request.user_id, sale.strategy)
+    return PurchaseResult(order, created=True)
+
+
+def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Order | None:
+    """Reserve the user's single order; return an earlier order for a replayed key."""
+    keys = sale.keys
+    deadline = deps.monotonic() + deps.replay_wait_s
+    while True:
+        if request.idempotency_key is not None:
+            earlier = find_order(deps.sessions, sale.id, request.user_id)
+            if earlier is not None:
+                if earlier.idempotency_key == request.idempotency_key:
+                    return earlier
+                raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
+        if deps.redis.get(keys.soldout):
+            raise SoldOut(f"{sale.sku} is sold out")
+        if deps.redis.sadd(keys.buyers, request.user_id) == 1:
+            return None
+        if request.idempotency_key is None:
+            raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
+        # the same user has a purchase in flight, maybe with this very key: wait for it
+        if deps.monotonic() > deadline:
+            raise Busy("an earlier request with this Idempotency-Key is still running")
+        deps.sleep(0.02)
+
+
+def _unreserve(deps: Checkout, sale: SaleInfo, user_id: str) -> None:
+    try:
+        deps.redis.srem(sale.keys.buyers, user_id)
+    except Exception:  # Redis down: the reservation dies with the next reset
+        logger.exception("could not drop the reservation of %r on %s", user_id, sale.sku)

@@ -1,0 +1,71 @@
+"""Checking what clients send, so that no input reaches a backend it could break.
+
+PostgreSQL rejects NUL characters, UTF-8 cannot encode lone surrogates (``"\\ud800"``
+is valid JSON), ``True`` is an ``int`` in Python and ``1e400`` a float: each of these
+would otherwise surface as a 500 somewhere deep down. Here they are a 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Request
+
+from .problems import InvalidRequest
+
+MAX_KEY_LENGTH = 128
+
+
+def json_object(request: Request) -> dict[str, Any]:
+    if not request.is_json:
+        raise InvalidRequest("send a JSON object with Content-Type: application/json")
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return body
+
+
+def is_clean_text(value: str) -> bool:
+    """No control characters and encodable as UTF-8."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def text(body: dict[str, Any], name: str, max_length: int) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest(f"{name} must be a non-empty string")
+    if len(value) > max_length:
+        raise InvalidRequest(f"{name} must be at most {max_length} characters")
+    if not is_clean_text(value):
+        raise InvalidRequest(f"{name} contains characters that are not allowed")
+    return value
+
+
+def integer(body: dict[str, Any], name: str, *, low: int, high: int,
+            default: int | None = None) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{name} must be an integer")
+    if not low <= value <= high:
+        raise InvalidRequest(f"{name} must be between {low} and {high}")
+    return value
+
+
+def idempotency_key(request: Request) -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not key.strip() or len(key) > MAX_KEY_LENGTH or not is_clean_text(key):
+        raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} printable characters")
+    return key
+
+
+def plausible_sku(sku: str) -> bool:
+    """Skus longer than the column or with odd characters cannot exist: 404 early."""
+    return 0 < len(sku) <= 64 and is_clean_text(sku)
