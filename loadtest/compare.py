@@ -1,0 +1,107 @@
+"""One row per strategy: what the audit, Locust and the arrival log say, and the verdict.
+
+The showdown's question is "did a lock marked safe ever oversell or lose an order?", so
+the audit endpoint (the database's and Redis's own account) decides correctness, while
+Locust's CSVs give speed and the arrival log gives fairness and time to sell out.
+*Lost* orders are ones a buyer was told succeeded (201) that the audit does not count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+OK, TAUGHT, FAIL, ERROR = "ok", "unsafe, as taught", "FAIL", "ERROR"
+
+
+@dataclass
+class StrategyResult:
+    strategy: str
+    safe: bool
+    mode: str = "flash"
+    users: int = 0
+    stock: int = 0
+    sold: int = 0
+    oversold: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    consistent: bool = False
+    rps: float = 0.0
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    sell_out_s: float | None = None
+    fairness: float | None = None
+    redis_per_purchase: float | None = None
+    purchases_per_s: float | None = None
+    failures: int = 0
+    seconds: float = 0.0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    throughput: list[tuple[float, float]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        if self.error:
+            return ERROR
+        wrong = self.oversold > 0 or self.lost > 0 or self.duplicates > 0 or not self.consistent
+        if not wrong:
+            return OK
+        return FAIL if self.safe else TAUGHT
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "verdict": self.verdict}
+
+
+def failed(results: list[StrategyResult]) -> list[StrategyResult]:
+    """Results that make the showdown exit non-zero: a safe lock wrong, or a broken run."""
+    return [r for r in results if r.verdict in (FAIL, ERROR) and (r.safe or r.error)]
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "NO"
+
+
+COLUMNS = ["strategy", "safe", "sold", "oversold", "lost/dup", "consistent", "req/s",
+           "p50 ms", "p95 ms", "p99 ms", "sell-out s", "fairness", "redis/purchase", "verdict"]
+SUSTAINED_COLUMNS = ["strategy", "safe", "orders", "purchases/s", "req/s", "p50 ms",
+                     "p95 ms", "p99 ms", "consistent", "redis/purchase", "verdict"]
+
+
+def _flash_cells(r: StrategyResult) -> list[str]:
+    return [r.strategy, _yes(r.safe), str(r.sold), str(r.oversold),
+            f"{r.lost}/{r.duplicates}", _yes(r.consistent), _num(r.rps),
+            _num(r.p50), _num(r.p95), _num(r.p99), _num(r.sell_out_s, 2),
+            _num(r.fairness, 2), _num(r.redis_per_purchase, 1), r.verdict]
+
+
+def _sustained_cells(r: StrategyResult) -> list[str]:
+    if r.mode == "noop":
+        return [r.strategy, "-", "-", "-", _num(r.rps), _num(r.p50), _num(r.p95),
+                _num(r.p99), "-", "-", "baseline"]
+    return [r.strategy, _yes(r.safe), str(r.sold), _num(r.purchases_per_s), _num(r.rps),
+            _num(r.p50), _num(r.p95), _num(r.p99), _yes(r.consistent),
+            _num(r.redis_per_purchase, 1), r.verdict]
+
+
+def table_rows(results: list[StrategyResult]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells, flash or sustained depending on the results' mode."""
+    if any(r.mode != "flash" for r in results):
+        return SUSTAINED_COLUMNS, [_sustained_cells(r) for r in results]
+    return COLUMNS, [_flash_cells(r) for r in results]
+
+
+def format_table(results: list[StrategyResult]) -> str:
+    """The comparison as fixed-width text, one line per strategy."""
+    header, rows = table_rows(results)
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w)
+                       for i, (cell, w) in enumerate(zip(line, widths, strict=True)))
+             for line in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""Flash-sale buyers: a true spike of browse-then-buy, wrong answers flagged as failures.
+
+Against any deployment (plain Locust; every ``--seckill-*`` option also reads an env var)::
+
+    locust -f loadtest/locustfile.py --host http://127.0.0.1:8000 --headless \\
+           -u 1000 -r 1000 -t 30s --seckill-stock 100 --seckill-arrivals arrivals.jsonl
+
+Distributed: the same file on a ``--master`` and ``--worker`` processes; pass
+``--seckill-start-at <epoch seconds>`` so buyers on every worker fire at the same instant.
+Add ``loadtest/shapes.py`` to ``-f`` to stop as soon as the sale is over.
+
+Why a barrier: Locust warns above 100 spawns/s, and a ramp is not a spike. Every buyer
+waits in ``on_start`` until spawning completes (or the wall-clock start instant), then
+all of them browse and buy together, which is what makes unsafe locks oversell.
+Modes: ``flash`` (one buyer, one purchase, retry on 503 busy), ``sustained`` (each
+iteration is a new buyer id, for purchases/s) and ``noop`` (a cheap endpoint: the
+ceiling the shop could reach without any lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import uuid
+from typing import Any
+
+from locust import FastHttpUser, events, run_single_user, task
+from locust.env import Environment
+
+from loadtest import arrivals, verdict
+from loadtest.spike import SpikeBarrier
+
+logger = logging.getLogger(__name__)
+
+barrier = SpikeBarrier()
+_log: list[arrivals.Arrival] = []
+_tally = verdict.OrderTally(None)
+
+
+@events.init_command_line_parser.add_listener
+def _options(parser: Any) -> None:
+    group = parser.add_argument_group("seckill flash sale")
+    group.add_argument("--seckill-sku", env_var="SECKILL_SKU", default="sku-1")
+    group.add_argument("--seckill-mode", env_var="SECKILL_MODE", default="flash",
+                       choices=["flash", "sustained", "noop"])
+    group.add_argument("--seckill-stock", env_var="SECKILL_STOCK", type=int, default=0,
+                       help="units on sale; an order past it is a failure (0: don't check)")
+    group.add_argument("--seckill-start-at", env_var="SECKILL_START_AT", type=float, default=0,
+                       help="epoch seconds to release buyers (0: when spawning completes)")
+    group.add_argument("--seckill-busy-retries", env_var="SECKILL_BUSY_RETRIES", type=int,
+                       default=3)
+    group.add_argument("--seckill-arrivals", env_var="SECKILL_ARRIVALS", default="",
+                       help="append one JSON line per purchase attempt to this file")
+    group.add_argument("--seckill-noop-path", env_var="SECKILL_NOOP_PATH", default="/healthz")
+
+
+@events.test_start.add_listener
+def _arm(environment: Environment, **_: Any) -> None:
+    global _tally
+    options = environment.parsed_options
+    stock = getattr(options, "seckill_stock", 0)
+    _tally = verdict.OrderTally(stock or None)
+    _log.clear()
+    barrier.arm(getattr(options, "seckill_start_at", 0) or None)
+
+
+events.spawning_complete.add_listener(lambda user_count, **_: barrier.release())
+
+
+@events.test_stop.add_listener
+def _save_log(environment: Environment, **_: Any) -> None:
+    path = getattr(environment.parsed_options, "seckill_arrivals", "")
+    if path:
+        arrivals.write_arrivals(path, _log)
+        logger.info("%d purchase attempts logged to %s", len(_log), path)
+    _log.clear()
+
+
+class Buyer(FastHttpUser):
+    network_timeout = 30.0
+    connection_timeout = 30.0
+
+    def wait_time(self) -> float:
+        # a flash-sale buyer buys once, then idles until the run ends
+        return 3600.0 if self.finished else 0.0
+
+    def on_start(self) -> None:
+        options = self.environment.parsed_options
+        self.sku: str = getattr(options, "seckill_sku", "sku-1")
+        self.mode: str = getattr(options, "seckill_mode", "flash")
+        self.retries: int = getattr(options, "seckill_busy_retries", 3)
+        self.noop_path: str = getattr(options, "seckill_noop_path", "/healthz")
+        self.user_id = _new_buyer_id()
+        self.finished = False
+        if self.mode == "flash":
+            barrier.wait()
+
+    @task
+    def browse_then_buy(self) -> None:
+        if self.mode == "noop":
+            self.client.get(self.noop_path)
+            return
+        self.client.get(f"/api/products/{self.sku}", name=verdict.BROWSE_NAME)
+        for attempt in range(1, self.retries + 2):
+            retry_after = self.purchase(attempt)
+            if retry_after is None or attempt > self.retries:
+                break
+            time.sleep(retry_after)  # gevent-patched: only this buyer waits
+        if self.mode == "flash":
+            self.finished = True
+        else:
+            self.user_id = _new_buyer_id()
+
+    def purchase(self, attempt: int) -> float | None:
+        """One attempt; returns seconds to wait before retrying, or None when done."""
+        sent = time.time()
+        with self.client.post(f"/api/products/{self.sku}/purchase", name=verdict.PURCHASE_NAME,
+                              json={"user_id": self.user_id, "quantity": 1},
+                              catch_response=True) as resp:
+            try:
+                body = resp.json()
+            except Exception:  # noqa: BLE001 - any unparsable body is a malformed answer
+                body = None
+            judged = verdict.judge_purchase(resp.status_code or 0, body, self.user_id)
+            if judged.outcome == verdict.ORDER and judged.failure is None:
+                judged = _tally.record(int(body["quantity"]))
+            if judged.failure:
+                resp.failure(judged.failure)
+            else:
+                resp.success()
+        _log.append(arrivals.Arrival(self.user_id, attempt, sent, time.time(),
+                                     resp.status_code or 0, judged.outcome))
+        if judged.outcome != verdict.BUSY:
+            return None
+        header = resp.headers.get("Retry-After") if resp.headers else None
+        # jitter so retries do not arrive as a second synchronized spike
+        return random.uniform(0.05, min(_seconds(header), 1.0))
+
+
+def _new_buyer_id() -> str:
+    return f"buyer-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _seconds(header: str | None) -> float:
+    try:
+        return max(float(header or 0.2), 0.05)
+    except ValueError:
+        return 0.2
+
+
+if __name__ == "__main__":
+    run_single_user(Buyer)

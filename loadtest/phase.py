@@ -1,0 +1,120 @@
+"""One showdown phase: reset the sale, run Locust headless in a subprocess, audit.
+
+Locust runs as ``python -m locust`` because importing it monkey-patches the importing
+process with gevent; the showdown stays a plain Python process that only reads what
+Locust leaves behind (``--csv`` files and the arrival log) and asks the shop's audit
+endpoint what really happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import arrivals, commandstats, locust_csv
+from .compare import StrategyResult
+from .shop import ShopClient
+from .verdict import PURCHASE_NAME
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+LOCUSTFILE, SHAPES = HERE / "locustfile.py", HERE / "shapes.py"
+
+
+@dataclass(frozen=True)
+class Plan:
+    users: int = 1000
+    stock: int = 100
+    work_ms: int = 20
+    mode: str = "flash"          # flash | sustained | noop
+    duration: int = 10           # sustained/noop: seconds of load
+    cap_s: int = 60              # flash: hard cap if the sale never goes quiet
+    sku: str = "sku-1"
+    busy_retries: int = 3
+
+
+def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> list[str]:
+    files = f"{LOCUSTFILE},{SHAPES}" if plan.mode == "flash" else str(LOCUSTFILE)
+    run_time = plan.cap_s if plan.mode == "flash" else plan.duration
+    return [sys.executable, "-m", "locust", "-f", files, "--headless", "--host", host,
+            "-u", str(plan.users), "-r", str(plan.users), "-t", f"{run_time}s",
+            "--csv", str(prefix), "--csv-full-history", "--only-summary",
+            "--seckill-mode", plan.mode, "--seckill-sku", plan.sku,
+            "--seckill-stock", str(plan.stock if plan.mode == "flash" else 0),
+            "--seckill-busy-retries", str(plan.busy_retries),
+            "--seckill-arrivals", str(arrivals_log)]
+
+
+def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
+    """Run Locust to completion (killed by pid past ``timeout``); returns its exit code.
+
+    Exit code 1 only means some requests failed, which the audit judges; not an error.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            logger.warning("locust pid %s overran %.0fs; killing it", proc.pid, timeout)
+            proc.kill()
+            proc.wait(timeout=10)
+            raise
+
+
+def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
+              plan: Plan, raw_dir: Path) -> StrategyResult:
+    """Run ``plan`` against strategy ``name`` (for ``noop``: the shop's baseline)."""
+    result = StrategyResult(name, safe, mode=plan.mode, users=plan.users, stock=plan.stock)
+    prefix, log = raw_dir / name, raw_dir / f"{name}_arrivals.jsonl"
+    log.unlink(missing_ok=True)
+    started = time.monotonic()
+    if plan.mode != "noop":
+        shop.reset_sale(plan.sku, plan.stock, name, plan.work_ms)
+    before = commandstats.total_calls(redis_clients)
+    limit = (plan.cap_s if plan.mode == "flash" else plan.duration) + 90
+    run_locust(locust_command(plan, shop.url, prefix, log), raw_dir / f"{name}.log", limit)
+    after = commandstats.total_calls(redis_clients)
+    _read_locust(result, prefix, plan)
+    tried = arrivals.read_arrivals(log)
+    result.outcomes = arrivals.outcome_counts(tried)
+    if plan.mode != "noop":
+        _read_audit(result, shop.audit(plan.sku), tried)
+        result.redis_per_purchase = commandstats.per_attempt(before, after, len(tried))
+    if plan.mode == "flash":
+        result.sell_out_s = arrivals.time_to_sell_out(tried, plan.stock)
+        result.fairness = arrivals.fairness(tried, plan.stock)
+    elif plan.mode == "sustained" and tried:
+        span = max(a.done for a in tried) - min(a.sent for a in tried)
+        result.purchases_per_s = result.outcomes.get("order", 0) / span if span > 0 else None
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _read_locust(result: StrategyResult, prefix: Path, plan: Plan) -> None:
+    stats = locust_csv.read_stats(prefix)
+    total = stats.get(locust_csv.AGGREGATED)
+    if total is None or total.requests == 0:
+        raise RuntimeError(f"Locust made no requests; see {prefix}.log")
+    timed = total if plan.mode == "noop" else stats.get(PURCHASE_NAME, total)
+    result.rps, result.failures = total.rps, total.failures
+    result.p50, result.p95, result.p99 = timed.p50, timed.p95, timed.p99
+    result.throughput = locust_csv.throughput(locust_csv.read_history(prefix))
+
+
+def _read_audit(result: StrategyResult, audit: dict[str, Any],
+                tried: list[arrivals.Arrival]) -> None:
+    told_ok = sum(1 for a in tried if a.outcome == "order")
+    result.sold = int(audit.get("units_sold", 0))
+    result.oversold = int(audit.get("oversold", 0))
+    result.duplicates = int(audit.get("duplicate_buyers", 0))
+    result.consistent = bool(audit.get("consistent", False))
+    result.lost = max(told_ok - int(audit.get("orders", 0)), 0)

@@ -1,0 +1,83 @@
+"""``DIR/index.html``: the comparison table, four charts and the machine, in one file.
+
+Everything is inline (SVG drawn by ``loadtest.svg``, CSS in a style tag), so the report
+opens from the file system, offline, and can be attached to an issue as it is. The raw
+Locust CSVs, logs and arrival logs sit beside it in ``raw/``, and ``summary.json`` holds
+every figure.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from . import svg
+from .compare import FAIL, OK, StrategyResult, table_rows
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}
+table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px}
+td{text-align:right}td:first-child{text-align:left}.FAIL,.ERROR{background:#f8d0d0}
+.ok{background:#d8f0d8}.taught{background:#fde9c8}svg{margin:1em 0;display:block}
+code{background:#f4f4f4;padding:2px 4px}"""
+
+
+def _table(results: list[StrategyResult]) -> str:
+    header, rows = table_rows(results)
+    out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>"]
+    for result, row in zip(results, rows, strict=True):
+        css = {OK: "ok", FAIL: "FAIL"}.get(result.verdict, "ERROR" if result.error else
+                                           "taught")
+        out.append(f'<tr class="{css}">' + "".join(f"<td>{escape(c)}</td>" for c in row)
+                   + "</tr>")
+    return "\n".join(out + ["</table>"])
+
+
+def charts(results: list[StrategyResult]) -> list[str]:
+    """The SVG charts for ``results`` (flash: oversold, latency, throughput, fairness)."""
+    ran = [r for r in results if not r.error]
+    labels = [r.strategy for r in ran]
+    latency = svg.bars("Purchase latency percentiles", labels,
+                       {"p50": [r.p50 for r in ran], "p95": [r.p95 for r in ran],
+                        "p99": [r.p99 for r in ran]}, unit="ms")
+    over_time = svg.lines("Throughput over time (all requests)",
+                          {r.strategy: r.throughput for r in ran}, unit="requests/s")
+    if any(r.mode != "flash" for r in ran):
+        rates = [r.rps if r.mode == "noop" else r.purchases_per_s for r in ran]
+        return [svg.bars("Purchases/s (baseline: no-op requests/s)", labels,
+                         {"per second": rates}, unit="per second"), latency, over_time]
+    colors = ["#e15759" if r.oversold else "#59a14f" for r in ran]
+    return [svg.bars("Units oversold", labels, {"oversold": [float(r.oversold) for r in ran]},
+                     unit="units", colors=colors),
+            latency, over_time,
+            svg.bars("Fairness: share of the first buyers (one per unit) who got one",
+                     labels, {"fairness": [r.fairness for r in ran]}, unit="share")]
+
+
+def render(results: list[StrategyResult], summary: dict[str, Any]) -> str:
+    machine = summary.get("machine", {})
+    settings = summary.get("settings", {})
+    facts = "".join(f"<li>{escape(str(k))}: {escape(str(v))}</li>"
+                    for k, v in {**machine, **settings}.items() if k != "command")
+    return "\n".join([
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<title>seckill showdown</title>", f"<style>{_STYLE}</style></head><body>",
+        "<h1>seckill showdown</h1>",
+        f"<p>Command: <code>{escape(str(machine.get('command', '')))}</code> "
+        f"({summary.get('elapsed_s', '?')} s)</p>",
+        _table(results),
+        "<p>A strategy marked safe that oversold, lost an order or left the sale "
+        "inconsistent is a FAIL; unsafe ones are expected to break (the lesson).</p>",
+        *charts(results),
+        f"<h2>Machine and settings</h2><ul>{facts}</ul>",
+        "<p>Raw data: <a href='summary.json'>summary.json</a>, Locust CSVs, logs and "
+        "arrival logs in <a href='raw/'>raw/</a>.</p>",
+        "</body></html>"])
+
+
+def write_report(directory: Path, results: list[StrategyResult],
+                 summary: dict[str, Any]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "index.html"
+    path.write_text(render(results, summary), encoding="utf-8")
+    return path

@@ -1,0 +1,112 @@
+"""What the showdown runs against: the app served for it, or a deployment given by URL.
+
+Serving it ourselves is the default so ``make demo`` needs nothing running. ZooKeeper
+joins the default strategy list only when ``ZOOKEEPER_HOSTS`` is set or the Debian
+package lets ``lockcore.zkserver`` start one; otherwise the showdown says why it is
+missing rather than failing a strategy it cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .machine import describe
+from .shop import ShopClient
+
+logger = logging.getLogger(__name__)
+
+LOCK_FREE = ("atomic", "sql")
+
+
+def strategy_names() -> list[str]:
+    """Every strategy the shop offers, in teaching order (unsafe first, lock-free last)."""
+    try:
+        from webapp.paths import names
+        return list(names())
+    except ImportError:
+        import lockcore
+        return [*lockcore.names(), *LOCK_FREE]
+
+
+def strategy_safety(name: str) -> bool:
+    """Whether ``name`` is marked safe: the shop's path knows, else lockcore's registry."""
+    try:
+        from webapp.paths import path_for
+        return bool(path_for(name).safe)
+    except Exception:  # noqa: BLE001 - unknown to the shop (or no shop): ask lockcore
+        pass
+    try:
+        from lockcore.registry import lock_class
+        return bool(lock_class(name).safe)
+    except (ValueError, ImportError):
+        return name.split("-")[0] in LOCK_FREE
+
+
+@dataclass
+class Target:
+    shop: ShopClient
+    redis_clients: list[Any]
+    strategies: list[str]
+    scratch: str
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        info = describe(self.redis_clients[0] if self.redis_clients else None)
+        info["url"] = self.shop.url
+        info["notes"] = self.notes
+        return info
+
+
+def _start_zookeeper(stack: contextlib.ExitStack) -> str | None:
+    try:
+        from lockcore.zkserver import ZooKeeperServer
+        server = ZooKeeperServer()
+        stack.callback(server.stop)
+        server.start()
+        return str(server.hosts)
+    except Exception as exc:  # noqa: BLE001 - no java or jars: run without ZooKeeper
+        logger.warning("no ZooKeeper: %s", exc)
+        return None
+
+
+@contextlib.contextmanager
+def serve_target(args: argparse.Namespace, wanted: list[str]) -> Iterator[Target]:
+    """Yield a Target for ``wanted`` strategies; everything started is stopped on exit."""
+    import redis
+
+    strategies, notes = list(wanted), []
+    with contextlib.ExitStack() as stack:
+        redlock = [u for u in os.environ.get("REDLOCK_URLS", "").split(",") if u]
+        if getattr(args, "url", None):
+            token = args.admin_token or os.environ.get("SECKILL_ADMIN_TOKEN")
+            shop = ShopClient(args.url, token)
+            redis_urls = [u for u in [os.environ.get("REDIS_URL"), *redlock] if u]
+        else:
+            zk_hosts = None
+            if "zookeeper" in strategies:
+                zk_hosts = os.environ.get("ZOOKEEPER_HOSTS") or _start_zookeeper(stack)
+                if zk_hosts is None:
+                    strategies.remove("zookeeper")
+                    notes.append("zookeeper skipped: no ZOOKEEPER_HOSTS and no local ZooKeeper")
+                    print(notes[-1], flush=True)
+            from webapp.serve import ServedApp
+            print("serving the shop (embedded Redis unless REDIS_URL, SQLite unless "
+                  "DATABASE_URL) ...", flush=True)
+            app = stack.enter_context(ServedApp(
+                workers=args.workers, redis_url=os.environ.get("REDIS_URL"),
+                database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
+                zookeeper_hosts=zk_hosts))
+            shop = ShopClient(app.url, app.admin_token)
+            redis_urls = [app.redis_url, *(getattr(app, "redlock_urls", None) or [])]
+        clients = [redis.Redis.from_url(u, socket_timeout=5) for u in redis_urls]
+        for client in clients:
+            stack.callback(client.close)
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="seckill-showdown-"))
+        yield Target(shop, clients, strategies, scratch, notes)

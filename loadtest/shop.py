@@ -1,0 +1,54 @@
+"""The few HTTP calls the showdown makes itself: reset a sale and read its audit.
+
+Standard library only (``urllib``), so the showdown process never imports Locust's
+gevent-patched HTTP stack; Locust itself runs in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+class ShopError(RuntimeError):
+    """The shop answered an admin or audit call with something other than 200."""
+
+
+class ShopClient:
+    def __init__(self, url: str, admin_token: str | None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.admin_token = admin_token
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
+              admin: bool = False) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if admin and self.admin_token:
+            request.add_header("Authorization", f"Bearer {self.admin_token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            raise ShopError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
+
+    def reset_sale(self, sku: str, stock: int, strategy: str, work_ms: int) -> Any:
+        """Delete the sku's orders, set its stock and select ``strategy`` (admin call)."""
+        return self._call("PUT", f"/api/admin/sales/{sku}",
+                          {"stock": stock, "strategy": strategy, "work_ms": work_ms},
+                          admin=True)
+
+    def audit(self, sku: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/api/sales/{sku}/audit")
+        return result
+
+    def healthy(self) -> bool:
+        try:
+            self._call("GET", "/healthz")
+        except (ShopError, OSError):
+            return False
+        return True

@@ -1,0 +1,108 @@
+"""Every strategy against the same 1000-buyer spike: one comparison table and a report.
+
+For each strategy the showdown resets the sale, runs Locust headless as a subprocess
+(the spike barrier makes all buyers fire at once), and asks the shop's audit endpoint
+what really happened. By default it serves the app itself (``webapp.serve.ServedApp``:
+embedded Redis and SQLite unless ``REDIS_URL``/``DATABASE_URL``); ``--url`` points it at
+a running deployment instead. It exits 1 when a strategy marked safe oversold, lost an
+order or left the sale inconsistent: the unsafe ones are *expected* to fail, which is
+the lesson.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from .compare import StrategyResult, failed, format_table
+from .phase import Plan, run_phase
+from .serving import Target, serve_target, strategy_names, strategy_safety
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--users", type=int, default=1000, help="buyers (default 1000)")
+    parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100)")
+    parser.add_argument("--strategies", default="",
+                        help="comma-separated (default: every strategy the shop offers)")
+    parser.add_argument("--report", metavar="DIR", help="write DIR/index.html and raw data")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--work-ms", type=int, default=20,
+                        help="simulated work inside the critical section (default 20)")
+    parser.add_argument("--sustained", action="store_true",
+                        help="large stock, fresh buyers for --duration: purchases/s")
+    parser.add_argument("--duration", type=int, default=10, help="sustained seconds")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument("--url", help="a running shop instead of serving one")
+    parser.add_argument("--admin-token", help="with --url (default $SECKILL_ADMIN_TOKEN)")
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
+    if args.sustained:
+        return Plan(users=args.users, stock=10_000_000, work_ms=args.work_ms,
+                    mode="sustained", duration=args.duration, busy_retries=0)
+    return Plan(users=args.users, stock=args.stock, work_ms=args.work_ms)
+
+
+def run_showdown(target: Target, names: list[str], plan: Plan,
+                 raw_dir: Path) -> list[StrategyResult]:
+    """One phase per strategy (plus the no-op baseline when sustained), with progress."""
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    phases = [(name, strategy_safety(name), plan) for name in names]
+    if plan.mode == "sustained":
+        phases.insert(0, ("no-op baseline", True, Plan(**{**plan.__dict__, "mode": "noop"})))
+    results = []
+    for i, (name, safe, phase_plan) in enumerate(phases, 1):
+        print(f"[{i}/{len(phases)}] {name}: reset, {phase_plan.users} buyers "
+              f"({phase_plan.mode}), audit ...", flush=True)
+        try:
+            result = run_phase(target.shop, target.redis_clients, name, safe, phase_plan,
+                               raw_dir)
+        except Exception as exc:  # noqa: BLE001 - one broken phase must not hide the rest
+            logger.exception("phase %s failed", name)
+            result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc))
+        print(f"      {_summary(result)}", flush=True)
+        results.append(result)
+    return results
+
+
+def _summary(r: StrategyResult) -> str:
+    if r.error:
+        return f"ERROR: {r.error}"
+    if r.mode == "noop":
+        return f"{r.rps:.0f} req/s in {r.seconds:.0f}s"
+    return (f"sold {r.sold}, oversold {r.oversold}, consistent {r.consistent}, "
+            f"{r.rps:.0f} req/s, verdict {r.verdict} ({r.seconds:.0f}s)")
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    started = time.monotonic()
+    plan = plan_from(args)
+    report_dir = Path(args.report) if args.report else None
+    requested = [n.strip() for n in args.strategies.split(",") if n.strip()]
+    with serve_target(args, requested or strategy_names()) as target:
+        names = target.strategies
+        raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"
+        results = run_showdown(target, names, plan, raw_dir)
+        machine = target.describe()
+    elapsed = time.monotonic() - started
+    print()
+    print(format_table(results))
+    summary = {"settings": {**plan.__dict__, "strategies": names}, "machine": machine,
+               "elapsed_s": round(elapsed, 1), "results": [r.as_dict() for r in results]}
+    if report_dir:
+        from .report import write_report
+        (report_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        print(f"\nreport: {write_report(report_dir, results, summary)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+    bad = failed(results)
+    for r in bad:
+        print(f"FAILED: {r.strategy} is marked safe but: {r.error or _summary(r)}")
+    print(f"showdown took {elapsed:.0f}s")
+    return 1 if bad else 0

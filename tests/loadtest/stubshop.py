@@ -1,0 +1,88 @@
+"""A tiny shop speaking the HTTP contract, to test the load-test tools without the web app.
+
+It sells ``stock`` units under a real lock, or, with ``oversell=N``, hands out ``N``
+extra orders the way a broken lock would; the tests assert the tools notice.
+Served by werkzeug on a free loopback port in a thread of the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from werkzeug.serving import WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+
+class StubShop:
+    def __init__(self, stock: int = 10, oversell: int = 0) -> None:
+        self.lock = threading.Lock()
+        self.oversell = oversell
+        self.reset(stock)
+
+    def reset(self, stock: int, strategy: str = "stub") -> None:
+        with self.lock:
+            self.initial, self.remaining, self.strategy = stock, stock, strategy
+            self.orders: list[str] = []
+
+    def purchase(self, user_id: str) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            if user_id in self.orders:
+                return 409, {"error": "already_purchased", "detail": "one per buyer"}
+            if self.remaining <= -self.oversell:
+                return 409, {"error": "sold_out", "detail": "no units left"}
+            self.remaining -= 1
+            self.orders.append(user_id)
+            return 201, {"order_id": len(self.orders), "sku": "sku-1",
+                         "user_id": user_id, "quantity": 1}
+
+    def audit(self) -> dict[str, Any]:
+        sold = len(self.orders)
+        oversold = max(sold - self.initial, 0)
+        return {"initial_stock": self.initial, "remaining": max(self.remaining, 0),
+                "orders": sold, "units_sold": sold, "oversold": oversold,
+                "duplicate_buyers": 0, "consistent": oversold == 0}
+
+    def __call__(self, environ: Any, start_response: Any) -> Any:
+        request = Request(environ)
+        path, method = request.path, request.method
+        if path == "/healthz":
+            status, body = 200, {"redis": "ok", "database": "ok"}
+        elif method == "GET" and path == "/api/products/sku-1":
+            status, body = 200, {"sku": "sku-1", "name": "Stub", "price": 1,
+                                 "stock": max(self.remaining, 0),
+                                 "sold": len(self.orders), "strategy": self.strategy}
+        elif method == "POST" and path == "/api/products/sku-1/purchase":
+            status, body = self.purchase(str(request.get_json()["user_id"]))
+        elif method == "PUT" and path == "/api/admin/sales/sku-1":
+            payload = request.get_json()
+            self.reset(int(payload["stock"]), str(payload["strategy"]))
+            status, body = 200, {"sku": "sku-1", **payload}
+        elif method == "GET" and path == "/api/sales/sku-1/audit":
+            status, body = 200, self.audit()
+        else:
+            status, body = 404, {"error": "not_found", "detail": path}
+        return Response(json.dumps(body), status, mimetype="application/json")(
+            environ, start_response)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+@contextmanager
+def serve(shop: StubShop) -> Iterator[str]:
+    """Serve ``shop`` on a free loopback port; yields its base URL."""
+    server = make_server("127.0.0.1", 0, shop, threaded=True,
+                         request_handler=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
