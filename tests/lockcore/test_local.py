@@ -1,0 +1,52 @@
+"""local: exclusive between threads, and no exclusion at all between processes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import lockcore
+from tests.lockcore.processes import holders
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_two_processes_both_hold_the_same_local_lock_at_once():
+    # Seed 000's lesson, executable: each gunicorn worker has its own dict of locks.
+    spec = {"mode": "hold", "strategy": "local", "backend": None, "resource": "stock:sku-1"}
+    with holders(spec, spec) as (first, second):
+        one, two = first.read(), second.read()
+        assert one["held"] and two["held"], "both processes should believe they hold it"
+        first.send("check")
+        second.send("check")
+        assert first.read()["held"] and second.read()["held"]
+
+
+def test_threads_of_one_process_take_turns():
+    first = lockcore.create("local", None, "local-threads")
+    second = lockcore.create("local", None, "local-threads")
+    assert first.acquire()
+    assert second.acquire(blocking=False) is False
+    first.release()
+    assert second.acquire(blocking=False)
+    second.release()
+
+
+def test_notify_waiter_wakes_when_the_holder_releases():
+    holder = lockcore.create("local", None, "local-notify")
+    waiter = lockcore.create("local", None, "local-notify", wait="notify")
+    assert holder.acquire()
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=10)))
+    thread.start()
+    holder.release()
+    thread.join(timeout=5)
+    assert got == [True]
+    waiter.release()
+
+
+def test_local_lock_has_no_ttl_and_no_watchdog():
+    with pytest.raises(ValueError, match="watchdog"):
+        lockcore.create("local", None, "local-dog", watchdog=True)
+    assert lockcore.create("local", None, "local-ttl").ttl_ms is None
