@@ -1,0 +1,143 @@
+"""redlock: a majority of N independent Redis nodes. Safe only with its timing caveats.
+
+**Guarantee.** While no node loses its data and clocks run at about the same rate, at
+most one holder has the lock on a majority at a time, so one node (or a failover that
+drops an unreplicated key, seed 004) cannot grant it twice. Fencing tokens never go
+backwards while a majority keeps its counters.
+
+**Algorithm** (seed 004, antirez's RedLock).
+
+1. Note the time; send ``SET key token NX PX ttl`` (+ ``INCR`` of the node's fence
+   counter, one script) to all N nodes *in parallel*, each with a short timeout.
+2. Acquired iff a majority (N//2+1) said yes and ``validity = ttl - elapsed - drift``
+   (drift = 1% of ttl + 2 ms) is still positive. Otherwise release on *every* node
+   (a "no" may have been a lost reply) and retry after a random delay, so two clients
+   that split the votes do not keep colliding.
+3. Fencing: each "yes" returns that node's incremented counter; the token is their max.
+   A second round raises the counter of every node we hold to that token. Any later
+   majority shares a node with ours, whose counter is now >= our token, so its INCR,
+   hence the later token, is strictly greater. Without the second round, a majority
+   of lagging counters would hand out a smaller token.
+4. Release: compare-and-delete on every node, whatever happened during acquire.
+
+**Where the timing assumptions break** (so fencing tokens are needed anyway)::
+
+    A: acquires on 3/5, validity 9.9 s;  A pauses 12 s (GC, swap, SIGSTOP)
+    -- keys expire on all nodes --
+    B: acquires on 3/5, writes
+    A: resumes, still "holds" in its own mind, writes  <- only a fencing check stops it
+
+Validity is measured on the client's monotonic clock, expiry on each server's clock:
+a server clock that jumps forward (NTP step) expires a key early. A node that restarts
+*without persistence* forgets our key: A holds {1,2,3}, node 3 restarts empty, B gets
+{3,4,5}; node 3 forgot its fence counter too, so B's token need not exceed A's. The fix from the article is to keep a crashed node down for longer than the
+max TTL ("delayed restarts"). Our embedded nodes run without persistence on purpose.
+
+**Options.** ``node_timeout_ms`` (default 200) bounds each node's answer. ``wait``:
+RedLock retries after a random delay; ``poll`` and ``notify`` both mean a jittered
+``poll_ms``, ``backoff`` the usual exponential backoff.
+
+**When to use it.** When a single Redis (even with replicas) may not grant a lock twice
+on failover and you can afford N nodes, but pair it with fencing for correctness.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import scripts
+from ..base import DistributedLock
+from ..errors import LockNotOwned
+from ..waiting import SIGNAL_TTL_MS, BackoffWaiter
+from .redlock_nodes import JitterWaiter, on_every_node, quorum, validity_ms
+
+
+class RedLock(DistributedLock):
+    strategy = "redlock"
+    safe = True
+    origin = "seed 004"
+    summary = "majority of N independent Redis nodes, validity time, fencing via counter max"
+    signals_on_release = True  # no single list to BLPOP on: waiters retry after a delay
+
+    def __init__(self, clients: Any, name: str, *, node_timeout_ms: int = 200,
+                 **options: Any) -> None:
+        if not isinstance(clients, (list, tuple)) or not clients:
+            raise TypeError("redlock needs a list of independent redis clients")
+        super().__init__(list(clients), name, **options)
+        if self.ttl_ms is None:
+            raise ValueError("redlock needs a ttl_ms: validity is measured against it")
+        if not isinstance(self.waiter, BackoffWaiter):
+            self.waiter = JitterWaiter(options.get("poll_ms", 50))
+        self.clients: list[Any] = list(clients)
+        self.quorum = quorum(len(self.clients))
+        self.node_timeout = node_timeout_ms / 1000
+        self.fence_key = f"{self.key}:fence"
+        #: ms the current hold could be trusted for, as of the moment it was acquired
+        self.validity_ms: float = 0.0
+        self._valid_until = 0.0
+        for client in self.clients:  # register once here, not racily in the pool threads
+            for script in ("token_acquire", "redlock_fence", "token_release", "token_extend"):
+                scripts.script(client, script)
+
+    def _call(self, script: str, keys: list[str], args: list[Any]) -> list[Any]:
+        def one(client: Any) -> Any:
+            return scripts.script(client, script)(keys=keys, args=args)
+
+        return on_every_node(self.clients, one, self.node_timeout)
+
+    def _try_acquire(self, token: str) -> bool:
+        start = self.clock.monotonic()
+        answers = self._call("token_acquire", [self.key, self.fence_key], [token, self.ttl_ms])
+        counters = [int(a[1]) for a in answers if not isinstance(a, BaseException) and a[0]]
+        if len(counters) >= self.quorum:
+            fence = max(counters)
+            raised = self._call("redlock_fence", [self.key, self.fence_key], [token, fence])
+            if sum(r == scripts.OK for r in raised) >= self.quorum:
+                assert self.ttl_ms is not None
+                elapsed_ms = (self.clock.monotonic() - start) * 1000
+                validity = validity_ms(self.ttl_ms, elapsed_ms)
+                if validity > 0:
+                    self.fencing_token, self.validity_ms = fence, validity
+                    self._valid_until = start + validity / 1000
+                    return True
+        pttls = [int(a[1]) for a in answers if not isinstance(a, BaseException) and not a[0]]
+        self.holder_ttl_ms = max(pttls) if pttls else None
+        self._call("token_release", [self.key, self.signal_key], [token, SIGNAL_TTL_MS])
+        return False
+
+    def _release(self, token: str) -> None:
+        answers = self._call("token_release", [self.key, self.signal_key],
+                             [token, SIGNAL_TTL_MS])
+        freed = sum(a == scripts.OK for a in answers)
+        if freed < self.quorum:
+            raise LockNotOwned(f"released on only {freed} of {len(self.clients)} nodes: the "
+                               "lock had expired or been taken on a majority", self.name)
+
+    def _extend(self, token: str, ttl_ms: int) -> None:
+        start = self.clock.monotonic()
+        answers = self._call("token_extend", [self.key], [token, ttl_ms])
+        validity = validity_ms(ttl_ms, (self.clock.monotonic() - start) * 1000)
+        if sum(a == scripts.OK for a in answers) < self.quorum or validity <= 0:
+            raise LockNotOwned("cannot extend on a majority: the lock is no longer ours",
+                               self.name)
+        self.validity_ms, self._valid_until = validity, start + validity / 1000
+
+    def remaining_validity_ms(self) -> float:
+        """Ms left before the lock may have expired on a majority (<= 0: assume it has)."""
+        return (self._valid_until - self.clock.monotonic()) * 1000 if self._token else 0.0
+
+    def _is_held(self, token: str) -> bool:
+        def get(client: Any) -> Any:
+            return client.get(self.key)
+
+        values = on_every_node(self.clients, get, self.node_timeout)
+        mine = sum(v in (token, token.encode()) for v in values if isinstance(v, (str, bytes)))
+        return mine >= self.quorum and self.remaining_validity_ms() > 0
+
+    def locked(self) -> bool:
+        """Whether some holder has the key on a majority of the nodes."""
+        def exists(client: Any) -> Any:
+            return client.exists(self.key)
+
+        answers = on_every_node(self.clients, exists, self.node_timeout)
+        return sum(a == 1 for a in answers if not isinstance(a, BaseException)) >= self.quorum

@@ -1,0 +1,227 @@
+"""redlock: quorum and validity with MagicMock nodes; crashes and restarts on 5 real ones."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from unittest.mock import MagicMock
+
+import pytest
+import redis
+
+import lockcore
+from lockcore import LockNotOwned, scripts
+from lockcore.strategies.redlock import RedLock
+from lockcore.strategies.redlock_nodes import drift_ms, quorum, validity_ms
+
+
+# -- pure logic, MagicMock nodes --------------------------------------------------------
+def mock_node(acquire=(1, 1), *, fence=1, release=1, delay: threading.Barrier | None = None):
+    """A client whose scripts answer as told; an Exception instance is raised instead."""
+    answers = {"token_acquire": acquire, "redlock_fence": fence, "token_release": release,
+               "token_extend": 1}
+    node = MagicMock(name="redis-node")
+    calls: dict[str, MagicMock] = {}
+
+    def register_script(source: str) -> MagicMock:
+        name = next(n for n in answers if scripts.source(n) == source)
+
+        def run(keys, args):
+            if delay is not None and name == "token_acquire":
+                delay.wait(timeout=5)  # passes only if every node is called at once
+            answer = answers[name]
+            if isinstance(answer, Exception):
+                raise answer
+            return list(answer) if isinstance(answer, tuple) else answer
+
+        calls[name] = MagicMock(side_effect=run)
+        return calls[name]
+
+    node.register_script.side_effect = register_script
+    node.calls = calls
+    return node
+
+
+def test_quorum_is_a_strict_majority() -> None:
+    assert [quorum(n) for n in (1, 2, 3, 4, 5, 7)] == [1, 2, 2, 3, 3, 4]
+
+
+def test_validity_is_ttl_minus_elapsed_minus_drift() -> None:
+    assert drift_ms(10_000) == 102
+    assert validity_ms(10_000, 500) == 10_000 - 500 - 102
+
+
+def test_three_yes_votes_of_five_acquire_with_the_max_counter_as_token() -> None:
+    down = redis.ConnectionError("refused")
+    nodes = [mock_node((1, 7)), mock_node((1, 9)), mock_node((1, 3)),
+             mock_node(down), mock_node(down)]
+    lock = RedLock(nodes, "res")
+    assert lock.acquire(blocking=False)
+    assert lock.fencing_token == 9
+    for node in nodes[:3]:  # the second round raised every held node to 9
+        assert node.calls["redlock_fence"].call_args.kwargs["args"][1] == 9
+
+
+def test_two_yes_votes_of_five_fail_and_release_on_every_node() -> None:
+    nodes = [mock_node((1, 1)), mock_node((1, 1)), mock_node((0, 5000)),
+             mock_node(redis.TimeoutError("slow")), mock_node((0, 4000))]
+    lock = RedLock(nodes, "res")
+    assert not lock.acquire(blocking=False)
+    assert lock.holder_ttl_ms == 5000
+    assert all(node.calls["token_release"].called for node in nodes)
+
+
+def test_a_majority_won_too_slowly_is_not_a_lock(fake_clock) -> None:
+    nodes = [mock_node() for _ in range(5)]
+    original = nodes[0].register_script.side_effect
+
+    def slow_register(source):  # node 0 takes 9.95 s of the 10 s ttl to answer
+        script = original(source)
+        inner = script.side_effect
+
+        def run(keys, args):
+            fake_clock.now += 9.95 if args and args[-1] == 10_000 else 0
+            return inner(keys, args)
+
+        script.side_effect = run
+        return script
+
+    nodes[0].register_script.side_effect = slow_register
+    lock = RedLock(nodes, "res", ttl_ms=10_000, clock=fake_clock)
+    assert not lock.acquire(blocking=False)
+    assert all(node.calls["token_release"].called for node in nodes)
+
+
+def test_every_node_is_asked_in_parallel() -> None:
+    barrier = threading.Barrier(5)
+    nodes = [mock_node(delay=barrier) for _ in range(5)]
+    lock = RedLock(nodes, "res", node_timeout_ms=5_000)
+    assert lock.acquire(blocking=False)  # a sequential loop would break the barrier
+    assert not barrier.broken
+
+
+def test_release_on_fewer_than_a_majority_raises() -> None:
+    nodes = [mock_node(release=r) for r in (1, 1, 0, 0, redis.ConnectionError("down"))]
+    lock = RedLock(nodes, "res")
+    assert lock.acquire(blocking=False)
+    with pytest.raises(LockNotOwned, match="2 of 5"):
+        lock.release()
+
+
+# -- five real redis-server processes ---------------------------------------------------
+def redlock(clients, **options) -> RedLock:
+    lock = lockcore.create("redlock", clients, "stock:sku-1", **options)
+    assert isinstance(lock, RedLock)
+    return lock
+
+
+def test_two_of_five_nodes_down_still_acquires(redlock_cluster, redlock_clients) -> None:
+    for server in redlock_cluster.servers[:2]:
+        server.kill()
+    lock = redlock(redlock_clients)
+    assert lock.acquire(timeout=5)
+    assert lock.held() and lock.validity_ms > 0
+    lock.release()
+
+
+def test_three_of_five_nodes_down_fails_within_the_timeout(redlock_cluster,
+                                                          redlock_clients) -> None:
+    for server in redlock_cluster.servers[:3]:
+        server.kill()
+    lock = redlock(redlock_clients, poll_ms=50)
+    started = time.monotonic()
+    assert not lock.acquire(timeout=0.5)
+    assert time.monotonic() - started < 10  # generous: the deadline was honoured
+    assert not any(c.exists(lock.key) for c in redlock_clients[3:])  # nothing left behind
+
+
+def test_a_node_restarted_without_persistence_lets_a_second_holder_in(
+        redlock_cluster, redlock_clients) -> None:
+    servers = redlock_cluster.servers
+    for server in servers[3:]:
+        server.kill()
+    a = redlock(redlock_clients, ttl_ms=10_000)
+    assert a.acquire(blocking=False)  # A holds on nodes 0, 1, 2
+    for server in servers[3:]:
+        server.start()
+    servers[2].kill()  # node 2 crashes and comes back at once, empty
+    servers[2].start()
+    b = redlock(redlock_clients, ttl_ms=10_000)
+    assert b.acquire(blocking=False)  # B wins nodes 2, 3, 4
+    assert a.remaining_validity_ms() > 0  # while A still believes it holds: two holders
+    assert b.fencing_token is not None and a.fencing_token is not None
+    # ... and the restarted node forgot its fence counter too: B's token is no greater
+    # than A's, so not even fencing can tell them apart (hence delayed restarts).
+    assert b.fencing_token <= a.fencing_token
+
+
+def test_a_restart_delayed_past_the_ttl_keeps_the_second_client_out(
+        redlock_cluster, redlock_clients) -> None:
+    servers = redlock_cluster.servers
+    for server in servers[3:]:
+        server.kill()
+    a = redlock(redlock_clients, ttl_ms=1_500)
+    assert a.acquire(blocking=False)
+    for server in servers[3:]:
+        server.start()
+    servers[2].kill()  # crashed; kept down until the max ttl has passed
+    b = redlock(redlock_clients, ttl_ms=1_500, poll_ms=50)
+    while a.remaining_validity_ms() > 100:
+        assert not b.acquire(blocking=False)
+        time.sleep(0.1)
+    time.sleep(1.6)
+    servers[2].start()
+    assert b.acquire(timeout=5)  # only now, with A's lock expired everywhere
+    b.release()
+
+
+def test_fencing_tokens_never_go_backwards_when_the_majority_changes(
+        redlock_cluster, redlock_clients) -> None:
+    redlock_clients[0].set("lock:{stock:sku-1}:fence", 100)  # node 0 has a long history
+    lock = redlock(redlock_clients)
+    with lock:
+        first = lock.fencing_token
+    assert first == 101
+    redlock_cluster.servers[0].kill()  # the node with the high counter is gone
+    with lock:
+        second = lock.fencing_token
+    assert second is not None and second > first
+
+
+def test_contending_clients_never_overlap(redlock_clients) -> None:
+    inside: list[int] = []
+    overlaps: list[int] = []
+    start = threading.Event()
+
+    def worker() -> None:
+        lock = redlock(redlock_clients, poll_ms=5)
+        start.wait()
+        for _ in range(5):
+            assert lock.acquire(timeout=20)
+            inside.append(1)
+            overlaps.append(len(inside))
+            time.sleep(0.002)
+            inside.pop()
+            lock.release()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    start.set()
+    for thread in threads:
+        thread.join(60)
+    assert len(overlaps) == 20 and max(overlaps) == 1
+
+
+def test_works_in_a_gevent_monkey_patched_process(redlock_cluster) -> None:
+    program = (
+        "from gevent import monkey; monkey.patch_all()\n"
+        "import sys, redis, lockcore\n"
+        "clients = [redis.Redis.from_url(u) for u in sys.argv[1:]]\n"
+        "lock = lockcore.create('redlock', clients, 'gevent-check')\n"
+        "assert lock.acquire(timeout=5); lock.release(); print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", program, *redlock_cluster.urls],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
