@@ -94,8 +94,16 @@ def _pottery(conns: Connections, name: str) -> Handle:
 
 
 def _kazoo(conns: Connections, name: str) -> Handle:
+    from kazoo.exceptions import LockTimeout
+
     lock = conns.zookeeper().Lock(f"/bench/{name}")
-    return _Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
+
+    def acquire(timeout: float) -> bool:
+        try:  # kazoo raises on timeout where the others return False
+            return bool(lock.acquire(blocking=True, timeout=timeout))
+        except LockTimeout:
+            return False
+    return _Adapter(lock, acquire)
 
 
 CONTENDERS: list[Contender] = [
@@ -103,8 +111,8 @@ CONTENDERS: list[Contender] = [
               _lockcore("token", "redis", wait="poll"), "lockcore.strategies.token"),
     Contender("token-notify", "lockcore", "redis", "wait=notify",
               _lockcore("token", "redis", wait="notify"), "lockcore.strategies.token"),
-    Contender("fair", "lockcore", "redis", "FIFO queue",
-              _lockcore("fair", "redis"), "lockcore.strategies.fair"),
+    Contender("fair", "lockcore", "redis", "wait=notify, FIFO hand-off",
+              _lockcore("fair", "redis", wait="notify"), "lockcore.strategies.fair"),
     Contender("redis-py", "redis-py", "redis", "redis.lock.Lock sleep=0.1",
               _redis_py, "redis.lock"),
     Contender("python-redis-lock", "python-redis-lock", "redis", "redis_lock.Lock (BLPOP)",

@@ -87,6 +87,9 @@ def _measure(pool: WorkerPool, contender: Contender, backends: dict[str, Any],
                                            partial(commands_total, lock_servers))
         commands = commands_total(lock_servers) - before if lock_servers else None
         outcome["errors"] += [f"{mode}: {e}" for e in errors]
+        if contender.backend == "zookeeper":  # no Redis round trips to count
+            for report in reports:
+                report["round_trips"] = None
         if mode == "uncontended":
             outcome[mode] = stats.uncontended(reports, duration, commands)
         else:

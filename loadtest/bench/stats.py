@@ -9,7 +9,7 @@ lets the releaser grab it straight back shows up as a figure near 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -25,6 +25,16 @@ def per_op(total: float | None, ops: int) -> float | None:
     return None if total is None or ops == 0 else round(total / ops, 2)
 
 
+def _sum_or_none(values: Iterable[int | None]) -> int | None:
+    """None when any worker could not count (ZooKeeper talks no Redis)."""
+    total = 0
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
@@ -33,7 +43,7 @@ def uncontended(reports: list[dict[str, Any]], duration: float,
                 commands: int | None) -> dict[str, Any]:
     """One worker's acquire+release loop."""
     ops = sum(r["acquisitions"] for r in reports)
-    trips = sum(r["round_trips"] for r in reports)
+    trips = _sum_or_none(r["round_trips"] for r in reports)
     return {
         "ops": ops,
         "ops_per_s": round(ops / duration, 1),
@@ -48,7 +58,7 @@ def contended(reports: list[dict[str, Any]], duration: float,
     counts = [r["acquisitions"] for r in sorted(reports, key=lambda r: r["worker"])]
     acquisitions = sum(counts)
     waits = sorted(w for r in reports for w in r["waits"])
-    trips = sum(r["round_trips"] for r in reports)
+    trips = _sum_or_none(r["round_trips"] for r in reports)
     return {
         "acquisitions": acquisitions,
         "acq_per_s": round(acquisitions / duration, 1),
