@@ -1,0 +1,114 @@
+"""Fixtures for the web app: an app on a real redis-server and on SQLite or PostgreSQL.
+
+``app`` is parametrized over both databases, migrated once per session with Alembic
+(as in production). PostgreSQL gets a database of its own, named for this process,
+dropped at the end; the server is shared with other engineers' tests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import delete
+
+from tests.support import missing_system_part
+from webapp import create_app, db, sales
+from webapp.extensions import Backends
+from webapp.models import Order, Product, Sale
+
+PG_ADMIN_URL = os.environ.get("SECKILL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+ADMIN_TOKEN = "test-admin-token"
+SKU = "sku-1"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    import psycopg
+
+    name = f"seckill_webapp_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        missing_system_part(f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {exc}")
+        return
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+        url = f"{base}/{name}"
+        db.upgrade(url)
+        try:
+            yield url
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('webapp') / 'shop.sqlite'}"
+    db.upgrade(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+def make_app(database_url: str, redis_url: str, **overrides: Any) -> Flask:
+    return create_app({"TESTING": True, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
+                       "SECKILL_ADMIN_TOKEN": ADMIN_TOKEN, "REDLOCK_URLS": [],
+                       "ZOOKEEPER_HOSTS": None, "LOCK_TIMEOUT_S": 2.0, **overrides})
+
+
+def backends(app: Flask) -> Backends:
+    found: Backends = app.extensions["seckill"]
+    return found
+
+
+def empty_shop(app: Flask) -> None:
+    with backends(app).sessions.begin() as session:
+        for table in (Order, Sale, Product):
+            session.execute(delete(table))
+
+
+@pytest.fixture
+def app(database_url: str, redis_url: str, redis_client: Any) -> Iterator[Flask]:
+    """A fresh shop: ``sku-1`` (stock 10, ``token``) and ``sku-2`` (stock 1, ``atomic``)."""
+    app = make_app(database_url, redis_url)
+    empty_shop(app)
+    b = backends(app)
+    sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=10, strategy="token")
+    sales.create_product(b.sessions, "sku-2", "Headphones", 7_900, stock=1, strategy="atomic")
+    sales.reset_sale(b.sessions, b.redis, SKU, stock=10, strategy="token")
+    sales.reset_sale(b.sessions, b.redis, "sku-2", stock=1, strategy="atomic")
+    yield app
+    b.close()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+def auth(token: str = ADMIN_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def reset(client: FlaskClient, sku: str = SKU, **body: Any) -> Any:
+    response = client.put(f"/api/admin/sales/{sku}", json=body, headers=auth())
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()
+
+
+def buy(client: FlaskClient, user: str, sku: str = SKU, quantity: int = 1,
+        key: str | None = None) -> Any:
+    headers = {"Idempotency-Key": key} if key else {}
+    return client.post(f"/api/products/{sku}/purchase",
+                       json={"user_id": user, "quantity": quantity}, headers=headers)

@@ -1,0 +1,91 @@
+// Storefront: live stock by short polling, and the buy buttons. No build step.
+"use strict";
+
+const POLL_MS = 500;
+
+function newKey() {
+  // randomUUID needs a secure context; 127.0.0.1 is one, a LAN address is not
+  return crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+}
+
+function card(sku) {
+  return document.querySelector(`.card[data-sku="${CSS.escape(sku)}"]`);
+}
+
+function show(el, text, kind) {
+  const message = el.querySelector(".message");
+  message.textContent = text;
+  message.className = "message " + kind;
+}
+
+function render(product) {
+  const el = card(product.sku);
+  if (!el) return;
+  el.querySelector(".stock").textContent = product.stock;
+  el.querySelector(".initial").textContent = product.initial_stock;
+  el.querySelector(".sold").textContent = product.sold;
+  el.querySelector(".strategy-name").textContent = product.strategy;
+  const share = product.initial_stock ? (100 * product.stock) / product.initial_stock : 0;
+  el.querySelector(".fill").style.width = Math.max(0, Math.min(100, share)) + "%";
+  const soldOut = product.stock <= 0;
+  el.classList.toggle("sold-out", soldOut);
+  const button = el.querySelector(".buy");
+  if (!button.dataset.busy) {
+    button.disabled = soldOut;
+    button.textContent = soldOut ? "Sold out" : "Buy now";
+  }
+}
+
+async function poll() {
+  try {
+    const response = await fetch("/api/products", { cache: "no-store" });
+    if (response.ok) (await response.json()).forEach(render);
+  } catch (err) {
+    // the server is restarting or overloaded: keep the last numbers, try again
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+async function buy(el) {
+  const sku = el.dataset.sku;
+  const user = document.getElementById("user-name").value.trim();
+  if (!user) {
+    show(el, "Enter your name first.", "error");
+    document.getElementById("user-name").focus();
+    return;
+  }
+  const button = el.querySelector(".buy");
+  button.dataset.busy = "1";
+  button.disabled = true;
+  show(el, "Buying…", "pending");
+  try {
+    const response = await fetch(`/api/products/${encodeURIComponent(sku)}/purchase`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Idempotency-Key": newKey() },
+      body: JSON.stringify({ user_id: user, quantity: 1 }),
+    });
+    const body = await response.json();
+    if (response.status === 201 || response.status === 200) {
+      show(el, `Confirmed! Order #${body.order_id} for ${body.user_id}.`, "ok");
+    } else if (body.error === "sold_out") {
+      show(el, "Sold out — better luck next sale.", "sold");
+    } else if (body.error === "already_purchased") {
+      show(el, "You already have one: one per person.", "warn");
+    } else if (body.error === "busy") {
+      const wait = response.headers.get("Retry-After") || "1";
+      show(el, `Too busy right now — try again in ${wait}s.`, "warn");
+    } else {
+      show(el, body.detail || "Something went wrong.", "error");
+    }
+  } catch (err) {
+    show(el, "Network error — try again.", "error");
+  } finally {
+    delete button.dataset.busy;
+    button.disabled = el.classList.contains("sold-out");
+  }
+}
+
+document.querySelectorAll(".card .buy").forEach((button) => {
+  button.addEventListener("click", () => buy(button.closest(".card")));
+});
+poll();
