@@ -151,4 +151,6 @@ def _seconds(header: str | None) -> float:
 
 
 if __name__ == "__main__":
+    # python loadtest/locustfile.py --host http://127.0.0.1:8000  (one buyer, in a debugger)
+    barrier.enabled = False
     run_single_user(Buyer)

@@ -32,11 +32,13 @@ class SpikeBarrier:
         self._open = Event()
         self._armed = False
         self._start_at: float | None = None
+        #: False for ``run_single_user()``: one debugged user has nobody to wait for
+        self.enabled = True
 
     def arm(self, start_at: float | None = None) -> None:
         """Close the gate for a new test; it opens at ``start_at`` or on :meth:`release`."""
         self._open.clear()
-        self._armed = True
+        self._armed = self.enabled
         self._start_at = start_at
 
     def release(self) -> None:

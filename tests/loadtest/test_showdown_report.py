@@ -1,0 +1,88 @@
+"""Reading Locust's CSVs, the comparison table, the verdicts and the HTML report."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from loadtest import locust_csv, svg
+from loadtest.compare import FAIL, OK, TAUGHT, StrategyResult, failed, format_table
+from loadtest.report import render, write_report
+from loadtest.verdict import PURCHASE_NAME
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_locust_stats_are_read_per_request_name_with_percentiles_in_ms():
+    stats = locust_csv.read_stats(FIXTURES / "flash")
+    purchase = stats[PURCHASE_NAME]
+    assert (purchase.requests, purchase.failures) == (50, 2)
+    assert (purchase.p50, purchase.p95, purchase.p99) == (26, 28, 29)
+    assert stats[locust_csv.AGGREGATED].requests == 100
+
+
+def test_missing_csvs_read_as_nothing(tmp_path):
+    assert locust_csv.read_stats(tmp_path / "none") == {}
+    assert locust_csv.read_history(tmp_path / "none") == []
+
+
+def test_throughput_over_time_comes_from_the_cumulative_counts():
+    points = locust_csv.read_history(FIXTURES / "flash")
+    assert points[0].total_requests == 0 and points[-1].total_requests == 100
+    series = locust_csv.throughput(points)
+    assert sum(rate * 1 for _, rate in series) == pytest.approx(100)
+    assert [t for t, _ in series] == sorted(t for t, _ in series)
+
+
+def result(name, safe, **figures):
+    base = dict(sold=100, consistent=True, rps=500.0, p50=10.0, p95=40.0, p99=80.0,
+                fairness=0.9, sell_out_s=1.5, throughput=[(1.0, 400.0), (2.0, 100.0)])
+    return StrategyResult(name, safe, users=1000, stock=100, **{**base, **figures})
+
+
+def test_verdicts_separate_taught_failures_from_real_ones():
+    naive = result("naive", False, sold=130, oversold=30, consistent=False)
+    token = result("token", True)
+    broken = result("fair", True, lost=1, consistent=False)
+    crashed = StrategyResult("redlock", True, error="Locust made no requests")
+    assert [r.verdict for r in (naive, token, broken)] == [TAUGHT, OK, FAIL]
+    assert failed([naive, token, broken, crashed]) == [broken, crashed]
+
+
+def test_the_table_has_one_aligned_line_per_strategy():
+    text = format_table([result("naive", False, oversold=30, consistent=False),
+                         result("setnx-expire", True, fairness=None)])
+    header, rule, *rows = text.splitlines()
+    assert header.split()[:4] == ["strategy", "safe", "sold", "oversold"]
+    assert len({len(line) for line in (header, rule, *rows)}) == 1
+    assert rows[0].split()[:4] == ["naive", "NO", "100", "30"]
+    assert " - " in rows[1]  # an unknown figure is a dash, not 0
+
+
+def test_the_report_is_one_offline_html_file_with_the_table_and_four_charts(tmp_path):
+    results = [result("naive", False, oversold=30, consistent=False), result("token", True)]
+    summary = {"machine": {"cpu": "Test CPU", "command": "seckill showdown --users 9"},
+               "settings": {"users": 1000}, "elapsed_s": 12.0}
+    path = write_report(tmp_path, results, summary)
+    html = path.read_text()
+    assert html.count("<svg") == 4
+    assert "seckill showdown --users 9" in html and "Test CPU" in html
+    assert "<td>naive</td>" in html and "unsafe, as taught" in html
+    urls = set(re.findall(r"(?:src|href)=['\"]([^'\"]+)", html))
+    assert urls <= {"summary.json", "raw/"}  # nothing fetched from the network
+
+
+def test_sustained_results_chart_purchases_per_second_against_the_baseline():
+    baseline = StrategyResult("no-op baseline", True, mode="noop", rps=900.0)
+    atomic = result("atomic", True, mode="sustained", purchases_per_s=300.0)
+    html = render([baseline, atomic], {})
+    assert "Purchases/s" in html and "baseline" in html
+
+
+def test_bar_heights_are_proportional_to_the_values():
+    chart = svg.bars("t", ["a", "b"], {"v": [10.0, 5.0]})
+    heights = [float(h) for h in re.findall(r'<rect x="[^"]+" y="[^"]+" width="[^"]+" '
+                                            r'height="([^"]+)"', chart)]
+    assert heights[0] == pytest.approx(2 * heights[1], abs=0.2)  # rounded to 0.1 px
