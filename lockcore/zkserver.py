@@ -1,20 +1,17 @@
 """Start a real standalone ZooKeeper on a free loopback port and stop it by pid.
 
-The tests and the ghost-node lab need a ZooKeeper they own, the same way
-``embedded.py`` gives them their own redis-server. We run the Debian package's jars
-(``/usr/share/java/zookeeper.jar``, whose manifest names its dependencies) with plain
-``java`` and a generated ``zoo.cfg``, rather than ``zkServer.sh``: the script reads
-``/etc/zookeeper`` and writes to ``/var/log``, and would run one shared server for
-everybody.
+Like ``embedded.py`` for Redis: the tests and the ghost-node lab own their ZooKeeper.
+We run the Debian package's ``zookeeper.jar`` (its manifest names its dependencies)
+with plain ``java`` and a generated ``zoo.cfg``; ``zkServer.sh`` would read
+``/etc/zookeeper``, write to ``/var/log`` and run one server shared by everybody.
 
 Why these settings:
-
 * ``tickTime=200`` with ``minSessionTimeout=400``: sessions can be short, so a test
   can expire one (and watch a lock be lost) in well under a second.
 * ``admin.enableServer=false``: the admin HTTP server would grab port 8080.
 * ``4lw.commands.whitelist=ruok,srvr``: ``start()`` waits for ``ruok`` -> ``imok`` and
   for ``srvr`` to report a mode (``imok`` comes before the server accepts sessions).
-* ``-Xmx256m``, serial GC and C1 only: a small, fast-starting JVM on a shared machine.
+* ``-Xmx256m``, serial GC, C1 only: a small, fast-starting JVM (about 0.3 s here).
 """
 
 from __future__ import annotations
@@ -74,11 +71,7 @@ def classpath() -> str:
 
 
 class ZooKeeperServer:
-    """One standalone ZooKeeper process; a context manager.
-
-    >>> with ZooKeeperServer() as zk:
-    ...     client = KazooClient(hosts=zk.hosts)
-    """
+    """One standalone ZooKeeper process; ``with ZooKeeperServer() as zk: zk.hosts``."""
 
     def __init__(self, port: int | None = None, *, tick_ms: int = 200) -> None:
         self.port = port or free_port()
@@ -149,9 +142,6 @@ class ZooKeeperServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-    def __repr__(self) -> str:
-        return f"<ZooKeeperServer {self.hosts} pid={self.pid}>"
 
 
 @atexit.register

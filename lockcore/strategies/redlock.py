@@ -30,8 +30,9 @@ backwards while a majority keeps its counters.
 Validity is measured on the client's monotonic clock, expiry on each server's clock:
 a server clock that jumps forward (NTP step) expires a key early. A node that restarts
 *without persistence* forgets our key: A holds {1,2,3}, node 3 restarts empty, B gets
-{3,4,5}; node 3 forgot its fence counter too, so B's token need not exceed A's. The fix from the article is to keep a crashed node down for longer than the
-max TTL ("delayed restarts"). Our embedded nodes run without persistence on purpose.
+{3,4,5}; node 3 forgot its fence counter too, so B's token need not exceed A's. The
+article's fix: keep a crashed node down for longer than the max TTL ("delayed
+restarts"). Our embedded nodes run without persistence on purpose.
 
 **Options.** ``node_timeout_ms`` (default 200) bounds each node's answer. ``wait``:
 RedLock retries after a random delay; ``poll`` and ``notify`` both mean a jittered
@@ -140,4 +141,5 @@ class RedLock(DistributedLock):
             return client.exists(self.key)
 
         answers = on_every_node(self.clients, exists, self.node_timeout)
-        return sum(a == 1 for a in answers if not isinstance(a, BaseException)) >= self.quorum
+        held: int = sum(a == 1 for a in answers if not isinstance(a, BaseException))
+        return held >= self.quorum

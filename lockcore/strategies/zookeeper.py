@@ -1,9 +1,8 @@
 """zookeeper: kazoo's ``Lock`` recipe on real ZooKeeper. Safe, FIFO, no TTL to tune.
 
 **Guarantee.** At most one live session holds the lock; waiters are served in arrival
-order; a holder that crashes loses the lock when its session expires (no TTL to guess);
-each acquisition's fencing token (the znode's sequence number) is greater than every
-earlier one for the same resource.
+order; a crashed holder loses the lock when its session expires (no TTL to guess); the
+fencing token (the znode's sequence number) grows with every acquisition.
 
 **Algorithm** (seed 001, the production recipe; we wrap kazoo, we do not rewrite it).
 
@@ -13,9 +12,8 @@ earlier one for the same resource.
 3. Release deletes our node; so does the server when our session expires.
 
 The ``<uuid>`` prefix is kazoo's answer to seed 001's *ghost node*: if ``create``
-succeeds on the server but the reply is lost, the retry first looks for a child with
-our prefix instead of creating a second node that nobody would ever delete. The naive
-recipe without it lives in the ghost-node lab, to show the deadlock.
+succeeds but the reply is lost, the retry finds our node by prefix instead of creating
+a second one nobody would delete (the ghost-node lab shows the deadlock without it).
 
 **Failure timeline** (kazoo's caveat, which applies to every ZooKeeper lock)::
 
@@ -29,9 +27,8 @@ So we report both SUSPENDED and LOST to the holder as a lost lock (``lock.lost``
 ``on_lost``, ``LockLost`` on leaving ``with``). A paused holder (GC) sees neither in
 time: its writes still need ``fencing_token`` checked by the store.
 
-**Options.** ``ttl_ms``, ``wait`` and ``poll_ms`` do not apply: the session is the
-lease and watches are the notification. ``backend`` is a started ``KazooClient`` or a
-hosts string (then one client per hosts string is shared by this process).
+**Options.** ``ttl_ms``, ``wait``, ``poll_ms`` do not apply (the session is the lease,
+watches are the wake-up). ``backend``: a started ``KazooClient`` or a hosts string.
 
 **When to use it.** When ZooKeeper is already there, waits may be long, and fairness
 and crash detection without TTL guessing matter more than latency.
@@ -39,45 +36,22 @@ and crash detection without TTL guessing matter more than latency.
 
 from __future__ import annotations
 
-import atexit
-import threading
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.exceptions import LockTimeout as KazooLockTimeout
-from kazoo.protocol.states import KazooState
-from kazoo.recipe.lock import Lock as KazooLock
+try:  # the "zookeeper" extra; without it lockcore.strategies() still lists this class
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import KazooException, NoNodeError
+    from kazoo.exceptions import LockTimeout as KazooLockTimeout
+    from kazoo.protocol.states import KazooState
+    from kazoo.recipe.lock import Lock as KazooLock
+except ImportError:  # pragma: no cover
+    KazooClient = None
 
 from ..base import DistributedLock, new_token
 from ..errors import LockError, LockNotOwned
+from .zookeeper_clients import shared_client
 
 ROOT = "/seckill/locks"
-_shared: dict[str, KazooClient] = {}
-_shared_guard = threading.Lock()
-
-
-def shared_client(hosts: str) -> KazooClient:
-    """One started client per hosts string: a ZooKeeper session is too dear per lock."""
-    with _shared_guard:
-        client = _shared.get(hosts)
-        if client is None:
-            client = _shared[hosts] = KazooClient(hosts=hosts, timeout=10.0)
-            client.start(timeout=15)
-        return client
-
-
-@atexit.register
-def close_shared_clients() -> None:
-    """Stop the clients ``shared_client`` started (at exit, or when their server goes)."""
-    with _shared_guard:
-        clients = list(_shared.values())
-        _shared.clear()
-    for client in clients:
-        client.stop()
-        client.close()
-
-
 class ZooKeeperLock(DistributedLock):
     strategy = "zookeeper"
     safe = True
@@ -87,7 +61,9 @@ class ZooKeeperLock(DistributedLock):
     signals_on_release = True  # the deleted znode is the wake-up (a watch), not a list
 
     def __init__(self, backend: Any, name: str, **options: Any) -> None:
-        if isinstance(backend, str):
+        if KazooClient is None:
+            raise ImportError("the zookeeper strategy needs kazoo: pip install seckill[zookeeper]")
+        if isinstance(backend, str):  # one shared client per hosts string in this process
             backend = shared_client(backend)
         elif not isinstance(backend, KazooClient):
             raise TypeError("zookeeper needs a KazooClient or a hosts string")
@@ -117,7 +93,7 @@ class ZooKeeperLock(DistributedLock):
         self.client.add_listener(self._on_session_change)
         return True
 
-    def _try_acquire(self, token: str) -> bool:
+    def _try_acquire(self, token: str) -> bool:  # pragma: no cover - acquire() is kazoo's
         raise NotImplementedError("ZooKeeperLock.acquire delegates to kazoo")
 
     def _release(self, token: str) -> None:

@@ -52,7 +52,7 @@ def test_waiters_are_granted_the_lock_in_arrival_order(redis_client, wait) -> No
     for i in range(6):
         threads.append(threading.Thread(target=wait_turn, args=(i,)))
         threads[-1].start()
-        assert _wait_until(lambda: queued(redis_client) == i + 1)  # i has its ticket
+        assert _wait_until(lambda n=i + 1: queued(redis_client) == n)  # i has its ticket
     holder.release()
     for thread in threads:
         thread.join(30)

@@ -87,7 +87,7 @@ def test_waiters_are_granted_the_lock_in_arrival_order(zk, request) -> None:
         thread.start()
         threads.append(thread)
         # the next waiter arrives only once this one has queued its znode
-        assert _wait_until(lambda: len(zk.get_children(holder.path)) == i + 2)
+        assert _wait_until(lambda n=i + 2: len(zk.get_children(holder.path)) == n)
     holder.release()
     for thread in threads:
         thread.join(30)
@@ -117,7 +117,7 @@ def test_a_hosts_string_backend_shares_one_started_client(zookeeper_hosts, reque
         with a:
             assert not b.acquire(blocking=False)
     finally:
-        from lockcore.strategies.zookeeper import close_shared_clients
+        from lockcore.strategies.zookeeper_clients import close_shared_clients
 
         close_shared_clients()
 
