@@ -80,8 +80,10 @@ class NotifyWaiter:
     def wait(self, lock: DistributedLock, remaining: float | None, attempt: int) -> None:
         block = MAX_BLOCK_S if remaining is None else min(MAX_BLOCK_S, remaining)
         holder_ttl = lock.holder_ttl_ms
-        if holder_ttl is not None and holder_ttl > 0:
-            block = min(block, holder_ttl / 1000)
+        # -1: the key has no TTL, so only a release can end the wait. 0 (expires within
+        # the millisecond) or -2 (gone since our try) means: retry at once, not in 1 s.
+        if holder_ttl is not None and holder_ttl != -1:
+            block = min(block, max(holder_ttl, 0) / 1000)
         if block <= SERVER_TICK_S:
             # Too short for BLPOP to time out on time: sleep a little, then retry.
             lock.clock.sleep(min(block, FINE_POLL_S))
