@@ -99,6 +99,9 @@ class Island:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 logger.warning("pid %s did not exit after SIGKILL", proc.pid)
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
         self.procs.clear()
         _ip("link", "del", self.host_end, check=False)
         if self._created:

@@ -100,6 +100,8 @@ def run(narrator: Narrator) -> Verdict:
                                  socket_connect_timeout=0.2)
                      for host, port in [("127.0.0.1", s.port) for s in majority]
                      + [(island.ns_ip, p) for p in minority]]
+        for client in b_clients:
+            stack.callback(client.close)
         holder = island.spawn(
             [sys.executable, "-m", "loadtest.labs.partition_holder", "--urls",
              ",".join(a_urls), "--resource", RESOURCE, "--ttl-ms", str(TTL_MS)],

@@ -65,11 +65,14 @@ def immediate_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[st
     b_got = b.acquire(blocking=False)
     narrator("B asks all five -> %s; lock values per node %s", "OK" if b_got else "refused",
              holders_by_node(servers, a.key))
-    a_valid = a.held()
-    if b_got and a.token is not None:
-        narrator("TWO HOLDERS: A (lease not yet expired, held()=%s) and B", a_valid)
-    return {"b_got_after_immediate_restart": b_got, "a_still_held": a_valid}
-
+    validity_left = a.remaining_validity_ms()  # type: ignore[attr-defined]
+    if b_got and a.token is not None and validity_left > 0:
+        narrator("TWO HOLDERS: A (validity %.0f ms left, fencing token %s) and B (fencing "
+                 "token %s): nodes 3-5 forgot A's counter too", validity_left, a.fencing_token,
+                 b.fencing_token)
+    narrator("only a re-check would tell A: held() asks every node -> %s", a.held())
+    return {"b_got_after_immediate_restart": b_got, "a_validity_left_ms": validity_left,
+            "a_fence": a.fencing_token, "b_fence": b.fencing_token}
 
 def delayed_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[str, object]:
     for server in servers:

@@ -46,6 +46,8 @@ def test_redlock_node_restarting_empty_gives_a_second_client_a_majority() -> Non
     verdict, narrator = run_quietly("redlock-restart")
     assert verdict.demonstrated, narrator.text()
     assert verdict.facts["b_got_after_immediate_restart"] is True
+    assert verdict.facts["a_validity_left_ms"] > 0  # A's lease was still good by its own rule
+    assert verdict.facts["a_fence"] == verdict.facts["b_fence"]  # the counters were lost too
     assert verdict.facts["b_refused_during_delay"] is True
     assert verdict.facts["b_got_after_ttl"] is True
 
