@@ -1,0 +1,96 @@
+"""No input produces a 500: odd bodies, headers and skus are 400 (or 404), always JSON."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockcore.embedded import free_port
+from tests.webapp.conftest import SKU, auth, backends, make_app
+
+ODD_BODIES = [
+    {}, {"user_id": ""}, {"user_id": "   "}, {"user_id": None}, {"user_id": 42},
+    {"user_id": ["a"]}, {"user_id": {"a": 1}}, {"user_id": "x" * 65},
+    {"user_id": "nul\u0000byte"}, {"user_id": "lone \ud800 surrogate"},
+    {"user_id": "ann", "quantity": 0}, {"user_id": "ann", "quantity": -1},
+    {"user_id": "ann", "quantity": 1.0}, {"user_id": "ann", "quantity": 1.5},
+    {"user_id": "ann", "quantity": "1"}, {"user_id": "ann", "quantity": True},
+    {"user_id": "ann", "quantity": None}, {"user_id": "ann", "quantity": [1]},
+    {"user_id": "ann", "quantity": 10**400}, {"user_id": "ann", "quantity": 2},
+    {"user_id": "ann", "quantity": float("inf")},
+]
+
+
+@pytest.mark.parametrize("body", ODD_BODIES, ids=range(len(ODD_BODIES)))
+def test_an_odd_purchase_body_is_400_invalid_request(client, body):
+    response = client.post(f"/api/products/{SKU}/purchase", json=body)
+    assert response.status_code == 400, response.get_data(as_text=True)
+    assert response.get_json()["error"] == "invalid_request"
+
+
+@pytest.mark.parametrize("raw, content_type", [
+    (b"{not json", "application/json"), (b"[1, 2]", "application/json"),
+    (b'"ann"', "application/json"), (b"null", "application/json"),
+    (b'{"user_id": "ann"}', "text/plain"), (b"user_id=ann", "application/x-www-form-urlencoded"),
+    (b"\xff\xfe", "application/json"), (b"", "application/json"),
+    (b'{"user_id": "ann", "quantity": NaN}', "application/json"),
+])
+def test_a_body_that_is_not_a_json_object_is_400(client, raw, content_type):
+    response = client.post(f"/api/products/{SKU}/purchase", data=raw,
+                           headers={"Content-Type": content_type})
+    assert response.status_code == 400
+    assert response.get_json()["error"] == "invalid_request"
+
+
+@pytest.mark.parametrize("sku", ["x" * 5000, "%00", "caf%C3%A9", "%ED%A0%80", "a%0Ab", "' OR 1=1 --"])
+def test_an_odd_sku_is_a_json_404(client, sku):
+    for response in (client.get(f"/api/products/{sku}"),
+                     client.post(f"/api/products/{sku}/purchase", json={"user_id": "ann"}),
+                     client.get(f"/api/sales/{sku}/audit")):
+        assert response.status_code == 404
+        assert response.get_json()["error"] == "unknown_sku"
+
+
+@pytest.mark.parametrize("key", ["", "   ", "k" * 129, "tab\there"])
+def test_an_odd_idempotency_key_is_400(client, key):
+    response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "ann"},
+                           headers={"Idempotency-Key": key})
+    assert response.status_code == 400
+
+
+def test_unicode_user_names_are_fine(client):
+    response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "小明 🛒"})
+    assert response.status_code == 201
+    assert response.get_json()["user_id"] == "小明 🛒"
+
+
+@pytest.mark.parametrize("body", [
+    {"stock": -1, "strategy": "token"}, {"stock": 10**12, "strategy": "token"},
+    {"stock": "5", "strategy": "token"}, {"stock": 5}, {"stock": 5, "strategy": None},
+    {"stock": 5, "strategy": "token", "work_ms": -5}, {"stock": 5, "strategy": "token",
+                                                       "work_ms": 1.5},
+    {"stock": 5, "strategy": "token", "limit": 0}, {"stock": True, "strategy": "token"},
+])
+def test_an_odd_reset_body_is_400(client, body):
+    response = client.put(f"/api/admin/sales/{SKU}", json=body, headers=auth())
+    assert response.status_code == 400
+    assert response.get_json()["error"] == "invalid_request"
+
+
+def test_a_purchase_with_redis_down_is_503_busy_and_healthz_names_redis(app, database_url):
+    # ``app`` seeded the database; this second app sees it with no Redis behind it
+    app = make_app(database_url, f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        check_redis_down(app.test_client())
+    finally:
+        backends(app).close()
+
+
+def check_redis_down(client):
+    health = client.get("/healthz")
+    assert health.status_code == 503
+    assert health.get_json()["redis"] != "ok" and health.get_json()["database"] == "ok"
+    response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "ann"})
+    assert response.status_code == 503
+    assert response.get_json()["error"] == "busy"
+    assert "Retry-After" in response.headers
+    assert client.get(f"/api/products/{SKU}").status_code == 200  # the database's count
