@@ -1,0 +1,164 @@
+"""How a blocked acquire waits: fixed polls, jittered backoff, or a release notification."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+import lockcore
+from lockcore import waiting
+
+pytestmark = pytest.mark.timeout(60)
+
+#: every strategy whose release signals a notify-waiter (token's script does it itself)
+REDIS_STRATEGIES = ["naive", "setnx", "setnx-expire", "getset", "token"]
+
+
+@pytest.fixture
+def long_blocks(monkeypatch):
+    """Make a notify-waiter's fallback wake-up 5 s, so a quick wake-up proves a signal."""
+    monkeypatch.setattr(waiting, "MAX_BLOCK_S", 5.0)
+
+
+def held_lock(client, resource="res"):
+    holder = lockcore.create("token", client, resource, ttl_ms=30_000)
+    assert holder.acquire()
+    return holder
+
+
+def test_poll_sleeps_poll_ms_between_attempts_and_stops_at_the_deadline(redis_client,
+                                                                         fake_clock):
+    held_lock(redis_client)
+    waiter = lockcore.create("token", redis_client, "res", wait="poll", poll_ms=30,
+                             clock=fake_clock)
+    assert waiter.acquire(timeout=0.1) is False
+    assert fake_clock.sleeps == pytest.approx([0.03, 0.03, 0.03, 0.01])
+
+
+def test_backoff_grows_exponentially_with_jitter_up_to_the_cap(redis_client, fake_clock):
+    random.seed(7)
+    held_lock(redis_client)
+    waiter = lockcore.create("token", redis_client, "res", wait="backoff", poll_ms=10,
+                             max_poll_ms=80, clock=fake_clock)
+    assert waiter.acquire(timeout=2.0) is False
+    sleeps = fake_clock.sleeps
+    ceilings = [min(0.08, 0.01 * 2 ** i) for i in range(len(sleeps))]
+    assert all(s <= c + 1e-9 for s, c in zip(sleeps[:-1], ceilings, strict=False))
+    assert len(set(sleeps)) > 1, "full jitter: the delays are not all equal"
+    assert sum(sleeps) == pytest.approx(2.0)
+
+
+def test_unknown_wait_mode_is_a_value_error(redis_client):
+    with pytest.raises(ValueError, match="wait must be"):
+        lockcore.create("token", redis_client, "res", wait="spin")
+
+
+@pytest.mark.parametrize("strategy", REDIS_STRATEGIES)
+def test_notify_waiter_wakes_on_release_not_on_its_fallback_timer(strategy, redis_client,
+                                                                  long_blocks):
+    holder = lockcore.create(strategy, redis_client, "res")
+    waiter = lockcore.create(strategy, redis_client, "res", wait="notify")
+    assert holder.acquire()
+    got: list[float] = []
+    thread = threading.Thread(
+        target=lambda: got.append(time.monotonic() if waiter.acquire(timeout=10) else -1))
+    thread.start()
+    time.sleep(0.3)  # the waiter is blocked in BLPOP by now
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(timeout=10)
+    assert got and got[0] > 0
+    assert got[0] - released_at < 2.0, "woken by the signal, long before the 5 s fallback"
+    waiter.release()
+
+
+def test_release_between_a_failed_try_and_blpop_is_not_lost(redis_client, long_blocks):
+    holder = held_lock(redis_client)
+    waiter = lockcore.create("token", redis_client, "res", wait="notify")
+    first_try = waiter._try_acquire
+
+    def try_then_release(token):
+        ok = first_try(token)
+        if not ok and holder.token is not None:
+            holder.release()  # lands after our failed try, before we block
+        return ok
+
+    waiter._try_acquire = try_then_release
+    started = time.monotonic()
+    assert waiter.acquire(timeout=10)
+    assert time.monotonic() - started < 2.0, "the wake-up waited in the list for us"
+
+
+def test_one_release_wakes_exactly_one_of_three_waiters(redis_client, long_blocks):
+    holder = held_lock(redis_client)
+    attempts: list[str] = []
+    winners: list[lockcore.DistributedLock] = []
+    finish = threading.Event()
+
+    def wait_for_lock(index: int) -> None:
+        lock = lockcore.create("token", redis_client, "res", wait="notify")
+        try_once = lock._try_acquire
+        lock._try_acquire = lambda token: attempts.append(str(index)) or try_once(token)
+        assert lock.acquire(timeout=30)
+        winners.append(lock)
+        finish.wait(30)
+        lock.release()  # passes the lock on to the next waiter
+
+    threads = [threading.Thread(target=wait_for_lock, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while int(redis_client.info("clients")["blocked_clients"]) < 3:
+        assert time.monotonic() < deadline, "the waiters never blocked"
+        time.sleep(0.01)
+    attempts.clear()
+    holder.release()
+    time.sleep(0.5)
+    assert len(winners) == 1
+    assert len(attempts) == 1, f"only one waiter should have woken: {attempts}"
+    finish.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(winners) == 3
+
+
+def test_notify_waiter_wakes_when_a_crashed_holders_ttl_runs_out(redis_client, long_blocks):
+    crashed = lockcore.create("token", redis_client, "res", ttl_ms=300)
+    assert crashed.acquire()  # and never released: its process "died"
+    waiter = lockcore.create("token", redis_client, "res", wait="notify")
+    started = time.monotonic()
+    assert waiter.acquire(timeout=10)
+    assert time.monotonic() - started < 0.3 + 1.0, "woke at the TTL, not the 5 s fallback"
+
+
+@pytest.mark.parametrize("wait", ["poll", "backoff", "notify"])
+def test_acquire_timeout_is_honoured_within_a_few_ms(wait, redis_client):
+    held_lock(redis_client)
+    waiter = lockcore.create("token", redis_client, "res", wait=wait)
+    started = time.monotonic()
+    assert waiter.acquire(timeout=0.2) is False
+    elapsed = time.monotonic() - started
+    assert 0.2 <= elapsed < 0.2 + 0.15, elapsed  # generous; the spy test below is exact
+
+
+def test_notify_never_asks_redis_to_block_past_the_deadline(redis_client):
+    # Redis times a BLPOP out on its hz timer, up to 100 ms late; the waiter must
+    # leave that margin itself (this is what made timeout=0.2 take 0.29 s).
+    held_lock(redis_client)
+    waiter = lockcore.create("token", redis_client, "res", wait="notify")
+    asked: list[tuple[float, float]] = []
+    real_blpop = redis_client.blpop
+
+    def spy(keys, timeout):
+        asked.append((timeout, deadline - time.monotonic()))
+        return real_blpop(keys, timeout=timeout)
+
+    redis_client.blpop = spy
+    deadline = time.monotonic() + 0.35
+    assert waiter.acquire(timeout=0.35) is False
+    assert asked, "the waiter should have blocked in BLPOP at least once"
+    for timeout, remaining in asked:
+        assert timeout <= remaining - waiting.SERVER_TICK_S + 0.01
