@@ -1,0 +1,102 @@
+"""The watchdog renews at ttl/3 while held, stops on release, and reports a lost lock."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+import lockcore
+from lockcore import LockLost, LockNotOwned
+from tests.lockcore.processes import holders
+
+pytestmark = pytest.mark.timeout(60)
+
+TTL_MS = 300
+
+
+def test_a_section_three_times_the_ttl_keeps_the_lock(redis_client):
+    lock = lockcore.create("token", redis_client, "res", ttl_ms=TTL_MS, watchdog=True)
+    rival = lockcore.create("token", redis_client, "res", ttl_ms=TTL_MS)
+    with lock:
+        time.sleep(3 * TTL_MS / 1000)
+        assert lock.held()
+        assert rival.acquire(blocking=False) is False
+        assert lock._watchdog.renewals >= 3
+    assert not lock.lost
+
+
+def test_no_renewal_happens_after_release(redis_client):
+    lock = lockcore.create("token", redis_client, "res", ttl_ms=TTL_MS, watchdog=True)
+    assert lock.acquire()
+    dog = lock._watchdog
+    extends: list[float] = []
+    real_extend = lock._extend
+    lock._extend = lambda token, ttl: extends.append(time.monotonic()) or real_extend(token, ttl)
+    lock.release()
+    released_at = time.monotonic()
+    assert not dog.running
+    time.sleep(TTL_MS / 1000)
+    assert [t for t in extends if t > released_at] == []
+    assert not redis_client.exists(lock.key)
+
+
+def test_release_waits_for_a_renewal_in_flight_and_wins(redis_client):
+    lock = lockcore.create("token", redis_client, "res", ttl_ms=TTL_MS, watchdog=True)
+    in_renewal = threading.Event()
+    real_extend = lock._extend
+
+    def slow_extend(token, ttl):
+        in_renewal.set()
+        time.sleep(0.1)  # the release arrives while this renewal is in flight
+        real_extend(token, ttl)
+
+    lock._extend = slow_extend
+    assert lock.acquire()
+    assert in_renewal.wait(5)
+    lock.release()  # must neither raise nor be undone by the renewal
+    assert not redis_client.exists(lock.key)
+    assert not lock.lost
+
+
+def test_a_taken_lock_is_reported_lost_by_callback_held_and_with(redis_client):
+    lost = threading.Event()
+    reasons: list[str] = []
+
+    def on_lost(lock, reason):
+        reasons.append(reason)
+        lost.set()
+
+    lock = lockcore.create("token", redis_client, "res", ttl_ms=TTL_MS, watchdog=True,
+                           on_lost=on_lost)
+    with pytest.raises(LockLost):
+        with lock:
+            redis_client.set(lock.key, "an intruder")  # e.g. after a failover
+            assert lost.wait(5), "the watchdog should notice at its next renewal"
+            assert lock.held() is False
+    assert reasons and lock.lost
+
+
+def test_a_holder_paused_past_its_ttl_finds_out_it_lost_the_lock(redis_client, redis_url):
+    spec = {"mode": "hold", "strategy": "token", "backend": {"redis": redis_url},
+            "resource": "res", "options": {"ttl_ms": TTL_MS, "watchdog": True}}
+    with holders(spec) as (holder,):
+        assert holder.read()["held"]
+        holder.signal(signal.SIGSTOP)  # GC pause, swap storm: the watchdog pauses too
+        try:
+            successor = lockcore.create("token", redis_client, "res", ttl_ms=10_000)
+            assert successor.acquire(timeout=5), "the paused holder's TTL should run out"
+        finally:
+            holder.signal(signal.SIGCONT)
+        holder.send("check")
+        verdict = holder.read()
+    assert verdict["held"] is False
+    assert verdict["release"] in {LockNotOwned.__name__, LockLost.__name__}
+    assert successor.held(), "the woken holder must not have disturbed its successor"
+
+
+def test_a_watchdog_needs_a_lock_that_expires(redis_client):
+    with pytest.raises(ValueError, match="watchdog"):
+        lockcore.create("setnx", redis_client, "res", watchdog=True)
