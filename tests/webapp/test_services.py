@@ -1,0 +1,116 @@
+"""``checkout`` with a FakeLock: the service layer's rules without a real lock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from webapp import db, orders, sales
+from webapp.extensions import make_engine
+from webapp.problems import Busy, SoldOut
+from webapp.services import Checkout, PurchaseRequest, checkout
+
+SKU = "sku-1"
+
+
+class FakeLock:
+    """Grants (or refuses) the lock and records what the service did with it."""
+
+    def __init__(self, grant: bool = True, fencing_token: int = 7) -> None:
+        self.grant = grant
+        self.fencing_token = fencing_token
+        self.calls: list[str] = []
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        self.calls.append("acquire")
+        return self.grant
+
+    def release(self) -> None:
+        self.calls.append("release")
+
+
+@pytest.fixture
+def sessions(tmp_path) -> Iterator[sessionmaker[Session]]:
+    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    db.upgrade(url)
+    engine = make_engine(url)
+    yield sessionmaker(engine, expire_on_commit=False)
+    engine.dispose()
+
+
+@pytest.fixture
+def lock() -> FakeLock:
+    return FakeLock()
+
+
+@pytest.fixture
+def deps(sessions, redis_client, lock) -> Checkout:
+    sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=3, strategy="token")
+    sales.reset_sale(sessions, redis_client, SKU, stock=3, strategy="token", work_ms=1)
+    return Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: lock,
+                    sleep=lambda seconds: None)
+
+
+def audit(deps: Checkout) -> dict:
+    return sales.audit(deps.sessions, deps.redis, SKU)
+
+
+def test_a_purchase_takes_the_lock_releases_it_and_keeps_its_fencing_token(deps, lock):
+    result = checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert result.created and result.order.fencing_token == 7
+    assert lock.calls == ["acquire", "release"]
+    assert audit(deps)["consistent"]
+
+
+def test_a_lock_not_granted_is_busy_and_frees_the_buyer_reservation(deps, lock):
+    lock.grant = False
+    with pytest.raises(Busy):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert lock.calls == ["acquire"]
+    lock.grant = True
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+
+
+def test_selling_out_sets_the_flag_so_later_buyers_never_touch_the_lock(deps, lock):
+    for user in ("a", "b", "c"):
+        checkout(deps, PurchaseRequest(SKU, user))
+    with pytest.raises(SoldOut):
+        checkout(deps, PurchaseRequest(SKU, "d"))  # finds stock 0 under the lock
+    lock.calls.clear()
+    with pytest.raises(SoldOut):
+        checkout(deps, PurchaseRequest(SKU, "e"))
+    assert lock.calls == []
+
+
+def test_a_failed_order_write_returns_the_unit_to_stock(deps, lock, monkeypatch):
+    def broken_insert(*args, **kwargs):
+        raise OperationalError("INSERT", {}, Exception("disk full"))
+
+    monkeypatch.setattr(orders, "insert_order", broken_insert)
+    with pytest.raises(OperationalError):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert lock.calls == ["acquire", "release"]
+    result = audit(deps)
+    assert (result["remaining"], result["orders"], result["consistent"]) == (3, 0, True)
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created  # and the buyer may retry
+
+
+def test_the_simulated_work_happens_inside_the_lock(deps, lock):
+    slept: list[float] = []
+    deps.sleep = lambda seconds: slept.append(seconds) or lock.calls.append("work")
+    checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert lock.calls == ["acquire", "work", "release"] and slept == [0.001]
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "sql"])
+def test_the_lock_free_paths_never_ask_for_a_lock(deps, lock, strategy):
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=1, strategy=strategy)
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+    with pytest.raises(SoldOut):
+        checkout(deps, PurchaseRequest(SKU, "bob"))
+    assert lock.calls == []
+    assert audit(deps)["consistent"]
