@@ -1,0 +1,85 @@
+"""Embedded redis-server processes: started on free loopback ports, stopped by pid."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+
+from lockcore.embedded import (
+    MIN_VERSION,
+    EmbeddedRedis,
+    RedisServer,
+    _version,
+    find_redis_server,
+    free_port,
+    ping,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True  # stop() and kill() reap the child, so no zombie answers here
+
+
+def test_found_binary_is_at_least_redis_6_2():
+    assert _version(find_redis_server()) >= MIN_VERSION
+
+
+def test_free_port_is_never_the_shared_6379():
+    assert free_port() != 6379
+
+
+def test_server_starts_answers_and_is_stopped_by_pid():
+    server = RedisServer().start()
+    pid = server.pid
+    try:
+        assert server.port != 6379
+        assert ping(server.port)
+        assert redis.Redis.from_url(server.url).set("k", "v")
+    finally:
+        server.cleanup()
+    assert not alive(pid)
+    assert not ping(server.port)
+
+
+def test_paused_server_does_not_answer_until_resumed():
+    with EmbeddedRedis(1) as cluster:
+        server = cluster.servers[0]
+        server.pause()
+        assert not ping(server.port, timeout=0.2)
+        server.resume()
+        assert ping(server.port)
+
+
+def test_killed_server_restarts_empty_on_the_same_port():
+    with EmbeddedRedis(1) as cluster:
+        server = cluster.servers[0]
+        client = redis.Redis.from_url(server.url)
+        client.set("lock:{x}", "held")
+        old_pid = server.pid
+        server.kill()
+        assert not alive(old_pid)
+        server.start()
+        assert server.pid != old_pid
+        assert client.get("lock:{x}") is None  # no persistence: the RedLock restart lesson
+        client.close()
+
+
+def test_embedded_redis_stops_every_server_on_exit():
+    with EmbeddedRedis(3) as cluster:
+        pids = [s.pid for s in cluster.servers]
+        assert len(set(cluster.urls)) == 3
+        assert all(ping(s.port) for s in cluster.servers)
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_embedded_redis_needs_at_least_one_node():
+    with pytest.raises(ValueError):
+        EmbeddedRedis(0)
