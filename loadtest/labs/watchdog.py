@@ -16,6 +16,7 @@ import threading
 import time
 
 import lockcore
+from lockcore.embedded import RedisServer
 from lockcore.errors import LockLost, LockNotOwned
 
 from .narration import Narrator, Verdict
@@ -61,7 +62,7 @@ def _long_work(narrator: Narrator, client: object, watchdog: bool) -> tuple[bool
         return b_got_in, True
 
 
-def _redis_goes_away(narrator: Narrator, server: object) -> tuple[bool, str, bool]:
+def _redis_goes_away(narrator: Narrator, server: RedisServer) -> tuple[bool, str, bool]:
     """Returns (on_lost called, its reason, whether leaving ``with`` raised LockLost)."""
     lost = threading.Event()
     reasons: list[str] = []
@@ -71,7 +72,7 @@ def _redis_goes_away(narrator: Narrator, server: object) -> tuple[bool, str, boo
         narrator("on_lost(%r): %s", lock.name, reason)
         lost.set()
 
-    client = client_for(server, timeout=0.3)  # type: ignore[arg-type]
+    client = client_for(server, timeout=0.3)
     lock = lockcore.create("token", client, "stock:sku-1", ttl_ms=TTL_MS, watchdog=True,
                            on_lost=on_lost)
     raised = False
@@ -79,10 +80,10 @@ def _redis_goes_away(narrator: Narrator, server: object) -> tuple[bool, str, boo
         with lock:
             narrator("A acquires with the watchdog and starts working")
             time.sleep(TTL_MS / 1000)
-            server.pause()  # type: ignore[attr-defined]
+            server.pause()
             narrator("redis-server is frozen (SIGSTOP): renewals will time out")
             told = lost.wait(timeout=10 * TTL_MS / 1000)
-            server.resume()  # type: ignore[attr-defined]
+            server.resume()
             narrator("redis-server resumed; A was %s", "told" if told else "NOT told")
     except LockLost as exc:
         raised = True

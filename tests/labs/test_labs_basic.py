@@ -6,7 +6,9 @@ labs) on free loopback ports, so these tests need no fixtures beyond a quiet nar
 
 from __future__ import annotations
 
-from loadtest.labs import Narrator, Verdict, run_lab
+import pytest
+
+from loadtest.labs import Narrator, Verdict, oversell, process_lock, run_lab
 
 
 def run_quietly(name: str) -> tuple[Verdict, Narrator]:
@@ -70,3 +72,32 @@ def test_pause_past_ttl_lab_lands_a_stale_write_unless_fenced() -> None:
     assert unfenced["sales"] == 2 and unfenced["final_stock"] == 99  # one unit sold twice
     assert fenced["stale_write_landed"] is False
     assert fenced["sales"] == 1 and fenced["final_stock"] == 99
+
+
+def test_process_lock_lab_is_exact_in_one_process_and_oversells_across_workers() -> None:
+    narrator = Narrator(quiet=True)
+    verdict = process_lock.run(narrator, buyers=200, stock=30)
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["threads_local_sold"] == verdict.facts["thread_stock"]
+    assert verdict.facts["threads_unlocked_sold"] > verdict.facts["thread_stock"]
+    assert verdict.facts["workers_local_oversold"] > 0
+    assert verdict.facts["workers_token_oversold"] == 0
+    assert verdict.facts["workers_token_sold"] == 30
+
+
+def test_oversell_lab_with_a_reduced_crowd_oversells_naive_and_not_token() -> None:
+    narrator = Narrator(quiet=True)
+    verdict = oversell.run(narrator, buyers=300, stock=30)
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["naive_oversold"] > 0
+    assert verdict.facts["naive_units_sold"] > 30
+    assert verdict.facts["token_oversold"] == 0 and verdict.facts["token_units_sold"] == 30
+
+
+@pytest.mark.slow
+def test_oversell_lab_at_full_size_oversells_1000_buyers_over_100_units() -> None:
+    verdict, narrator = run_quietly("oversell")
+    assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["buyers"] == 1_000 and verdict.facts["stock"] == 100
+    assert verdict.facts["naive_oversold"] > 0
+    assert verdict.facts["token_units_sold"] == 100

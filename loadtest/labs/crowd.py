@@ -1,0 +1,84 @@
+"""A crowd of buyers hitting the served storefront at the same moment, then the audit.
+
+The storefront labs (process-lock, oversell) run the real thing: gunicorn with several
+gevent workers (``webapp.serve.ServedApp``), each purchase a real HTTP request. Every
+buyer thread waits on one start event, so the requests arrive together, as in a flash
+sale, and not spread over the time it takes to start threads. The number of buyers
+and of threads is bounded, all on loopback.
+
+The verdict comes from the shop's own audit (``GET /api/sales/<sku>/audit``): orders
+are counted in the database, so an oversold sale shows ``units_sold > initial_stock``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from loadtest.shop import ShopClient
+
+from .narration import Narrator
+
+SKU = "sku-1"
+MAX_THREADS = 100
+REQUEST_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class SaleResult:
+    strategy: str
+    statuses: dict[int, int]
+    audit: dict[str, Any]
+
+    @property
+    def oversold(self) -> int:
+        return int(self.audit["oversold"])
+
+    @property
+    def units_sold(self) -> int:
+        return int(self.audit["units_sold"])
+
+
+def _buy(url: str, user_id: str) -> int:
+    request = urllib.request.Request(
+        f"{url}/api/products/{SKU}/purchase", method="POST",
+        data=json.dumps({"user_id": user_id}).encode(),
+        headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        exc.read()
+        return int(exc.code)
+
+
+def flash_sale(narrator: Narrator, app: Any, strategy: str, *, buyers: int, stock: int,
+               work_ms: int = 0) -> SaleResult:
+    """Reset the sale to ``stock`` units under ``strategy``; ``buyers`` buy at once; audit."""
+    shop = ShopClient(app.url, app.admin_token)
+    shop.reset_sale(SKU, stock=stock, strategy=strategy, work_ms=work_ms)
+    threads = min(buyers, MAX_THREADS)
+    narrator("sale reset: %d units of %s, strategy %s, %d ms of work under the lock; "
+             "%d buyers on %d threads", stock, SKU, strategy, work_ms, buyers, threads)
+    start = threading.Event()
+
+    def buyer(i: int) -> int:
+        start.wait()
+        return _buy(app.url, f"buyer-{i}")
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="buyer") as pool:
+        futures = [pool.submit(buyer, i) for i in range(buyers)]
+        start.set()
+        statuses = Counter(f.result() for f in futures)
+    narrator("responses: %s", ", ".join(f"{n} x {code}" for code, n in sorted(statuses.items())))
+    audit = shop.audit(SKU)
+    narrator("audit: %d orders for %d units, Redis says %d remaining, oversold %d, "
+             "consistent %s", audit["orders"], audit["initial_stock"], audit["remaining"],
+             audit["oversold"], audit["consistent"])
+    return SaleResult(strategy, dict(statuses), audit)
