@@ -216,9 +216,10 @@ class DistributedLock(ABC):
                 logger.warning("%s lock %r was lost while an exception was raised",
                                self.strategy, self.name)
                 return
-            if reason is not None:
-                raise LockLost(f"lock lost while held: {reason}", self.name) from None
-            raise
+            # We held it on entering ``with``, so "not owned" now means it was lost
+            # (usually its TTL ran out mid-section): say so with the subclass.
+            raise LockLost(f"lock lost while held: {reason or 'it expired or was taken'}",
+                           self.name) from None
         if reason is not None and exc_type is None:
             raise LockLost(f"lock lost while held: {reason}", self.name)
 

@@ -63,3 +63,10 @@ def test_a_killed_holders_lock_is_free_within_ttl_plus_fifty_ms(redis_client, re
 def test_token_lock_needs_a_ttl(redis_client):
     with pytest.raises(ValueError):
         lockcore.create("token", redis_client, "res", ttl_ms=None)
+
+
+def test_leaving_with_after_the_ttl_ran_out_raises_lock_lost(redis_client):
+    lock = lockcore.create("token", redis_client, "res", ttl_ms=50)
+    with pytest.raises(lockcore.LockLost):
+        with lock:
+            time.sleep(0.1)  # the section outlives the ttl; no watchdog
