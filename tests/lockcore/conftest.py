@@ -27,6 +27,10 @@ def zookeeper_hosts() -> Iterator[str]:
     try:
         yield server.hosts
     finally:
+        # Close the strategy's shared kazoo clients first, or they log reconnect failures.
+        from lockcore.strategies.zookeeper_clients import close_shared_clients
+
+        close_shared_clients()
         server.stop()
 
 
