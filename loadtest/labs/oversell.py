@@ -6,9 +6,9 @@ lock``. Hundreds of requests arrive together, several see the lock free in the s
 instant, all of them read the same stock, and each writes ``stock - 1``: lost updates,
 and more orders than units. The shop's audit counts the orders in the database.
 
-The same crowd against the ``token`` lock (``SET NX PX``, one atomic command) sells
-exactly the stock. ``work_ms`` is simulated business work inside the critical section;
-it widens the window the way a real payment call or a slow query would.
+The same crowd against the ``token`` lock (``SET NX PX``, one atomic command) never
+sells more than the stock. ``work_ms`` is simulated business work inside the critical
+section; it widens the window the way a real payment call or a slow query would.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def run(narrator: Narrator, *, buyers: int = BUYERS, stock: int = STOCK) -> Verd
                              "token_units_sold": token.units_sold,
                              "token_oversold": token.oversold,
                              "token_consistent": token.audit["consistent"]}
-    demonstrated = (naive.oversold > 0 and token.oversold == 0 and token.audit["consistent"]
-                    and token.units_sold == stock)
+    # token must never oversell; a buyer turned away busy (503) on a loaded machine
+    # leaves a unit unsold, which is no safety failure
+    demonstrated = naive.oversold > 0 and token.oversold == 0 and token.audit["consistent"]
     line = (f"{buyers} buyers, {stock} units: naive sold {naive.units_sold} "
             f"(oversold {naive.oversold}); token sold {token.units_sold} "
             f"(oversold {token.oversold})")
