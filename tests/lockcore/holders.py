@@ -10,9 +10,11 @@ Each process reports on stdout, one JSON object a line, and takes orders on stdi
                  raised; ``release`` releases; EOF exits (without releasing).
 * ``window``     setnx-expire only: report ``{"window": true}`` between SETNX and EXPIRE,
                  then sleep in that gap until killed.
-* ``exclusion``  wait for a ``go`` line, then ``rounds`` acquisitions; each critical
-                 section records (start_ns, end_ns, fencing token) with the system-wide
-                 CLOCK_MONOTONIC; write them as JSON to ``out`` at the end.
+* ``contests``   a reusable worker (process start-up costs more than a contest): for
+                 each JSON spec line on stdin, build that lock, report ``{"ready": true}``,
+                 wait for a ``go`` line, make ``rounds`` acquisitions and report
+                 ``{"sections": [[start_ns, end_ns, fencing_token], ...]}`` (or
+                 ``{"error": ...}``). Times are the system-wide CLOCK_MONOTONIC.
 """
 
 from __future__ import annotations
@@ -59,24 +61,39 @@ def hold(lock: lockcore.DistributedLock) -> None:
             report(released=True)
 
 
-def exclusion(lock: lockcore.DistributedLock, rounds: int, out: str) -> None:
-    sys.stdin.readline()  # the start barrier: every worker is up before anyone competes
+def compete(lock: lockcore.DistributedLock, rounds: int) -> list[tuple[int, int, Any]]:
     sections = []
     for _ in range(rounds):
-        assert lock.acquire(timeout=60)
+        if not lock.acquire(timeout=60):
+            raise RuntimeError("no turn within 60 s")
         start = time.monotonic_ns()
         time.sleep(0.0002)  # a section long enough for an intruder to land inside it
         end = time.monotonic_ns()
         sections.append((start, end, lock.fencing_token))
         lock.release()
-    with open(out, "w") as f:
-        json.dump(sections, f)
+    return sections
+
+
+def contests() -> None:
+    for line in sys.stdin:
+        try:
+            spec = json.loads(line)
+            lock = lockcore.create(spec["strategy"], build_backend(spec["backend"]),
+                                   spec["resource"], **spec["options"])
+            report(ready=True)
+            sys.stdin.readline()  # the start barrier: everyone is ready before anyone competes
+            report(sections=compete(lock, spec["rounds"]))
+        except Exception as exc:  # report it; the parent fails the test with it
+            report(error=repr(exc))
 
 
 def main(raw: str) -> None:
     spec = json.loads(raw)
     options = spec.get("options", {})
     mode = spec["mode"]
+    if mode == "contests":
+        contests()
+        return
     if mode == "window":
         options["crash_between"] = lambda: report(window=True)
         options["gap_s"] = 60.0
@@ -86,8 +103,6 @@ def main(raw: str) -> None:
         hold(lock)
     elif mode == "window":
         lock.acquire(blocking=False)
-    elif mode == "exclusion":
-        exclusion(lock, spec["rounds"], spec["out"])
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -13,12 +13,11 @@ The default run is 8 workers x 25 acquisitions per strategy and wait mode; the
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.lockcore.processes import holders
+from tests.lockcore.processes import Holder, holders
 from tests.lockcore.strategy_params import SAFE, lock_class_or_skip
 
 WORKERS = 8
@@ -34,8 +33,15 @@ def backend_spec(strategy: str, request: pytest.FixtureRequest) -> Any:
     return {"redis": request.getfixturevalue("redis_url")}
 
 
+@pytest.fixture(scope="module")
+def workers():
+    """Eight worker processes, started once for every contest of this module."""
+    with holders(*[{"mode": "contests"}] * WORKERS) as started:
+        yield started
+
+
 def run_contest(strategy: str, wait: str, rounds: int, request: pytest.FixtureRequest,
-                tmp_path: Path) -> list[tuple[int, int, int | None]]:
+                workers: list[Holder]) -> list[tuple[int, int, int | None]]:
     lock_class_or_skip(strategy)
     request.getfixturevalue("redis_client")  # flushes our server before the contest
     if strategy == "redlock":
@@ -43,20 +49,20 @@ def run_contest(strategy: str, wait: str, rounds: int, request: pytest.FixtureRe
     resource: Any = f"exclusion-{strategy}-{wait}"
     if strategy == "multi":
         resource = [resource, resource + ":b"]
-    specs = [{
-        "mode": "exclusion", "strategy": strategy, "resource": resource,
-        "backend": backend_spec(strategy, request), "rounds": rounds,
-        "out": str(tmp_path / f"worker{i}.json"),
-        "options": {"wait": wait, "poll_ms": 5, "ttl_ms": 10_000},
-    } for i in range(WORKERS)]
-    with holders(*specs) as workers:
-        for worker in workers:
-            worker.send("go")
-        for worker in workers:
-            assert worker.proc.wait(timeout=120) == 0, f"worker {worker.pid} failed"
+    spec = {"strategy": strategy, "resource": resource, "rounds": rounds,
+            "backend": backend_spec(strategy, request),
+            "options": {"wait": wait, "poll_ms": 5, "ttl_ms": 10_000}}
+    for worker in workers:
+        worker.send(json.dumps(spec))
+    for worker in workers:
+        assert worker.read() == {"ready": True}
+    for worker in workers:
+        worker.send("go")
     sections: list[tuple[int, int, int | None]] = []
-    for spec in specs:
-        sections.extend(tuple(s) for s in json.loads(Path(spec["out"]).read_text()))
+    for worker in workers:
+        report = worker.read()
+        assert "error" not in report, f"worker {worker.pid}: {report['error']}"
+        sections.extend(tuple(s) for s in report["sections"])
     assert len(sections) == WORKERS * rounds
     return sorted(sections)
 
@@ -79,8 +85,8 @@ def assert_fencing_tokens_increase(strategy: str,
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("wait", ["poll", "notify"])
 @pytest.mark.parametrize("strategy", SAFE)
-def test_safe_strategy_never_lets_two_workers_in_at_once(strategy, wait, request, tmp_path):
-    sections = run_contest(strategy, wait, 25, request, tmp_path)
+def test_safe_strategy_never_lets_two_workers_in_at_once(strategy, wait, request, workers):
+    sections = run_contest(strategy, wait, 25, request, workers)
     assert_one_holder_at_a_time(sections)
     assert_fencing_tokens_increase(strategy, sections)
 
@@ -90,8 +96,8 @@ def test_safe_strategy_never_lets_two_workers_in_at_once(strategy, wait, request
 @pytest.mark.parametrize("wait", ["poll", "notify"])
 @pytest.mark.parametrize("strategy", SAFE)
 def test_safe_strategy_holds_for_eight_workers_times_two_hundred(strategy, wait, request,
-                                                                 tmp_path):
-    sections = run_contest(strategy, wait, 200, request, tmp_path)
+                                                                 workers):
+    sections = run_contest(strategy, wait, 200, request, workers)
     assert_one_holder_at_a_time(sections)
     assert_fencing_tokens_increase(strategy, sections)
 
