@@ -115,6 +115,9 @@ def _builtin() -> dict[str, StockPath]:
     paths: dict[str, StockPath] = {name: LockedPath(name) for name in lockcore.names()}
     paths["atomic"] = AtomicPath()
     paths["sql"] = SqlPath()
+    from .sharding import ShardedPath  # imports this module: only once it is loaded
+
+    paths["atomic-sharded"] = ShardedPath()
     return paths
 
 
