@@ -1,7 +1,7 @@
 """Lab: work three times longer than the TTL, kept safe by renewal; and what the holder
 is told when renewal cannot reach Redis (seed 004's open question).
 
-Act 1, no watchdog: A takes a token lock with ttl 600 ms and works 1.8 s. At 600 ms
+Act 1, no watchdog: A takes a token lock with ttl 800 ms and works 2.4 s. At 800 ms
 the lock expires under A, rival B takes it, and A's release raises ``LockNotOwned``.
 Act 2, ``watchdog=True``: the same work; the watchdog extends every ttl/3, B never
 gets in, and A releases cleanly.
@@ -25,7 +25,7 @@ from .servers import client_for, lab_client
 TITLE = "long work past the TTL: renewal keeps it, losing Redis is reported"
 SEED = "004"
 
-TTL_MS = 600
+TTL_MS = 800
 WORK_S = 3 * TTL_MS / 1000
 RIVAL_POLL_S = 0.05
 
