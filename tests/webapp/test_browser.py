@@ -1,0 +1,66 @@
+"""The storefront in Debian's Chromium (Playwright): buy, watch the stock fall, sell out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import missing_system_part
+from tests.webapp.served import reset_sale
+from webapp.serve import ServedApp
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOT = "/tmp/seckill-storefront.png"
+
+
+@pytest.fixture
+def page() -> Iterator[object]:
+    if not os.path.exists(CHROMIUM):
+        missing_system_part(f"{CHROMIUM} is missing (Debian package chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"])
+        try:
+            yield browser.new_page(viewport={"width": 1200, "height": 800})
+        finally:
+            browser.close()
+
+
+def test_a_shopper_buys_sees_the_stock_fall_and_then_the_sold_out_state(page):
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=2, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        expect(card.locator(".strategy-name")).to_have_text("token")
+        expect(card.locator(".stock")).to_have_text("2")
+
+        page.fill("#user-name", "alice")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Confirmed")
+        expect(card.locator(".stock")).to_have_text("1")  # the poll brought the new stock
+
+        card.locator(".buy").click()  # alice again: one per person
+        expect(card.locator(".message")).to_contain_text("already have one")
+
+        page.fill("#user-name", "bob")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Confirmed")
+        expect(card.locator(".stock")).to_have_text("0")
+        expect(card).to_have_class("card sold-out")
+        expect(card.locator(".buy")).to_be_disabled()
+        expect(card.locator(".buy")).to_have_text("Sold out")
+        page.screenshot(path=SCREENSHOT, full_page=True)
+
+        page.goto(app.url + "/admin")
+        expect(page.locator("#a-units_sold")).to_have_text("2")
+        expect(page.locator("#a-consistent")).to_have_text("true")
