@@ -129,3 +129,21 @@ def test_dockerfile_builds_the_app_on_python_311_slim_with_gunicorn():
     assert dockerfile.startswith("#") and "FROM python:3.11-slim" in dockerfile
     assert "pip install" in dockerfile and "gunicorn" in dockerfile
     assert "USER seckill" in dockerfile
+
+
+def test_commands_name_modules_and_files_that_exist(services):
+    import importlib
+
+    web = services["web"]["command"]
+    module = web[web.index("--config") + 1].removeprefix("python:")
+    assert importlib.import_module(module).worker_class == "gevent"
+    snippet = services["migrate"]["command"][-1]
+    compile(snippet, "migrate", "exec")
+    from webapp import db, demo
+
+    assert "db.upgrade(" in snippet and callable(db.upgrade)
+    assert "demo.seed(" in snippet and callable(demo.seed)
+    for name in ("locust-master", "locust-worker"):
+        command = services[name]["command"]
+        for locustfile in command[command.index("-f") + 1].split(","):
+            assert (REPO / locustfile).exists(), f"{name}: no {locustfile}"
