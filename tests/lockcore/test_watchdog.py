@@ -7,9 +7,11 @@ import threading
 import time
 
 import pytest
+import redis
 
 import lockcore
 from lockcore import LockLost, LockNotOwned
+from lockcore.embedded import RedisServer
 from tests.lockcore.processes import holders
 
 pytestmark = pytest.mark.timeout(60)
@@ -77,6 +79,25 @@ def test_a_taken_lock_is_reported_lost_by_callback_held_and_with(redis_client):
             assert lost.wait(5), "the watchdog should notice at its next renewal"
             assert lock.held() is False
     assert reasons and lock.lost
+
+
+def test_renewals_failing_for_a_whole_ttl_mark_the_lock_lost():
+    server = RedisServer().start()  # our own: pausing the session server would hurt others
+    client = redis.Redis.from_url(server.url, socket_timeout=0.1)
+    lost = threading.Event()
+    try:
+        lock = lockcore.create("token", client, "res", ttl_ms=TTL_MS, watchdog=True,
+                               on_lost=lambda lock, reason: lost.set())
+        assert lock.acquire()
+        server.pause()  # Redis stops answering; every renewal times out
+        assert lost.wait(5), "after a ttl without a successful renewal, the lock is lost"
+        assert lock.held() is False
+        server.resume()
+        with pytest.raises(LockNotOwned):
+            lock.release()
+    finally:
+        client.close()
+        server.cleanup()
 
 
 def test_a_holder_paused_past_its_ttl_finds_out_it_lost_the_lock(redis_client, redis_url):
