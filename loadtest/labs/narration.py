@@ -32,7 +32,10 @@ class Verdict:
 class Narrator:
     """Prints timestamped lines as they happen and remembers them."""
 
-    def __init__(self, stream: TextIO | None = sys.stdout, *, quiet: bool = False) -> None:
+    def __init__(self, stream: TextIO | None = None, *, quiet: bool = False) -> None:
+        """:param stream: where lines go; None means whatever ``sys.stdout`` is when
+            a line is printed (so pytest's capture and redirections see them).
+        :param quiet: only remember the lines (the tests read ``text()``)."""
         self.stream = stream
         self.quiet = quiet
         self.lines: list[str] = []
@@ -47,20 +50,19 @@ class Narrator:
         """Narrate one event; ``args`` are %-style, as with logging."""
         message = text % args if args else text
         with self._mutex:
-            line = f"[{self.elapsed_ms:+7.0f} ms] {message}"
-            self.lines.append(line)
-            if self.stream is not None and not self.quiet:
-                print(line, file=self.stream, flush=True)
+            self._emit(f"[{self.elapsed_ms:+7.0f} ms] {message}")
 
     say = __call__
 
     def section(self, title: str) -> None:
         """An unstamped heading between acts of the story (``-- with the token lock --``)."""
         with self._mutex:
-            line = f"-- {title} --"
-            self.lines.append(line)
-            if self.stream is not None and not self.quiet:
-                print(line, file=self.stream, flush=True)
+            self._emit(f"-- {title} --")
+
+    def _emit(self, line: str) -> None:
+        self.lines.append(line)
+        if not self.quiet:
+            print(line, file=self.stream or sys.stdout, flush=True)
 
     def text(self) -> str:
         return "\n".join(self.lines)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
-from loadtest.labs import LABS
+from loadtest import labs
+from loadtest.labs import LABS, Narrator, Verdict
 from webapp.cli import main
 
 
@@ -43,3 +46,39 @@ def test_a_lab_run_narrates_with_timestamps_and_ends_with_one_verdict_line() -> 
     assert verdicts == [lines[-1]]
     assert "LockNotOwned" in lines[-1]
     assert any(re.match(r"\[ *\+\d+ ms\] B acquires", line) for line in lines)
+
+
+def _fake_lab(run: Callable[[Narrator], Verdict]) -> SimpleNamespace:
+    return SimpleNamespace(TITLE="a fake lab", SEED="999", run=run)
+
+
+@pytest.mark.parametrize(("demonstrated", "code", "prefix"), [
+    (True, 0, "VERDICT: it happened"),
+    (False, 1, "VERDICT: NOT DEMONSTRATED: it happened"),
+])
+def test_the_exit_code_says_whether_the_lab_demonstrated_its_claim(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        demonstrated: bool, code: int, prefix: str) -> None:
+    def run(narrator: Narrator) -> Verdict:
+        narrator("A does %s", "something")
+        return Verdict(demonstrated, "it happened")
+
+    monkeypatch.setattr(labs, "load", lambda name: _fake_lab(run))
+    assert main(["scenario", "fake"]) == code
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "== fake: a fake lab (seed 999) =="
+    assert re.fullmatch(r"\[ *\+\d+ ms\] A does something", lines[1])
+    assert lines[-1] == prefix
+
+
+def test_a_lab_that_breaks_still_ends_with_exactly_one_verdict_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(narrator: Narrator) -> Verdict:
+        raise RuntimeError("redis-server did not start")
+
+    monkeypatch.setattr(labs, "load", lambda name: _fake_lab(run))
+    assert main(["scenario", "fake"]) == 1
+    out = capsys.readouterr().out
+    verdicts = [line for line in out.splitlines() if line.startswith("VERDICT:")]
+    assert verdicts == ["VERDICT: lab error, nothing demonstrated: RuntimeError: "
+                        "redis-server did not start"]
