@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plan_from(args: argparse.Namespace) -> Plan:
     if args.sustained:
-        return Plan(users=args.users, stock=10_000_000, work_ms=args.work_ms,
+        return Plan(users=args.users, stock=1_000_000, work_ms=args.work_ms,
                     mode="sustained", duration=args.duration, busy_retries=0)
     return Plan(users=args.users, stock=args.stock, work_ms=args.work_ms)
 

@@ -24,11 +24,15 @@ def _frame(title: str, top: float, unit: str) -> list[str]:
         y = TOP + plot_h - plot_h * i / 4
         parts.append(f'<line x1="{LEFT}" x2="{W - 10}" y1="{y:.1f}" y2="{y:.1f}" '
                      f'stroke="#ddd"/><text x="{LEFT - 6}" y="{y + 4:.1f}" '
-                     f'text-anchor="end" font-size="11">{value:.3g}</text>')
+                     f'text-anchor="end" font-size="11">{_tick(value)}</text>')
     parts.append(f'<text x="12" y="{TOP + plot_h / 2}" font-size="11" '
                  f'transform="rotate(-90 12 {TOP + plot_h / 2})" text-anchor="middle">'
                  f'{escape(unit)}</text>')
     return parts
+
+
+def _tick(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _top(values: list[float]) -> float:

@@ -1,0 +1,59 @@
+"""The showdown against the real shop: gunicorn, embedded Redis, SQLite, Locust spikes.
+
+The reduced run is what CI affords (about a minute): it must show the naive lock
+overselling, because that is the lesson, and every safe path selling exactly the stock,
+because that is the promise. The full-size run is ``make demo``'s and is marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from webapp.cli import main
+
+SAFE_IN_CI = ["token", "fair", "atomic"]
+
+
+def run_showdown(tmp_path, *args):
+    code = main(["showdown", "--report", str(tmp_path), *args])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    return code, {r["strategy"]: r for r in summary["results"]}
+
+
+@pytest.mark.timeout(300)
+def test_a_reduced_showdown_shows_naive_overselling_and_safe_strategies_exact(tmp_path):
+    code, results = run_showdown(tmp_path, "--users", "300", "--stock", "50",
+                                 "--strategies", ",".join(["naive", "local", *SAFE_IN_CI]))
+    assert results["naive"]["oversold"] > 0, results["naive"]
+    assert results["naive"]["verdict"] == "unsafe, as taught"
+    for name in SAFE_IN_CI:
+        r = results[name]
+        assert r["error"] is None, r["error"]
+        assert (r["sold"], r["oversold"], r["lost"], r["duplicates"]) == (50, 0, 0, 0), r
+        assert r["consistent"] and r["outcomes"].get("order") == 50, r
+        assert r["outcomes"].get("error", 0) == 0, r["outcomes"]
+    assert code == 0
+    assert "<svg" in (tmp_path / "index.html").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_full_showdown_of_every_strategy_has_no_safe_strategy_failing(tmp_path):
+    code, results = run_showdown(tmp_path)
+    assert {"naive", "token", "redlock", "atomic", "sql"} <= set(results)
+    assert results["naive"]["oversold"] > 0
+    failing = {name: r["verdict"] for name, r in results.items() if r["verdict"] in
+               ("FAIL", "ERROR")}
+    assert failing == {} and code == 0
+
+
+@pytest.mark.timeout(300)
+def test_sustained_mode_measures_purchases_per_second_beside_a_no_op_baseline(tmp_path):
+    code, results = run_showdown(tmp_path, "--sustained", "--duration", "4", "--users", "50",
+                                 "--strategies", "atomic")
+    assert code == 0
+    assert results["no-op baseline"]["rps"] > 0
+    atomic = results["atomic"]
+    assert atomic["purchases_per_s"] > 0 and atomic["consistent"], atomic

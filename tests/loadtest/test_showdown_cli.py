@@ -1,0 +1,51 @@
+"""``seckill showdown`` as a command: arguments, exit code and files, on a stub shop.
+
+``--url`` points the showdown at a running shop, here the stub from ``stubshop.py``, so
+the exit-code rule (non-zero only when a strategy marked safe went wrong) is tested
+without the web app; ``test_showdown_app.py`` runs the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.loadtest.stubshop import StubShop, serve
+from webapp.cli import build_parser, main
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def showdown(url, tmp_path, strategies):
+    return main(["showdown", "--url", url, "--admin-token", "t", "--users", "30",
+                 "--stock", "10", "--strategies", strategies, "--report", str(tmp_path),
+                 "--json", str(tmp_path / "out.json")])
+
+
+def test_the_showdown_help_is_the_module_docstring_first_line():
+    help_text = build_parser().format_help()
+    assert "Every strategy against the same 1000-buyer spike" in help_text
+
+
+def test_an_oversold_sale_under_a_safe_strategy_makes_the_showdown_fail(tmp_path, capsys):
+    with serve(StubShop(oversell=2)) as url:
+        code = showdown(url, tmp_path, "naive,token")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAILED: token is marked safe" in out and "FAILED: naive" not in out
+    results = {r["strategy"]: r for r in json.loads((tmp_path / "out.json").read_text())
+               ["results"]}
+    assert results["naive"]["verdict"] == "unsafe, as taught"
+    assert results["token"]["oversold"] == 2 and results["token"]["verdict"] == "FAIL"
+
+
+def test_an_exact_sale_passes_and_leaves_the_report_and_raw_data(tmp_path, capsys):
+    with serve(StubShop()) as url:
+        code = showdown(url, tmp_path, "token")
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "strategy" in table and "token" in table
+    assert (tmp_path / "index.html").exists() and (tmp_path / "summary.json").exists()
+    raw = {p.name for p in (tmp_path / "raw").iterdir()}
+    assert {"token_stats.csv", "token_stats_history.csv", "token_arrivals.jsonl"} <= raw
