@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds of the solo acquire+release loop (default 2)")
     parser.add_argument("--processes", type=int, default=8,
                         help="worker processes on the hot lock (default 8)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each contender this many times, round-robin, and add "
+                             "the rounds up (steadier figures on a busy machine)")
     parser.add_argument("--only", default="",
                         help="comma-separated contenders: " + ",".join(c.name for c in CONTENDERS))
     parser.add_argument("--quick", action="store_true",
@@ -53,14 +56,16 @@ def main(args: argparse.Namespace) -> int:
                   + (f"  (unavailable: {why})" if why else ""))
         return 0
     config = BenchConfig(duration=args.duration, uncontended=args.uncontended,
-                         processes=args.processes,
+                         processes=args.processes, rounds=args.rounds,
                          only=[n.strip() for n in args.only.split(",") if n.strip()] or None)
     if args.quick:
         config.duration = QUICK["duration"]
         config.uncontended = QUICK["uncontended"]
         config.processes = int(QUICK["processes"])
-    if config.duration <= 0 or config.uncontended <= 0 or config.processes < 1:
-        raise SystemExit("--duration and --uncontended must be > 0, --processes >= 1")
+    if min(config.duration, config.uncontended) <= 0 or min(config.processes,
+                                                             config.rounds) < 1:
+        raise SystemExit("--duration and --uncontended must be > 0, --processes and "
+                         "--rounds >= 1")
     outcome = run(config)
     outcome["targets"] = targets(outcome["results"])
     print(render(outcome), flush=True)

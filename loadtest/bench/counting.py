@@ -8,10 +8,18 @@
   that does SET + INCR shows up as three commands. This is the work Redis does.
 
 Neither needs MONITOR, which would itself cost more than the locks being measured.
+
+A third figure, **CPU per acquisition** (the workers' ``process_time``, the servers'
+``used_cpu_user + used_cpu_sys`` and our ZooKeeper JVM's utime + stime), matters most
+on a small machine: with eight workers and Redis on two cores the run is CPU-bound, so
+throughput is roughly the cores divided by the CPU every acquisition costs everyone,
+including the waiters that woke for nothing. It is also the figure least disturbed by
+other load on a shared machine.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -60,3 +68,25 @@ def commands_total(clients: Iterable[redis.Redis]) -> int:
             if name != "cmdstat_info":
                 total += int(stats["calls"])
     return total
+
+
+def server_cpu(clients: Iterable[redis.Redis]) -> float:
+    """Seconds of CPU the servers have used so far (user + system, main thread)."""
+    total = 0.0
+    for client in clients:
+        info = client.info("cpu")
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
+
+
+def process_cpu(pid: int | None) -> float:
+    """Seconds of CPU a local process (our ZooKeeper's JVM) has used; 0 if unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # after the command name: state is field 3, utime and stime are fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

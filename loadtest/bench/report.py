@@ -18,8 +18,16 @@ COLUMNS: list[tuple[str, int, Callable[[dict[str, Any]], Any]]] = [
     ("fair", 5, lambda r: _get(r, "contended", "fairness")),
     ("rt/acq", 6, lambda r: _get(r, "contended", "round_trips_per_acq")),
     ("cmd/acq", 7, lambda r: _get(r, "contended", "redis_commands_per_acq")),
+    ("cpu us/acq", 10, lambda r: _cpu(r)),
     ("overlap", 7, lambda r: _get(r, "contended", "overlaps")),
 ]
+
+
+def _cpu(result: dict[str, Any]) -> float | None:
+    """Client + server CPU per contended acquisition (the servers: Redis, our ZooKeeper)."""
+    client = _get(result, "contended", "client_cpu_us_per_acq")
+    server = _get(result, "contended", "server_cpu_us_per_acq")
+    return None if client is None or server is None else float(client + server)
 
 
 def _get(result: dict[str, Any], *path: str) -> Any:
@@ -92,7 +100,8 @@ def render(outcome: dict[str, Any]) -> str:
     lines = [f"seckill bench  {m['date']}  {m['cpu']} x{m['cores']}  Python {m['python']}  "
              f"Redis {m['redis']}  load {m['loadavg_before']} -> {m['loadavg_after']}",
              f"contended: {c['processes']} processes x {c['duration']}s on one lock, "
-             f"critical section GET+DECR; solo: 1 process x {c['uncontended']}s", "",
+             f"critical section GET+DECR; solo: 1 process x {c['uncontended']}s; "
+             f"{c['rounds']} round(s)", "",
              table(outcome["results"]), ""]
     for t in outcome["targets"]:
         verdict = {True: "met ", False: "MISS", None: "n/a "}[t["met"]]

@@ -24,7 +24,7 @@ from lockcore.embedded import EmbeddedRedis
 
 from . import stats
 from .contenders import Contender, by_name
-from .counting import commands_total
+from .counting import commands_total, process_cpu, server_cpu
 from .pool import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -39,79 +39,90 @@ class BenchConfig:
     uncontended: float = 2.0  # uncontended window, seconds
     processes: int = 8
     only: list[str] | None = None
+    rounds: int = 1  # each contender measured this many times, round-robin
 
 
 def run(config: BenchConfig) -> dict[str, Any]:
     chosen = by_name(config.only)
     skipped = [{"name": c.name, "reason": r} for c in chosen if (r := c.unavailable())]
     runnable = [c for c in chosen if not c.unavailable()]
-    results = []
     with ExitStack() as stack:
         single = stack.enter_context(EmbeddedRedis(1))
         backends: dict[str, Any] = {"redis": single.urls[0]}
         if any(c.backend == "redlock" for c in runnable):
             backends["redlock"] = stack.enter_context(EmbeddedRedis(5)).urls
         if any(c.backend == "zookeeper" for c in runnable):
-            hosts, why = _zookeeper(stack)
+            hosts, why, zk_pid = _zookeeper(stack)
             if hosts:
                 backends["zookeeper"] = hosts
+                backends["zookeeper_pid"] = zk_pid
             else:
                 skipped += [{"name": c.name, "reason": why}
                             for c in runnable if c.backend == "zookeeper"]
                 runnable = [c for c in runnable if c.backend != "zookeeper"]
         load_before = os.getloadavg()
         pool = stack.enter_context(WorkerPool(config.processes))
-        for contender in runnable:
-            logger.info("benchmarking %s", contender.name)
-            results.append(_measure(pool, contender, backends, config))
+        samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        # Round-robin, so a burst of outside load hurts every contender a little rather
+        # than one contender a lot.
+        for round_no in range(config.rounds):
+            for contender in runnable:
+                logger.info("benchmarking %s (round %d)", contender.name, round_no + 1)
+                for mode, workers, duration in [("uncontended", 1, config.uncontended),
+                                                ("contended", config.processes,
+                                                 config.duration)]:
+                    sample = _measure(pool, contender, backends, mode, workers, duration)
+                    samples.setdefault((contender.name, mode), []).append(sample)
         version = redis.Redis.from_url(backends["redis"]).info("server")["redis_version"]
+    results = [stats.summarise(c, samples[c.name, "uncontended"], samples[c.name, "contended"])
+               for c in runnable]
     return {"machine": _machine(version, load_before), "config": asdict(config),
             "results": results, "skipped": skipped}
 
 
-def _measure(pool: WorkerPool, contender: Contender, backends: dict[str, Any],
-             config: BenchConfig) -> dict[str, Any]:
+def _measure(pool: WorkerPool, contender: Contender, backends: dict[str, Any], mode: str,
+             workers: int, duration: float) -> dict[str, Any]:
+    """One window of one contender: the workers' reports and the servers' deltas."""
     every = [redis.Redis.from_url(u) for u in [backends["redis"], *backends.get("redlock", [])]]
     lock_servers = {"redis": every[:1], "redlock": every[1:], "zookeeper": []}[contender.backend]
-    outcome: dict[str, Any] = {"name": contender.name, "library": contender.library,
-                               "backend": contender.backend, "settings": contender.settings,
-                               "errors": []}
-    for mode, workers, duration in [("uncontended", 1, config.uncontended),
-                                    ("contended", config.processes, config.duration)]:
-        for client in every:
-            client.flushall()
-        every[0].set(STOCK_KEY, INITIAL_STOCK)
-        spec = {"contender": contender.name, "mode": mode, "backends": backends,
-                "lock_name": f"bench:{contender.name}", "stock_key": STOCK_KEY}
-        reports, errors, before = pool.run(spec, workers, duration,
-                                           partial(commands_total, lock_servers))
-        commands = commands_total(lock_servers) - before if lock_servers else None
-        outcome["errors"] += [f"{mode}: {e}" for e in errors]
-        if contender.backend == "zookeeper":  # no Redis round trips to count
-            for report in reports:
-                report["round_trips"] = None
-        if mode == "uncontended":
-            outcome[mode] = stats.uncontended(reports, duration, commands)
-        else:
-            if commands is not None and contender.backend == "redis":
-                commands -= 2 * sum(r["acquisitions"] for r in reports)  # the GET + DECR
-            outcome[mode] = stats.contended(reports, duration, commands)
+    for client in every:
+        client.flushall()
+    every[0].set(STOCK_KEY, INITIAL_STOCK)
+    spec = {"contender": contender.name, "mode": mode, "backends": backends,
+            "lock_name": f"bench:{contender.name}", "stock_key": STOCK_KEY}
+    reports, errors, before = pool.run(spec, workers, duration,
+                                       partial(_snapshot, lock_servers, every, backends))
+    after = _snapshot(lock_servers, every, backends)
     for client in every:
         client.close()
-    return outcome
+    commands = after[0] - before[0] if lock_servers else None
+    if commands is not None and mode == "contended" and contender.backend == "redis":
+        commands -= 2 * sum(r["acquisitions"] for r in reports)  # the GET + DECR
+    if contender.backend == "zookeeper":  # no Redis round trips to count
+        for report in reports:
+            report["round_trips"] = None
+    return {"reports": reports, "errors": [f"{mode}: {e}" for e in errors],
+            "commands": commands, "server_cpu_s": after[1] - before[1], "duration": duration}
 
 
-def _zookeeper(stack: ExitStack) -> tuple[str | None, str]:
-    if os.environ.get("ZOOKEEPER_HOSTS"):
-        return os.environ["ZOOKEEPER_HOSTS"], ""
+def _snapshot(lock_servers: list[redis.Redis], every: list[redis.Redis],
+              backends: dict[str, Any]) -> tuple[int, float]:
+    """Commands run by the lock's servers; CPU used by all our servers (ZooKeeper too)."""
+    return commands_total(lock_servers), server_cpu(every) + process_cpu(
+        backends.get("zookeeper_pid"))
+
+
+def _zookeeper(stack: ExitStack) -> tuple[str | None, str, int | None]:
+    if os.environ.get("ZOOKEEPER_HOSTS"):  # not ours: its CPU is not ours to count
+        return os.environ["ZOOKEEPER_HOSTS"], "", None
     try:
         from lockcore.zkserver import ZooKeeperServer
 
         server = ZooKeeperServer().start()
     except Exception as exc:  # ImportError, ZooKeeperUnavailable, a JVM that won't start
-        return None, f"ZooKeeper unavailable: {type(exc).__name__}: {exc}"
+        return None, f"ZooKeeper unavailable: {type(exc).__name__}: {exc}", None
     stack.callback(server.stop)
-    return str(server.hosts), ""
+    return str(server.hosts), "", server.pid
 
 
 def _machine(redis_version: str, load_before: tuple[float, float, float]) -> dict[str, Any]:

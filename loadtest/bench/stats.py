@@ -39,8 +39,46 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
 
+def _us(seconds: float, ops: int) -> float | None:
+    return None if ops == 0 else round(seconds * 1e6 / ops, 1)
+
+
+def summarise(contender: Any, solo: list[dict[str, Any]],
+              hot: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result row from every round's samples of one contender."""
+    outcome: dict[str, Any] = {"name": contender.name, "library": contender.library,
+                               "backend": contender.backend, "settings": contender.settings,
+                               "errors": [e for s in solo + hot for e in s["errors"]]}
+    for mode, samples, summary in [("uncontended", solo, uncontended),
+                                   ("contended", hot, contended)]:
+        merged = _merge(samples)
+        outcome[mode] = summary(merged["reports"], merged["duration"], merged["commands"],
+                                merged["server_cpu_s"])
+    outcome["contended"]["acq_per_s_by_round"] = [
+        round(sum(r["acquisitions"] for r in s["reports"]) / s["duration"], 1) for s in hot]
+    return outcome
+
+
+def _merge(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds added up: one report per worker, durations and server deltas summed."""
+    workers: dict[int, dict[str, Any]] = {}
+    for sample in samples:
+        for r in sample["reports"]:
+            w = workers.setdefault(r["worker"], {"worker": r["worker"], "acquisitions": 0,
+                                                 "overlaps": 0, "waits": [], "cpu_s": 0.0,
+                                                 "round_trips": 0})
+            for key in ("acquisitions", "overlaps", "cpu_s"):
+                w[key] += r[key]
+            w["waits"] += r["waits"]
+            w["round_trips"] = _sum_or_none([w["round_trips"], r["round_trips"]])
+    commands = _sum_or_none(s["commands"] for s in samples)
+    return {"reports": list(workers.values()), "commands": commands,
+            "duration": sum(s["duration"] for s in samples),
+            "server_cpu_s": sum(s["server_cpu_s"] for s in samples)}
+
+
 def uncontended(reports: list[dict[str, Any]], duration: float,
-                commands: int | None) -> dict[str, Any]:
+                commands: int | None, server_cpu_s: float) -> dict[str, Any]:
     """One worker's acquire+release loop."""
     ops = sum(r["acquisitions"] for r in reports)
     trips = _sum_or_none(r["round_trips"] for r in reports)
@@ -49,12 +87,18 @@ def uncontended(reports: list[dict[str, Any]], duration: float,
         "ops_per_s": round(ops / duration, 1),
         "round_trips_per_op": per_op(trips, ops),
         "redis_commands_per_op": per_op(commands, ops),
+        "client_cpu_us_per_op": _us(sum(r["cpu_s"] for r in reports), ops),
+        "server_cpu_us_per_op": _us(server_cpu_s, ops),
     }
 
 
 def contended(reports: list[dict[str, Any]], duration: float,
-              commands: int | None) -> dict[str, Any]:
-    """Every worker on one hot lock; ``commands`` excludes the critical section's own."""
+              commands: int | None, server_cpu_s: float) -> dict[str, Any]:
+    """Every worker on one hot lock; ``commands`` excludes the critical section's own.
+
+    The CPU figures include everybody's: the holder's, the waiters' (a waiter woken for
+    nothing pays too) and, on the Redis side, the critical section's GET + DECR.
+    """
     counts = [r["acquisitions"] for r in sorted(reports, key=lambda r: r["worker"])]
     acquisitions = sum(counts)
     waits = sorted(w for r in reports for w in r["waits"])
@@ -68,5 +112,7 @@ def contended(reports: list[dict[str, Any]], duration: float,
         "fairness": round(min(counts) / max(counts), 3) if counts and max(counts) else 0.0,
         "round_trips_per_acq": per_op(trips, acquisitions),
         "redis_commands_per_acq": per_op(commands, acquisitions),
+        "client_cpu_us_per_acq": _us(sum(r["cpu_s"] for r in reports), acquisitions),
+        "server_cpu_us_per_acq": _us(server_cpu_s, acquisitions),
         "overlaps": sum(r["overlaps"] for r in reports),
     }

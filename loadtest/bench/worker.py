@@ -90,7 +90,8 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
     start, end = window["start"], window["end"]
     time.sleep(max(0.0, start - time.time()))
     sent_before = ROUND_TRIPS.value
-    acquisitions = overlaps = 0
+    cpu_before = time.process_time()
+    acquisitions = overlaps = trips = 0
     waits: list[float] = []
     contended = spec["mode"] == "contended"
     while (now := time.time()) < end:
@@ -106,8 +107,10 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
         handle.release()
         if in_window:
             acquisitions += 1
+            trips = ROUND_TRIPS.value - sent_before  # a late acquisition's trips drop out
             if contended:
                 waits.append(waited)
+    cpu = time.process_time() - cpu_before
     stock.close()
     results.put({"worker": index, "acquisitions": acquisitions, "overlaps": overlaps,
-                 "waits": waits, "round_trips": ROUND_TRIPS.value - sent_before})
+                 "waits": waits, "round_trips": trips, "cpu_s": cpu})
