@@ -63,3 +63,15 @@ def test_release_after_the_timestamp_passed_raises_and_keeps_the_new_holders_loc
     assert successor.held()
     successor.release()
     assert not redis_client.exists(successor.key)
+
+
+def test_extend_moves_the_stored_timestamp_and_keeps_the_lock(redis_client, fake_clock):
+    lock = lockcore.create("getset", redis_client, "res", ttl_ms=1_000, clock=fake_clock)
+    assert lock.acquire(blocking=False)
+    fake_clock.sleep(0.9)
+    lock.extend()
+    fake_clock.sleep(0.9)  # past the first timestamp, inside the extended one
+    assert lock.held()
+    assert int(redis_client.get(lock.key)) == lock.expiry_ms
+    rival = lockcore.create("getset", redis_client, "res", ttl_ms=1_000, clock=fake_clock)
+    assert rival.acquire(blocking=False) is False
