@@ -20,7 +20,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,8 +29,8 @@ from typing import Any
 from lockcore.embedded import EmbeddedRedis
 
 from . import arrivals
-from .multihost_locust import LocustCluster
 from .multihost_db import temporary_database
+from .multihost_locust import LocustCluster
 from .shop import ShopClient
 
 logger = logging.getLogger(__name__)

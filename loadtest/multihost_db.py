@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from urllib.parse import urlencode
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def temporary_database(url: str | None = None) -> Iterator[str]:
     try:
         import psycopg
         from psycopg import sql
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        from psycopg.conninfo import conninfo_to_dict
     except ImportError as exc:
         raise DatabaseUnavailable(f"psycopg is not installed: {exc}") from exc
     url = url or admin_url()
@@ -46,10 +47,9 @@ def temporary_database(url: str | None = None) -> Iterator[str]:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         logger.info("created database %s", name)
         try:
-            params = conninfo_to_dict(url)
+            params = {k: str(v) for k, v in conninfo_to_dict(url).items() if v is not None}
             params["dbname"] = name
-            yield "postgresql+psycopg:///?" + "&".join(
-                f"{k}={v}" for k, v in conninfo_to_dict(make_conninfo(**params)).items())
+            yield "postgresql+psycopg:///?" + urlencode(params)  # libpq params, any auth
         finally:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
                           .format(sql.Identifier(name)))

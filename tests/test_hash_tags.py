@@ -14,89 +14,22 @@ enforces.
 
 from __future__ import annotations
 
-import random
 import re
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from redis.crc import key_slot
 
 import lockcore
 from lockcore import registry
 from lockcore.embedded import RedisServer
+from tests.clustermode import RecordingRedis, start_cluster_nodes
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT_DIRS = [REPO / "lockcore" / "scripts", REPO / "webapp" / "scripts"]
 KEYLESS_COMMANDS = {"time", "ping", "echo"}
-
-
-def free_cluster_port() -> int:
-    """A port whose cluster-bus twin (port + 10000) is free too; both must be < 65536."""
-    for _ in range(200):
-        port = random.randint(20_000, 55_000)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 10_000))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair for a cluster-mode redis-server")
-
-
-def start_cluster_nodes(count: int) -> list[RedisServer]:
-    """One-node Redis Clusters owning every slot: only cross-slot calls fail on them.
-
-    A node reports ``cluster_state:ok`` about two seconds after it gets its slots, so
-    all of them are started first and then awaited together.
-    """
-    nodes: list[RedisServer] = []
-    try:
-        for _ in range(count):
-            nodes.append(RedisServer(port=free_cluster_port(), args=[
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]).start())
-        clients = [redis.Redis.from_url(node.url) for node in nodes]
-        for client in clients:
-            client.execute_command("CLUSTER ADDSLOTS", *range(16384))
-        deadline = time.monotonic() + 15
-        for client in clients:
-            while client.execute_command("CLUSTER INFO").get("cluster_state") != "ok":
-                assert time.monotonic() < deadline, "a cluster node never reached state ok"
-                time.sleep(0.05)
-            client.close()
-    except BaseException:
-        for node in nodes:
-            node.cleanup()
-        raise
-    return nodes
-
-
-class RecordingRedis(redis.Redis):
-    """A redis-py client that remembers the keys of every script call."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.script_keys: list[tuple[str, ...]] = []
-
-    def _record(self, numkeys: int, keys_and_args: tuple[Any, ...]) -> None:
-        self.script_keys.append(tuple(
-            k.decode() if isinstance(k, bytes) else str(k) for k in keys_and_args[:numkeys]))
-
-    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:  # type: ignore[override]
-        self._record(numkeys, keys_and_args)
-        return super().evalsha(sha, numkeys, *keys_and_args)
-
-    def eval(self, script: str, numkeys: int, *keys_and_args: Any) -> Any:  # type: ignore[override]
-        self._record(numkeys, keys_and_args)
-        return super().eval(script, numkeys, *keys_and_args)
-
-    def cross_slot_calls(self) -> list[tuple[str, ...]]:
-        return [keys for keys in self.script_keys if len({key_slot(k.encode()) for k in keys}) > 1]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""atomic-sharded against a real redis-server: no oversell, and the remainder it trades for speed."""
+"""atomic-sharded on a real redis-server: no oversell, and the remainder it trades for speed."""
 
 from __future__ import annotations
 
