@@ -23,6 +23,9 @@ RUN useradd --create-home --uid 10001 seckill \
     && mkdir /reports && chown seckill /reports
 USER seckill
 
+# webapp/gunicorn_conf.py binds loopback by default; a container must listen on its
+# own interface for nginx (or `docker run -p`) to reach it.
+ENV SECKILL_BIND=0.0.0.0:8000
 EXPOSE 8000
 # The app's own gunicorn config (workers, gevent, bind) so `seckill serve` and the
 # container run the same server settings; compose overrides the command per service.
