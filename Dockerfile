@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies first, so editing app code does not reinstall them: every dependency
+# A plain (non-editable) install of the app and its extras: every dependency
 # (gevent, hiredis, psycopg[binary]) ships manylinux wheels, so no compiler is needed.
 COPY pyproject.toml README.md ./
 COPY lockcore ./lockcore
