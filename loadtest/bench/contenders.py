@@ -42,6 +42,8 @@ class Contender:
     settings: str
     build: Callable[[Connections, str], Handle]
     needs: str  # the module that must import for this contender to run
+    #: no lock at all: the critical section is one Lua script (the baseline locks chase)
+    lock_free: bool = False
 
     def unavailable(self) -> str | None:
         """Why this contender cannot run here (None if it can)."""
@@ -93,6 +95,14 @@ def _pottery(conns: Connections, name: str) -> Handle:
     return _Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
 
 
+class _NoLock:
+    def acquire(self, timeout: float) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+
 def _kazoo(conns: Connections, name: str) -> Handle:
     from kazoo.exceptions import LockTimeout
 
@@ -125,6 +135,8 @@ CONTENDERS: list[Contender] = [
               _lockcore("zookeeper", "zookeeper"), "lockcore.strategies.zookeeper"),
     Contender("kazoo", "kazoo", "zookeeper", "kazoo.recipe.lock.Lock",
               _kazoo, "kazoo.recipe.lock"),
+    Contender("atomic", "webapp", "redis", "no lock: the storefront's atomic_purchase.lua",
+              lambda conns, name: _NoLock(), "webapp.scripts", lock_free=True),
 ]
 
 

@@ -71,11 +71,13 @@ def run(config: BenchConfig) -> dict[str, Any]:
                 for mode, workers, duration in [("uncontended", 1, config.uncontended),
                                                 ("contended", config.processes,
                                                  config.duration)]:
+                    if contender.lock_free and mode == "uncontended":
+                        continue  # nothing to acquire
                     sample = _measure(pool, contender, backends, mode, workers, duration)
                     samples.setdefault((contender.name, mode), []).append(sample)
         version = redis.Redis.from_url(backends["redis"]).info("server")["redis_version"]
-    results = [stats.summarise(c, samples[c.name, "uncontended"], samples[c.name, "contended"])
-               for c in runnable]
+    results = [stats.summarise(c, samples.get((c.name, "uncontended"), []),
+                               samples[c.name, "contended"]) for c in runnable]
     return {"machine": _machine(version, load_before), "config": asdict(config),
             "results": results, "skipped": skipped}
 
@@ -96,7 +98,8 @@ def _measure(pool: WorkerPool, contender: Contender, backends: dict[str, Any], m
     for client in every:
         client.close()
     commands = after[0] - before[0] if lock_servers else None
-    if commands is not None and mode == "contended" and contender.backend == "redis":
+    if commands is not None and mode == "contended" and contender.backend == "redis" \
+            and not contender.lock_free:
         commands -= 2 * sum(r["acquisitions"] for r in reports)  # the GET + DECR
     if contender.backend == "zookeeper":  # no Redis round trips to count
         for report in reports:

@@ -51,6 +51,9 @@ def summarise(contender: Any, solo: list[dict[str, Any]],
                                "errors": [e for s in solo + hot for e in s["errors"]]}
     for mode, samples, summary in [("uncontended", solo, uncontended),
                                    ("contended", hot, contended)]:
+        if not samples:
+            outcome[mode] = None
+            continue
         merged = _merge(samples)
         outcome[mode] = summary(merged["reports"], merged["duration"], merged["commands"],
                                 merged["server_cpu_s"])

@@ -17,7 +17,7 @@ from loadtest.bench.contenders import CONTENDERS
 from loadtest.bench.stats import percentile
 from webapp.cli import build_parser
 
-QUICK_SET = "token-notify,redis-py,python-redis-lock,pottery"
+QUICK_SET = "token-notify,redis-py,python-redis-lock,pottery,atomic"
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,15 @@ def test_every_contender_acquired_the_lock_without_overlapping(quick_run):
         assert contended["acquisitions"] == sum(contended["per_worker"])
         assert len(contended["per_worker"]) == figures["config"]["processes"]
         assert contended["overlaps"] == 0, result["name"]
-        assert result["uncontended"]["ops"] > 0
+        if result["name"] != "atomic":
+            assert result["uncontended"]["ops"] > 0
+
+
+def test_lock_free_baseline_is_one_round_trip_per_purchase_and_has_no_solo_run(quick_run):
+    _, figures, _ = quick_run
+    atomic = next(r for r in figures["results"] if r["name"] == "atomic")
+    assert atomic["uncontended"] is None
+    assert atomic["contended"]["round_trips_per_acq"] == 1
 
 
 def test_wait_percentiles_are_ordered_and_fairness_is_a_ratio(quick_run):
