@@ -105,8 +105,8 @@ def run(narrator: Narrator) -> Verdict:
         narrator("replication link goes down (in production: the few ms of async lag)")
         a = lockcore.create("token", client_for(primary), RESOURCE, ttl_ms=TTL_MS)
         a.acquire(blocking=False)
-        narrator("A: SET %s NX PX %d on the primary -> OK, fencing token %s; A starts "
-                 "selling", a.key, TTL_MS, a.fencing_token)
+        narrator("A: SET %s NX PX %d on the primary -> OK, fencing token %s; A sells",
+                 a.key, TTL_MS, a.fencing_token)
         promoted = fail_over(narrator, primary, replica)
         narrator("new primary has %s? %s", a.key, bool(promoted.exists(a.key)))
         b = lockcore.create("token", promoted, RESOURCE, ttl_ms=TTL_MS)

@@ -65,7 +65,8 @@ class NaiveZkLock:
             # watch only the predecessor: a release wakes one waiter, not the herd
             predecessor = children[children.index(self.node) - 1]
             gone = threading.Event()
-            if self.client.exists(f"{self.path}/{predecessor}", watch=lambda _e: gone.set()):
+            watch = lambda _event, done=gone: done.set()  # noqa: E731
+            if self.client.exists(f"{self.path}/{predecessor}", watch=watch):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not gone.wait(remaining):
                     return False

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class Island:
         self.host_end, self.ns_end = f"skh{pid}", f"skn{pid}"
         subnet = f"10.213.{pid % 250}"
         self.host_ip, self.ns_ip = f"{subnet}.1", f"{subnet}.2"
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[Any]] = []
         self._created = False
 
     def open(self) -> Island:
@@ -75,12 +76,11 @@ class Island:
         logger.info("namespace %s: %s <-> %s", self.name, self.host_ip, self.ns_ip)
         return self
 
-    def spawn(self, argv: Sequence[str], **popen: object) -> subprocess.Popen[bytes]:
+    def spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside the namespace; ``ip netns exec`` execs it, so the pid is
         the program's own and ``close()`` can kill it."""
-        proc: subprocess.Popen[bytes] = subprocess.Popen(
-            ["ip", "netns", "exec", self.name, *argv], start_new_session=True,
-            **popen)  # type: ignore[call-overload]
+        proc: subprocess.Popen[Any] = subprocess.Popen(
+            ["ip", "netns", "exec", self.name, *argv], start_new_session=True, **popen)
         self.procs.append(proc)
         return proc
 

@@ -42,7 +42,8 @@ def node_view(client: redis.Redis, key: str, token: str | None) -> str:
         return "unreachable"
     if value is None:
         return "none"
-    return "mine" if value.decode() == token else "other"
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    return "mine" if text == token else "other"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""redlock-restart: a node of the holder's majority restarts empty; RedLock (红锁) grants the lock twice.
+"""redlock-restart: a RedLock (红锁) node restarts empty and the lock is granted twice.
 
 Seed 004's warning about RedLock itself. Five independent redis-servers, started the
 way ``lockcore.embedded`` always starts them: ``--save "" --appendonly no``, nothing
@@ -51,8 +51,11 @@ def lock_on_nodes_1_to_3(narrator: Narrator, servers: list[RedisServer], ttl_ms:
 def holders_by_node(servers: list[RedisServer], key: str) -> str:
     values = []
     for number, server in enumerate(servers, 1):
-        value = client_for(server).get(key)
-        values.append(f"{number}:{'-' if value is None else value.decode()[:6]}")
+        client = client_for(server)
+        value = client.get(key)
+        client.close()
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        values.append(f"{number}:{'-' if value is None else text[:6]}")
     return " ".join(values)
 
 
@@ -77,7 +80,7 @@ def immediate_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[st
 def delayed_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[str, object]:
     for server in servers:
         client_for(server).flushall()
-    a = lock_on_nodes_1_to_3(narrator, servers, DELAYED_TTL_MS)
+    lock_on_nodes_1_to_3(narrator, servers, DELAYED_TTL_MS)
     started = time.monotonic()
     servers[2].kill()
     narrator("node 3 crashes; it stays down for the max TTL (%d ms) before rejoining",

@@ -11,8 +11,7 @@ import shutil
 
 import pytest
 
-from loadtest.labs import Narrator, Verdict, run_lab
-from loadtest.labs import netns
+from loadtest.labs import Narrator, Verdict, netns, run_lab
 from tests.support import missing_system_part
 
 
