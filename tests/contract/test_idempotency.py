@@ -1,0 +1,102 @@
+"""``Idempotency-Key``: the same key again is the same order with 200, whatever else
+happened to the sale since; a key is one purchase, so reusing it for another user,
+another sku or another quantity is refused; odd keys are 400.
+
+The precedence a retrying client needs: its own replay beats ``sold_out`` and
+``already_purchased``; a buyer who already has an order hears ``already_purchased``,
+even once the sale is sold out.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.contract.wire import assert_error
+
+SKU, OTHER, SMALL, SQL = "qa-idem-1", "qa-idem-2", "qa-idem-3", "qa-idem-4"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stocked(shop):
+    shop.reset(SKU, 1_000, limit=3)
+    shop.reset(OTHER, 1_000, "atomic")
+    shop.reset(SQL, 1_000, "sql")
+
+
+@pytest.mark.parametrize("sku", [SKU, OTHER, SQL])
+def test_the_same_key_again_is_the_same_order_with_200(shop, sku):
+    first = shop.buy("replay-ann", sku, key=f"replay-{sku}")
+    again = shop.buy("replay-ann", sku, key=f"replay-{sku}")
+    assert (first.status, again.status) == (201, 200)
+    assert again.json == first.json
+
+
+def test_a_new_key_for_a_user_who_bought_is_already_purchased(shop):
+    assert shop.buy("twice-ann", SKU, key="twice-1").status == 201
+    assert_error(shop.buy("twice-ann", SKU, key="twice-2"), 409, "already_purchased")
+    assert_error(shop.buy("twice-ann", SKU), 409, "already_purchased")
+    assert shop.buy("twice-ann", SKU, key="twice-1").status == 200  # still replayable
+
+
+def test_a_key_after_a_keyless_purchase_is_already_purchased(shop):
+    assert shop.buy("keyless-ann", SKU).status == 201
+    assert_error(shop.buy("keyless-ann", SKU, key="keyless-1"), 409, "already_purchased")
+
+
+@pytest.mark.parametrize("sku", [SKU, OTHER, SQL])
+def test_a_key_reused_by_another_user_is_400_and_takes_no_stock(shop, sku):
+    assert shop.buy("owner", sku, key=f"shared-{sku}").status == 201
+    before = shop.audit(sku)["remaining"]
+    assert_error(shop.buy("thief", sku, key=f"shared-{sku}"), 400, "invalid_request")
+    assert shop.audit(sku)["remaining"] == before
+    assert shop.buy("thief", sku).status == 201  # the refusal left no reservation behind
+    shop.assert_books_balance(sku)
+
+
+def test_a_key_reused_on_another_sku_is_400(shop):
+    assert shop.buy("roamer", SKU, key="roaming").status == 201
+    assert_error(shop.buy("roamer", OTHER, key="roaming"), 400, "invalid_request")
+    assert shop.buy("roamer", OTHER).status == 201
+
+
+def test_a_key_replayed_with_another_quantity_is_400_not_the_old_order(shop):
+    assert shop.buy("changer", SKU, 1, key="change-me").status == 201
+    assert_error(shop.buy("changer", SKU, 3, key="change-me"), 400, "invalid_request")
+
+
+def test_a_replay_beats_sold_out_and_a_buyer_hears_already_purchased(shop):
+    shop.reset(SMALL, 1)
+    first = shop.buy("last-one", SMALL, key="last-one")
+    assert first.status == 201
+    assert_error(shop.buy("too-late", SMALL), 409, "sold_out")
+    assert shop.buy("last-one", SMALL, key="last-one").json == first.json
+    assert_error(shop.buy("last-one", SMALL), 409, "already_purchased")
+    assert_error(shop.buy("last-one", SMALL, key="another"), 409, "already_purchased")
+
+
+def test_a_reset_forgets_the_keys_of_the_orders_it_deleted(shop):
+    shop.reset(SMALL, 5)
+    assert shop.buy("again", SMALL, key="again").status == 201
+    shop.reset(SMALL, 5)
+    assert shop.buy("again", SMALL, key="again").status == 201
+    shop.assert_books_balance(SMALL)
+
+
+@pytest.mark.parametrize("key", ["", " ", "\t", "k" * 129, "tab\tinside"],
+                         ids=["empty", "space", "tab", "129-chars", "tab-inside"])
+def test_an_odd_key_is_400_and_takes_no_stock(shop, key):
+    before = shop.audit(SKU)["remaining"]
+    assert_error(shop.buy("odd-key", SKU, key=key), 400, "invalid_request")
+    assert shop.audit(SKU)["remaining"] == before
+
+
+@pytest.mark.parametrize("key", ["k" * 128, "ключ-🛒", "é" * 64, "a b", "{json}"],
+                         ids=["128-chars", "utf8", "128-bytes-utf8", "space-inside", "braces"])
+def test_long_unicode_and_punctuated_keys_replay(shop, key):
+    user = f"key-{len(key)}-{key[:3]}"
+    # http.client sends headers as latin-1; UTF-8 keys travel as their raw bytes
+    sent = key.encode("utf-8").decode("latin-1") if not key.isascii() else key
+    first = shop.buy(user, SKU, key=sent)
+    again = shop.buy(user, SKU, key=sent)
+    assert (first.status, again.status) == (201, 200), (first.body, again.body)
+    assert again.json == first.json
