@@ -107,8 +107,8 @@ def run(narrator: Narrator) -> Verdict:
              ",".join(a_urls), "--resource", RESOURCE, "--ttl-ms", str(TTL_MS)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         acquired = read_event(holder)
-        narrator("A (pid %s, inside the island) acquires RedLock on 5/5 nodes, ttl %d ms, "
-                 "validity %s ms", holder.pid, TTL_MS, acquired.get("validity_ms"))
+        narrator("A (pid %s, inside the island) acquires RedLock across both sides, ttl %d "
+                 "ms, validity %s ms", holder.pid, TTL_MS, acquired.get("validity_ms"))
         b = lockcore.create("redlock", b_clients, RESOURCE, ttl_ms=TTL_MS)
         b_before = b.acquire(blocking=False)
         narrator("B (majority side) tries -> %s", "OK?!" if b_before else "refused")

@@ -30,6 +30,13 @@ SEED = "004"
 RESOURCE = "stock:sku-1"
 TTL_MS = 10_000
 DELAYED_TTL_MS = 1_500
+#: generous per-node answer time: a busy machine must not turn a "yes" into a timeout
+NODE_TIMEOUT_MS = 1_000
+
+
+def redlock(servers: list[RedisServer], ttl_ms: int) -> lockcore.DistributedLock:
+    return lockcore.create("redlock", [client_for(s) for s in servers], RESOURCE,
+                           ttl_ms=ttl_ms, node_timeout_ms=NODE_TIMEOUT_MS)
 
 
 def lock_on_nodes_1_to_3(narrator: Narrator, servers: list[RedisServer], ttl_ms: int,
@@ -37,8 +44,8 @@ def lock_on_nodes_1_to_3(narrator: Narrator, servers: list[RedisServer], ttl_ms:
     """A acquires while nodes 4 and 5 are down, so its majority is exactly nodes 1-3."""
     for server in servers[3:]:
         server.kill()
-    a = lockcore.create("redlock", [client_for(s) for s in servers], RESOURCE, ttl_ms=ttl_ms)
-    if not a.acquire(blocking=False):
+    a = redlock(servers, ttl_ms)
+    if not a.acquire(blocking=True, timeout=5):
         raise RuntimeError("A could not acquire RedLock on nodes 1-3")
     narrator("nodes 4, 5 down; A acquires RedLock on nodes 1, 2, 3 (3/5, a majority), ttl %d ms",
              ttl_ms)
@@ -64,7 +71,7 @@ def immediate_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[st
     servers[2].kill()
     servers[2].start()
     narrator("node 3 crashes (SIGKILL) and restarts at once, without persistence: empty")
-    b = lockcore.create("redlock", [client_for(s) for s in servers], RESOURCE, ttl_ms=TTL_MS)
+    b = redlock(servers, TTL_MS)
     b_got = b.acquire(blocking=False)
     narrator("B asks all five -> %s; lock values per node %s", "OK" if b_got else "refused",
              holders_by_node(servers, a.key))
@@ -85,14 +92,13 @@ def delayed_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[str,
     servers[2].kill()
     narrator("node 3 crashes; it stays down for the max TTL (%d ms) before rejoining",
              DELAYED_TTL_MS)
-    b = lockcore.create("redlock", [client_for(s) for s in servers], RESOURCE,
-                        ttl_ms=DELAYED_TTL_MS)
+    b = redlock(servers, DELAYED_TTL_MS)
     b_refused = not b.acquire(blocking=False)
     narrator("B while node 3 is down -> %s", "refused (only 4, 5 free: 2/5)" if b_refused
              else "OK?!")
     time.sleep(max(0.0, DELAYED_TTL_MS / 1000 + 0.2 - (time.monotonic() - started)))
     servers[2].start()
-    b_later = b.acquire(blocking=False)
+    b_later = b.acquire(blocking=True, timeout=3)
     narrator("node 3 rejoins after the TTL; A's lease has expired everywhere; B -> %s",
              "OK, and only B holds it" if b_later else "refused")
     if b_later:
