@@ -92,6 +92,8 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
     from .paths import path_for  # paths imports this module's dataclasses
 
+    if request.idempotency_key is None and deps.redis.get(SaleKeys(request.sku).soldout):
+        raise SoldOut(f"{request.sku} is sold out")  # before any database query
     sale = load_sale(deps.sessions, request.sku)
     if request.quantity > sale.per_user_limit:
         raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} for this sale")

@@ -74,3 +74,16 @@ def test_leaving_served_app_stops_gunicorn_and_redis_and_removes_its_files():
     assert app.pid is None and not workdir.exists()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+@pytest.mark.postgres
+def test_gevent_workers_on_postgresql_keep_the_books_straight(postgres_url):
+    """psycopg 3 under gevent's monkey patching, through real gunicorn workers."""
+    with ServedApp(workers=2, database_url=postgres_url) as app:
+        for strategy in ("token", "sql"):
+            reset_sale(app, SKU, stock=STOCK, strategy=strategy, work_ms=5)
+            statuses = stampede(app, SKU, BUYERS // 2)
+            result = audit(app, SKU)
+            assert set(statuses) <= {201, 409}, (strategy, sorted(set(statuses)))
+            assert statuses.count(201) == result["units_sold"] == STOCK, (strategy, result)
+            assert result["consistent"], (strategy, result)
