@@ -16,9 +16,8 @@ unless a replica acknowledged it. That closes this timeline, but it is not conse
 * a WAIT that times out does not undo the SET: the primary keeps the key;
 * nothing stops a promoted replica from accepting writes from the minority side.
 
-So WAIT narrows the window; RedLock (several independent primaries) or ZooKeeper/etcd
-(consensus) remove it. The link is cut through a relay (``relay.py``) so the lost write
-happens on every run, not once in a thousand.
+WAIT narrows the window; a majority (RedLock) or consensus (ZooKeeper) closes it. The
+link is cut through ``relay.py`` so the lost write happens on every run.
 """
 
 from __future__ import annotations
@@ -41,6 +40,8 @@ TITLE = "the primary dies before replicating the lock; the promoted replica gran
 SEED = "004"
 RESOURCE = "stock:sku-1"
 TTL_MS = 30_000
+#: how long WAIT may take; generous, so a busy machine does not read as a lost write
+WAIT_MS = 1_000
 
 
 @contextmanager
@@ -83,7 +84,7 @@ def fail_over(narrator: Narrator, primary: RedisServer, replica: RedisServer) ->
 
 
 def acquire_replicated(lock: lockcore.DistributedLock, client: Any, replicas: int = 1,
-                       timeout_ms: int = 200) -> tuple[bool, int]:
+                       timeout_ms: int = WAIT_MS) -> tuple[bool, int]:
     """Acquire, then keep the lock only if ``replicas`` replicas acknowledged it (WAIT).
 
     :returns: (kept, how many replicas acknowledged)
@@ -119,20 +120,20 @@ def run(narrator: Narrator) -> Verdict:
             narrator("TWO HOLDERS: A (fence %s) still believes it holds the lock, B (fence "
                      "%s) holds it too", a.fencing_token, b.fencing_token)
 
-    narrator.section("mitigation: WAIT 1 200 after acquiring, refuse an unreplicated lock")
+    narrator.section(f"mitigation: WAIT 1 {WAIT_MS} after acquiring, refuse an unreplicated lock")
     with primary_and_replica(narrator) as (primary, replica, relay):
-        client = client_for(primary)
+        client = client_for(primary, timeout=WAIT_MS / 1000 + 2)  # WAIT blocks up to WAIT_MS
         relay.cut()
         wait_for_link(replica, up=False)
         a = lockcore.create("token", client, RESOURCE, ttl_ms=TTL_MS)
         kept_unreplicated, acked = acquire_replicated(a, client)
-        narrator("link down: A acquires, WAIT 1 200 -> %d replica(s) acked; A %s the lock",
-                 acked, "keeps" if kept_unreplicated else "releases and refuses")
+        narrator("link down: A acquires, WAIT 1 %d -> %d replica(s) acked; A %s the lock",
+                 WAIT_MS, acked, "keeps" if kept_unreplicated else "releases and refuses")
         relay.mend()
         wait_for_link(replica, up=True)
         kept, acked = acquire_replicated(a, client)
-        narrator("link up: A acquires, WAIT 1 200 -> %d replica(s) acked; A %s the lock",
-                 acked, "keeps" if kept else "refuses")
+        narrator("link up: A acquires, WAIT 1 %d -> %d replica(s) acked; A %s the lock",
+                 WAIT_MS, acked, "keeps" if kept else "refuses")
         promoted = fail_over(narrator, primary, replica)
         b = lockcore.create("token", promoted, RESOURCE, ttl_ms=TTL_MS)
         b_refused = not b.acquire(blocking=False)
