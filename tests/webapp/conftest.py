@@ -112,3 +112,7 @@ def buy(client: FlaskClient, user: str, sku: str = SKU, quantity: int = 1,
     headers = {"Idempotency-Key": key} if key else {}
     return client.post(f"/api/products/{sku}/purchase",
                        json={"user_id": user, "quantity": quantity}, headers=headers)
+
+
+# ZooKeeper for the ``zookeeper`` strategy: the lockcore tests' session fixture, shared.
+from tests.lockcore.conftest import zookeeper_hosts  # noqa: E402, F401

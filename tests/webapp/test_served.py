@@ -87,3 +87,15 @@ def test_gevent_workers_on_postgresql_keep_the_books_straight(postgres_url):
             assert set(statuses) <= {201, 409}, (strategy, sorted(set(statuses)))
             assert statuses.count(201) == result["units_sold"] == STOCK, (strategy, result)
             assert result["consistent"], (strategy, result)
+
+
+@pytest.mark.zookeeper
+def test_the_zookeeper_strategy_works_inside_gevent_workers(zookeeper_hosts):
+    """kazoo runs on its gevent handler there; its threads would stall the hub."""
+    with ServedApp(workers=2, zookeeper_hosts=zookeeper_hosts) as app:
+        reset_sale(app, SKU, stock=10, strategy="zookeeper", work_ms=5)
+        statuses = stampede(app, SKU, 60, threads=10)
+        result = audit(app, SKU)
+    assert set(statuses) <= {201, 409, 503}, sorted(set(statuses))
+    assert 0 < statuses.count(201) == result["units_sold"] <= 10, result
+    assert result["consistent"], result
