@@ -8,6 +8,7 @@ teaches really happened in this run, and that the protection it shows really hel
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
 import pytest
 
@@ -63,3 +64,13 @@ def test_partitioned_holder_still_believes_while_the_majority_side_grants_the_lo
     assert verdict.facts["a_believes"] is True
     assert verdict.facts["a_validity_left_ms"] <= 0
     assert "unreachable" in verdict.facts["a_nodes"]
+
+
+def test_partition_lab_says_skipped_and_why_where_it_cannot_build_namespaces(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netns, "shutil", SimpleNamespace(which=lambda name: "/usr/sbin/ip"))
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    verdict, narrator = run_quietly("partition")
+    assert verdict.demonstrated is False
+    assert verdict.line == "SKIPPED: creating network namespaces needs root"
+    assert verdict.facts["skipped"] == "creating network namespaces needs root"
