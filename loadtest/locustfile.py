@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 import uuid
 from typing import Any
@@ -30,6 +29,7 @@ from locust import FastHttpUser, events, run_single_user, task
 from locust.env import Environment
 
 from loadtest import arrivals, verdict
+from loadtest.locust_options import add_seckill_options
 from loadtest.spike import SpikeBarrier
 
 logger = logging.getLogger(__name__)
@@ -39,21 +39,7 @@ _log: list[arrivals.Arrival] = []
 _tally = verdict.OrderTally(None)
 
 
-@events.init_command_line_parser.add_listener
-def _options(parser: Any) -> None:
-    group = parser.add_argument_group("seckill flash sale")
-    group.add_argument("--seckill-sku", env_var="SECKILL_SKU", default="sku-1")
-    group.add_argument("--seckill-mode", env_var="SECKILL_MODE", default="flash",
-                       choices=["flash", "sustained", "noop"])
-    group.add_argument("--seckill-stock", env_var="SECKILL_STOCK", type=int, default=0,
-                       help="units on sale; an order past it is a failure (0: don't check)")
-    group.add_argument("--seckill-start-at", env_var="SECKILL_START_AT", type=float, default=0,
-                       help="epoch seconds to release buyers (0: when spawning completes)")
-    group.add_argument("--seckill-busy-retries", env_var="SECKILL_BUSY_RETRIES", type=int,
-                       default=3)
-    group.add_argument("--seckill-arrivals", env_var="SECKILL_ARRIVALS", default="",
-                       help="append one JSON line per purchase attempt to this file")
-    group.add_argument("--seckill-noop-path", env_var="SECKILL_NOOP_PATH", default="/healthz")
+events.init_command_line_parser.add_listener(add_seckill_options)
 
 
 @events.test_start.add_listener
@@ -90,7 +76,7 @@ class Buyer(FastHttpUser):
         options = self.environment.parsed_options
         self.sku: str = getattr(options, "seckill_sku", "sku-1")
         self.mode: str = getattr(options, "seckill_mode", "flash")
-        self.retries: int = getattr(options, "seckill_busy_retries", 3)
+        self.retries: int = getattr(options, "seckill_busy_retries", 2)
         self.noop_path: str = getattr(options, "seckill_noop_path", "/healthz")
         self.user_id = _new_buyer_id()
         self.finished = False
@@ -102,7 +88,10 @@ class Buyer(FastHttpUser):
         if self.mode == "noop":
             self.client.get(self.noop_path)
             return
-        self.client.get(f"/api/products/{self.sku}", name=verdict.BROWSE_NAME)
+        shown = self.browse()
+        if shown is not None and shown <= 0 and self.mode == "flash":
+            self.finished = True  # the page says sold out: a real buyer doesn't click buy
+            return
         for attempt in range(1, self.retries + 2):
             retry_after = self.purchase(attempt)
             if retry_after is None or attempt > self.retries:
@@ -112,6 +101,17 @@ class Buyer(FastHttpUser):
             self.finished = True
         else:
             self.user_id = _new_buyer_id()
+
+    def browse(self) -> int | None:
+        """GET the product page; returns the stock it shows (None if it didn't load)."""
+        with self.client.get(f"/api/products/{self.sku}", name=verdict.BROWSE_NAME,
+                             catch_response=True) as resp:
+            try:
+                stock = resp.json()["stock"] if resp.status_code == 200 else None
+            except Exception:  # noqa: BLE001 - a broken page is a failure, not a crash
+                resp.failure("product page is not the documented JSON")
+                return None
+        return stock if isinstance(stock, int) else None
 
     def purchase(self, attempt: int) -> float | None:
         """One attempt; returns seconds to wait before retrying, or None when done."""
@@ -135,19 +135,11 @@ class Buyer(FastHttpUser):
         if judged.outcome != verdict.BUSY:
             return None
         header = resp.headers.get("Retry-After") if resp.headers else None
-        # jitter so retries do not arrive as a second synchronized spike
-        return random.uniform(0.05, min(_seconds(header), 1.0))
+        return verdict.retry_delay(header)
 
 
 def _new_buyer_id() -> str:
     return f"buyer-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-
-
-def _seconds(header: str | None) -> float:
-    try:
-        return max(float(header or 0.2), 0.05)
-    except ValueError:
-        return 0.2
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ gevent-patched HTTP stack; Locust itself runs in a subprocess.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -45,6 +46,25 @@ class ShopClient:
     def audit(self, sku: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", f"/api/sales/{sku}/audit")
         return result
+
+    def settled_audit(self, sku: str, quiet_s: float = 1.5, limit_s: float = 30.0,
+                      poll_s: float = 0.5) -> dict[str, Any]:
+        """The audit once the sale stops moving: Locust has quit, but the shop may still
+        be working through requests it had already accepted (and an unsafe lock may still
+        write a stale stock). Auditing, or resetting for the next strategy, before they
+        finish would blame their orders on the wrong run.
+        """
+        audit = self.audit(sku)
+        still_since = time.monotonic()
+        deadline = still_since + limit_s
+        while time.monotonic() < deadline:
+            time.sleep(poll_s)
+            latest = self.audit(sku)
+            if latest != audit:
+                audit, still_since = latest, time.monotonic()
+            elif time.monotonic() - still_since >= quiet_s:
+                break
+        return audit
 
     def healthy(self) -> bool:
         try:

@@ -9,6 +9,7 @@ no Locust import, so it can be unit-tested and reused by the showdown.
 
 from __future__ import annotations
 
+import random
 from typing import Any, NamedTuple
 
 ORDER = "order"
@@ -76,3 +77,13 @@ class OrderTally:
         if self.stock is not None and self.units > self.stock:
             return Verdict(ORDER, f"order beyond the stock: unit {self.units} of {self.stock}")
         return Verdict(ORDER)
+
+
+def retry_delay(retry_after: str | None, cap_s: float = 1.0) -> float:
+    """Seconds to wait after ``503 busy``: the shop's Retry-After, capped, with jitter so
+    the retries do not arrive as a second synchronized spike."""
+    try:
+        asked = max(float(retry_after or 0.2), 0.05)
+    except ValueError:
+        asked = 0.2
+    return random.uniform(0.05, max(min(asked, cap_s), 0.05))

@@ -1,0 +1,26 @@
+"""The locustfile's own command-line options (``--seckill-*``, or ``SECKILL_*`` env vars).
+
+Locust passes custom options from the master to its workers, so a distributed run is
+configured in one place. The showdown sets them on the ``locust`` command line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def add_seckill_options(parser: Any) -> None:
+    """Locust's ``init_command_line_parser`` hook: our options, each with an env var."""
+    group = parser.add_argument_group("seckill flash sale")
+    group.add_argument("--seckill-sku", env_var="SECKILL_SKU", default="sku-1")
+    group.add_argument("--seckill-mode", env_var="SECKILL_MODE", default="flash",
+                       choices=["flash", "sustained", "noop"])
+    group.add_argument("--seckill-stock", env_var="SECKILL_STOCK", type=int, default=0,
+                       help="units on sale; an order past it is a failure (0: don't check)")
+    group.add_argument("--seckill-start-at", env_var="SECKILL_START_AT", type=float, default=0,
+                       help="epoch seconds to release buyers (0: when spawning completes)")
+    group.add_argument("--seckill-busy-retries", env_var="SECKILL_BUSY_RETRIES", type=int,
+                       default=2)
+    group.add_argument("--seckill-arrivals", env_var="SECKILL_ARRIVALS", default="",
+                       help="append one JSON line per purchase attempt to this file")
+    group.add_argument("--seckill-noop-path", env_var="SECKILL_NOOP_PATH", default="/healthz")
