@@ -17,7 +17,7 @@ import logging
 import sys
 from typing import Any
 
-import redis
+from redis import BlockingConnectionPool, Redis
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -67,19 +67,19 @@ class Backends:
         return sessionmaker(self.engine, expire_on_commit=False)
 
     @functools.cached_property
-    def redis(self) -> redis.Redis:
-        pool = redis.BlockingConnectionPool.from_url(
+    def redis(self) -> Redis:
+        pool = BlockingConnectionPool.from_url(
             self.config["REDIS_URL"], max_connections=self.config["REDIS_MAX_CONNECTIONS"],
             timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=2,
             socket_timeout=10, health_check_interval=30)
-        return redis.Redis(connection_pool=pool)
+        return Redis(connection_pool=pool)
 
     @functools.cached_property
-    def redlock(self) -> list[redis.Redis]:
+    def redlock(self) -> list[Redis]:
         urls = self.config["REDLOCK_URLS"]
         if not urls:
             raise Busy("the redlock strategy needs REDLOCK_URLS (five Redis servers)")
-        return [redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+        return [Redis(connection_pool=BlockingConnectionPool.from_url(
                     url, max_connections=self.config["REDIS_MAX_CONNECTIONS"], timeout=5,
                     socket_connect_timeout=0.5, socket_timeout=0.5)) for url in urls]
 

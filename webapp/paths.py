@@ -18,8 +18,8 @@ import logging
 from typing import Any
 
 import lockcore
-from lockcore.registry import lock_class
 from lockcore import LockNotOwned
+from lockcore.registry import lock_class
 
 from . import scripts
 from .orders import insert_order, record_order

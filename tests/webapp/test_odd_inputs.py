@@ -41,7 +41,8 @@ def test_a_body_that_is_not_a_json_object_is_400(client, raw, content_type):
     assert response.get_json()["error"] == "invalid_request"
 
 
-@pytest.mark.parametrize("sku", ["x" * 5000, "%00", "caf%C3%A9", "%ED%A0%80", "a%0Ab", "' OR 1=1 --"])
+@pytest.mark.parametrize("sku", ["x" * 5000, "%00", "caf%C3%A9", "%ED%A0%80", "a%0Ab",
+                                 "' OR 1=1 --"])
 def test_an_odd_sku_is_a_json_404(client, sku):
     for response in (client.get(f"/api/products/{sku}"),
                      client.post(f"/api/products/{sku}/purchase", json={"user_id": "ann"}),
