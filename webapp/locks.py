@@ -1,6 +1,6 @@
 """Build the lock that guards one sale's stock, with the backend its strategy needs.
 
-``lockcore.create`` is the only constructor. Single-Redis strategies wait with
+``lockcore.create`` is the only constructor. The safe single-Redis strategies wait with
 ``notify`` (a BLPOP woken by the release, seed 000's closing question), so a thousand
 waiters do not poll Redis; the others poll. ``multi`` takes the stock *and* the
 buyer, all or nothing (seed 003's batch lock).
@@ -18,6 +18,10 @@ from .services import SaleInfo
 
 #: strategies whose waiters cannot BLPOP on one Redis
 _POLLING = {"local", "redlock", "zookeeper"}
+#: the seeds' unsafe recipes poll (every 300-500 ms there); polling is also what lets
+#: several waiters see "free" at once, so their race shows. ``notify`` would hand the
+#: lock to one waiter at a time and hide it.
+_SEED_POLLING = {"naive", "setnx", "setnx-expire", "getset"}
 
 
 def backend_for(strategy: str, backends: Backends) -> Any:
@@ -47,7 +51,7 @@ def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.Distr
         resource = [resource, f"buyer:{sale.sku}:{user_id}"]
     # a lock must outlive the section it guards, simulated work included
     ttl_ms = config["LOCK_TTL_MS"] + 2 * sale.work_ms
-    wait = "poll" if strategy in _POLLING else "notify"
+    wait = "poll" if strategy in _POLLING | _SEED_POLLING else "notify"
     # RedLock retries after a random delay; a short one makes contenders split the votes
     poll_ms = 50 if strategy == "redlock" else 20
     return lockcore.create(strategy, backend_for(strategy, backends), resource,

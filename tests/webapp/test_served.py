@@ -52,7 +52,7 @@ def test_a_safe_strategy_sells_exactly_the_stock_under_a_stampede(served, strate
 def test_an_unsafe_lock_loses_updates_and_oversells(served, strategy):
     """naive: GET-then-SET lets two buyers in; local: each worker has its own lock."""
     reset_sale(served, SKU, stock=STOCK, strategy=strategy, work_ms=30)
-    statuses = stampede(served, SKU, BUYERS)
+    statuses = stampede(served, SKU, BUYERS, threads=40)
     result = audit(served, SKU)
     assert 500 not in statuses
     assert result["oversold"] > 0, result
