@@ -86,6 +86,13 @@ def test_every_lesson_has_an_exercise_with_its_answer_folded() -> None:
             lesson.name
 
 
+def test_every_file_a_lesson_tells_you_to_read_exists() -> None:
+    ours = re.compile(r"`((?:lockcore|webapp|loadtest|docs)/[\w/.-]+\.(?:py|lua|md))`")
+    for lesson in [*LESSONS, WORKSHOP / "index.md"]:
+        for path in ours.findall(lesson.read_text(encoding="utf-8")):
+            assert (ROOT / path).is_file(), f"{lesson.name} names {path}, which does not exist"
+
+
 def test_the_matcher_honours_dots_and_whitespace_and_order() -> None:
     output = "[  +12 ms] A acquires  lock\nB   refused\n"
     assert missing_lines(["... A acquires lock", "B refused"], output) == []
