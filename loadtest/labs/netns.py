@@ -47,6 +47,15 @@ def unsupported() -> str | None:
     return None
 
 
+def free_subnet(start: int) -> str:
+    """A 10.213.N /24 that no interface here uses yet (two labs may run at once)."""
+    for offset in range(250):
+        subnet = f"10.213.{(start + offset) % 250}"
+        if not _ip("-4", "-o", "addr", "show", "to", f"{subnet}.0/24").stdout.strip():
+            return subnet
+    raise RuntimeError("every 10.213.N.0/24 subnet is in use")
+
+
 class Island:
     """A network namespace joined to the root namespace by one veth cable."""
 
@@ -54,7 +63,7 @@ class Island:
         pid = os.getpid()
         self.name = f"skp{pid}"
         self.host_end, self.ns_end = f"skh{pid}", f"skn{pid}"
-        subnet = f"10.213.{pid % 250}"
+        subnet = free_subnet(pid % 250)
         self.host_ip, self.ns_ip = f"{subnet}.1", f"{subnet}.2"
         self.procs: list[subprocess.Popen[Any]] = []
         self._created = False
