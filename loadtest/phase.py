@@ -35,7 +35,7 @@ class Plan:
     work_ms: int = 20
     mode: str = "flash"          # flash | sustained | noop
     duration: int = 10           # sustained/noop: seconds of load
-    cap_s: int = 45              # flash: hard cap if the sale never goes quiet
+    cap_s: int = 35              # flash: hard cap (keeps `make demo` under 10 minutes)
     sku: str = "sku-1"
     busy_retries: int = 2
 

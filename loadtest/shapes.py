@@ -3,8 +3,9 @@
 A flash sale is over in seconds, but ``--run-time`` has to be set for the slowest lock,
 so a fixed run time wastes most of a showdown waiting. This shape spawns ``-u`` users
 at ``-r`` per second (the spike barrier in the locustfile makes them fire together) and
-ends the test once every buyer has tried (purchase requests >= users) and no purchase
-has been sent for ``SECKILL_TAIL`` seconds (default 2; retries after 503 keep it alive).
+ends the test once every buyer has browsed (each does once; one who sees "sold out"
+does not buy) and no request at all has been sent for ``SECKILL_TAIL`` seconds
+(default 2; purchases and retries after 503 keep it alive).
 ``-t`` stays a hard cap. It reads only the master's aggregated stats, so it also works
 in distributed mode (set the tail above the 3 s worker report interval there).
 
@@ -21,7 +22,7 @@ import time
 
 from locust import LoadTestShape
 
-from loadtest.verdict import PURCHASE_NAME
+from loadtest.verdict import BROWSE_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -44,15 +45,17 @@ class FlashSaleShape(LoadTestShape):
             logger.info("flash sale: run time of %ss reached", run_time)
             return None
         if self._sale_is_over(users):
-            logger.info("flash sale: every buyer tried and nothing moved for %.1fs", self.tail)
+            logger.info("flash sale: every buyer browsed and nothing moved for %.1fs", self.tail)
             return None
         return users, rate
 
     def _sale_is_over(self, users: int) -> bool:
         assert self.runner is not None
-        count = self.runner.stats.get(PURCHASE_NAME, "POST").num_requests
+        stats = self.runner.stats
+        browsed = stats.get(BROWSE_NAME, "GET").num_requests  # each buyer browses once
+        count = stats.total.num_requests
         now = time.monotonic()
         if count != self._last_count:
             self._last_count, self._quiet_since = count, now
             return False
-        return count >= users and now - self._quiet_since >= self.tail
+        return browsed >= users and now - self._quiet_since >= self.tail

@@ -53,7 +53,8 @@ class StubShop:
             status, body = 200, {"redis": "ok", "database": "ok"}
         elif method == "GET" and path == "/api/products/sku-1":
             status, body = 200, {"sku": "sku-1", "name": "Stub", "price": 1,
-                                 "stock": max(self.remaining, 0),
+                                 # a broken shop's page also believes its units exist
+                                 "stock": max(self.remaining + self.oversell, 0),
                                  "sold": len(self.orders), "strategy": self.strategy}
         elif method == "POST" and path == "/api/products/sku-1/purchase":
             status, body = self.purchase(str(request.get_json()["user_id"]))
