@@ -99,3 +99,34 @@ def test_the_zookeeper_strategy_works_inside_gevent_workers(zookeeper_hosts):
     assert set(statuses) <= {201, 409, 503}, sorted(set(statuses))
     assert 0 < statuses.count(201) == result["units_sold"] <= 10, result
     assert result["consistent"], result
+
+
+def test_seckill_serve_prints_the_url_and_token_and_stops_everything_on_ctrl_c(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from lockcore.embedded import free_port
+
+    port = free_port()
+    env = {**os.environ, "SECKILL_ADMIN_TOKEN": "cli-token"}
+    for name in ("REDIS_URL", "DATABASE_URL", "REDLOCK_URLS"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--port", str(port),
+                             "--workers", "1"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert lines[0].strip() == f"storefront  http://127.0.0.1:{port}/", lines
+        assert "cli-token" in lines[2]
+        assert call(f"http://127.0.0.1:{port}/api/products/sku-1")[0] == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    with pytest.raises(OSError):
+        call(f"http://127.0.0.1:{port}/healthz")
+    assert (tmp_path / "instance" / "seckill.sqlite").exists()
