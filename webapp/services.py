@@ -104,6 +104,8 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         order = path_for(sale.strategy).purchase(deps, sale, request)
     except Replay as replay:  # a concurrent twin won the Idempotency-Key race
         return PurchaseResult(replay.order, created=False)
+    except AlreadyPurchased:  # the database has the user's order: keep them reserved
+        raise
     except BaseException:
         _unreserve(deps, sale, request.user_id)
         raise

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from webapp import db, orders, sales
 from webapp.extensions import make_engine
-from webapp.problems import Busy, SoldOut
+from webapp.problems import AlreadyPurchased, Busy, SoldOut
 from webapp.services import Checkout, PurchaseRequest, checkout
 
 SKU = "sku-1"
@@ -114,3 +114,13 @@ def test_the_lock_free_paths_never_ask_for_a_lock(deps, lock, strategy):
         checkout(deps, PurchaseRequest(SKU, "bob"))
     assert lock.calls == []
     assert audit(deps)["consistent"]
+
+
+def test_a_buyer_redis_forgot_is_still_stopped_by_the_database_and_keeps_the_unit(deps):
+    checkout(deps, PurchaseRequest(SKU, "ann"))
+    deps.redis.delete("sale:{sku-1}:buyers")  # e.g. Redis restarted without persistence
+    with pytest.raises(AlreadyPurchased):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    result = audit(deps)
+    assert (result["orders"], result["remaining"], result["consistent"]) == (1, 2, True)
+    assert deps.redis.sismember("sale:{sku-1}:buyers", "ann")  # the fast path knows again
