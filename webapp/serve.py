@@ -1,135 +1,21 @@
-"""Serve the storefront: embedded Redis and SQLite unless configured, migrations, demo
-products, gunicorn.
+"""Serve the storefront until Ctrl-C: embedded Redis and SQLite unless configured,
+migrations, demo products, gunicorn (``seckill serve``).
 
-``seckill serve`` runs it until Ctrl-C. ``ServedApp`` is the same as a context manager,
-for the showdown, the labs and the tests::
-
-    with ServedApp(workers=2) as app:
-        requests.get(app.url + "/api/products")
-
-Everything it starts (redis-server processes, gunicorn, a temp SQLite file) it stops
-by pid and removes on exit; what it is given (``redis_url``...) it leaves alone.
+SQLite lives in ``./instance/`` here, so the shop survives a restart; ``ServedApp``
+(re-exported from this module) is the same thing with a temp file, for programs.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import secrets
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
-from importlib import resources
 from pathlib import Path
-from types import TracebackType
 
-from lockcore.embedded import EmbeddedRedis, free_port
+from .served import ServedApp
 
-from . import db, demo
-
-
-class ServedApp:
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, workers: int = 2,
-                 redis_url: str | None = None, database_url: str | None = None,
-                 redlock_urls: list[str] | None = None, zookeeper_hosts: str | None = None,
-                 env: dict[str, str] | None = None, seed: bool = True,
-                 startup_timeout: float = 60.0) -> None:
-        self.host, self.port, self.workers = host, port or free_port(), workers
-        self.redis_url, self.database_url = redis_url, database_url
-        self.redlock_urls, self.zookeeper_hosts = redlock_urls, zookeeper_hosts
-        self.env = dict(env or {})
-        self.admin_token = (self.env.get("SECKILL_ADMIN_TOKEN")
-                            or os.environ.get("SECKILL_ADMIN_TOKEN") or secrets.token_urlsafe(18))
-        self.seed, self.startup_timeout = seed, startup_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.workdir: Path | None = None
-        self._stack = contextlib.ExitStack()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    @property
-    def logfile(self) -> Path:
-        assert self.workdir is not None
-        return self.workdir / "gunicorn.log"
-
-    def start(self) -> ServedApp:
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _start(self) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="seckill-serve-"))
-        if self.redis_url is None:
-            self.redis_url = self._stack.enter_context(EmbeddedRedis(1)).urls[0]
-        if self.redlock_urls is None:
-            self.redlock_urls = self._stack.enter_context(EmbeddedRedis(5)).urls
-        if self.database_url is None:
-            self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
-        db.upgrade(self.database_url)
-        if self.seed:
-            demo.seed(self.database_url, self.redis_url)
-        env = {**os.environ, **self.env, "REDIS_URL": self.redis_url,
-               "DATABASE_URL": self.database_url, "REDLOCK_URLS": ",".join(self.redlock_urls),
-               "SECKILL_ADMIN_TOKEN": self.admin_token}
-        if self.zookeeper_hosts:
-            env["ZOOKEEPER_HOSTS"] = self.zookeeper_hosts
-        config = str(resources.files("webapp").joinpath("gunicorn_conf.py"))
-        cmd = [sys.executable, "-m", "gunicorn", "-c", config, "--bind",
-               f"{self.host}:{self.port}", "--workers", str(self.workers)]
-        with open(self.logfile, "wb") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_healthy()
-
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            assert self.proc is not None
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not become healthy at {self.url}:\n"
-                                   f"{self.logfile.read_text(errors='replace')[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # gunicorn master stops its workers
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # the session we started it in
-                proc.wait(timeout=5)
-        self._stack.close()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def __enter__(self) -> ServedApp:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
+__all__ = ["ServedApp", "add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
