@@ -49,4 +49,11 @@ def reset_sale(sku: str) -> Response:
 
 @bp.get("/admin")
 def page() -> str:
-    return render_template("admin.html", strategies=paths.names())
+    strategies = []
+    for name in paths.names():
+        try:
+            safe = paths.path_for(name).safe
+        except (ImportError, AttributeError):  # a strategy module still being written
+            safe = False
+        strategies.append((name, safe))
+    return render_template("admin.html", strategies=strategies)
