@@ -37,4 +37,6 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "LOCK_TIMEOUT_S": float(os.environ.get("LOCK_TIMEOUT_S", "10")),
         "LOCK_TTL_MS": int(os.environ.get("LOCK_TTL_MS", "10000")),
         "MAX_USER_ID_LENGTH": 64,
+        # a purchase is a few dozen bytes; anything far larger is refused with 413
+        "MAX_CONTENT_LENGTH": 64 * 1024,
     }

@@ -1,8 +1,9 @@
 """Checking what clients send, so that no input reaches a backend it could break.
 
 PostgreSQL rejects NUL characters, UTF-8 cannot encode lone surrogates (``"\\ud800"``
-is valid JSON), ``True`` is an ``int`` in Python and ``1e400`` a float: each of these
-would otherwise surface as a 500 somewhere deep down. Here they are a 400.
+is valid JSON), ``True`` is an ``int`` in Python, ``1e400`` a float and ``[[[[...``
+overflows the parser's stack: each of these would otherwise surface as a 500 somewhere
+deep down. Here they are a 400 (and bodies above ``MAX_CONTENT_LENGTH`` a 413).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ MAX_KEY_LENGTH = 128
 def json_object(request: Request) -> dict[str, Any]:
     if not request.is_json:
         raise InvalidRequest("send a JSON object with Content-Type: application/json")
-    body = request.get_json(silent=True)
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # "[[[[..." deeper than the parser's stack
+        raise InvalidRequest("the JSON body is nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
     return body

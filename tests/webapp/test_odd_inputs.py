@@ -33,6 +33,8 @@ def test_an_odd_purchase_body_is_400_invalid_request(client, body):
     (b'{"user_id": "ann"}', "text/plain"), (b"user_id=ann", "application/x-www-form-urlencoded"),
     (b"\xff\xfe", "application/json"), (b"", "application/json"),
     (b'{"user_id": "ann", "quantity": NaN}', "application/json"),
+    (b"[" * 50_000, "application/json"), (b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+                                          "application/json"),
 ])
 def test_a_body_that_is_not_a_json_object_is_400(client, raw, content_type):
     response = client.post(f"/api/products/{SKU}/purchase", data=raw,
@@ -95,3 +97,10 @@ def check_redis_down(client):
     assert response.get_json()["error"] == "busy"
     assert "Retry-After" in response.headers
     assert client.get(f"/api/products/{SKU}").status_code == 200  # the database's count
+
+
+def test_a_huge_body_is_a_json_413(client):
+    response = client.post(f"/api/products/{SKU}/purchase",
+                           json={"user_id": "ann", "padding": "x" * 200_000})
+    assert response.status_code == 413
+    assert set(response.get_json()) == {"error", "detail"}
