@@ -104,12 +104,10 @@ class Backends:
         return client
 
     def close(self) -> None:
-        for name in ("redis",):
-            client = self.__dict__.get(name)
-            if client is not None:
-                client.close()
-        for client in self.__dict__.get("redlock", []):
+        redis_clients = [self.__dict__.get("redis"), *self.__dict__.get("redlock", [])]
+        for client in filter(None, redis_clients):
             client.close()
+            client.connection_pool.disconnect()  # a pool we passed in is not closed by close()
         zk = self.__dict__.get("zookeeper")
         if zk is not None:
             zk.stop()
