@@ -23,13 +23,19 @@ PRODUCTS = [
 ]
 
 
-def seed(database_url: str, redis_url: str, *, reset: bool = True) -> None:
-    """Create the demo products if missing; with ``reset``, restock every sale."""
+def seed(database_url: str, redis_url: str, *, reset: bool = True,
+         featured_strategy: str | None = None) -> None:
+    """Create the demo products if missing; with ``reset``, restock every sale.
+
+    :param featured_strategy: the strategy of ``sku-1`` (``LOCK_STRATEGY``; ``token``).
+    """
     engine = make_engine(database_url)
     client = redis.Redis.from_url(redis_url)
     try:
         sessions = sessionmaker(engine, expire_on_commit=False)
         for sku, name, price, stock, strategy, description in PRODUCTS:
+            if sku == "sku-1" and featured_strategy:
+                strategy = featured_strategy
             create_product(sessions, sku, name, price, stock=stock, strategy=strategy,
                            description=description)
             if reset:

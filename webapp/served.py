@@ -85,7 +85,8 @@ class ServedApp:
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
         db.upgrade(self.database_url)
         if self.seed:
-            demo.seed(self.database_url, self.redis_url)
+            featured = self.env.get("LOCK_STRATEGY") or os.environ.get("LOCK_STRATEGY")
+            demo.seed(self.database_url, self.redis_url, featured_strategy=featured)
         env = {**os.environ, **self.env, "REDIS_URL": self.redis_url,
                "DATABASE_URL": self.database_url, "REDLOCK_URLS": ",".join(self.redlock_urls),
                "SECKILL_ADMIN_TOKEN": self.admin_token}

@@ -60,6 +60,12 @@ def test_an_unsafe_lock_loses_updates_and_oversells(served, strategy):
     assert result["consistent"] is False
 
 
+def test_lock_strategy_picks_the_featured_sales_strategy():
+    with ServedApp(workers=1, env={"LOCK_STRATEGY": "fair"}) as app:
+        status, product = call(f"{app.url}/api/products/sku-1")
+    assert (status, product["strategy"]) == (200, "fair")
+
+
 def test_the_served_app_reports_healthy_and_serves_the_storefront(served):
     assert call(f"{served.url}/healthz") == (200, {"redis": "ok", "database": "ok"})
     status, products = call(f"{served.url}/api/products")
