@@ -26,7 +26,7 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "REDLOCK_URLS": _csv(os.environ.get("REDLOCK_URLS")),
         "ZOOKEEPER_HOSTS": os.environ.get("ZOOKEEPER_HOSTS") or os.environ.get("ZK_HOSTS"),
         "SECKILL_ADMIN_TOKEN": os.environ.get("SECKILL_ADMIN_TOKEN", ""),
-        # the strategy a sale gets when it is created without one (demo seeding)
+        # the featured sale's strategy when served (ServedApp reads it for the demo seed)
         "LOCK_STRATEGY": os.environ.get("LOCK_STRATEGY", "token"),
         # redis-py's default pool raises "Too many connections" past its limit; a
         # BlockingConnectionPool makes the 1001st request wait instead (for this long)
