@@ -24,6 +24,8 @@ class StrategyResult:
     sold: int = 0
     oversold: int = 0
     lost: int = 0
+    #: orders in the audit that no buyer of this run was told about (a backlog, a lost 201)
+    unconfirmed: int = 0
     duplicates: int = 0
     consistent: bool = False
     rps: float = 0.0

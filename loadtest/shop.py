@@ -47,12 +47,12 @@ class ShopClient:
         result: dict[str, Any] = self._call("GET", f"/api/sales/{sku}/audit")
         return result
 
-    def settled_audit(self, sku: str, quiet_s: float = 1.5, limit_s: float = 30.0,
+    def settled_audit(self, sku: str, quiet_s: float = 1.5, limit_s: float = 45.0,
                       poll_s: float = 0.5) -> dict[str, Any]:
-        """The audit once the sale stops moving: Locust has quit, but the shop may still
-        be working through requests it had already accepted (and an unsafe lock may still
-        write a stale stock). Auditing, or resetting for the next strategy, before they
-        finish would blame their orders on the wrong run.
+        """The audit once it has not changed for ``quiet_s``: Locust has quit, but the
+        shop may still be working through requests it had already accepted (and an
+        unsafe lock may still write a stale stock). Auditing, or resetting for the next
+        strategy, before they finish would blame their orders on the wrong run.
         """
         audit = self.audit(sku)
         still_since = time.monotonic()
