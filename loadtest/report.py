@@ -67,7 +67,13 @@ def render(results: list[StrategyResult], summary: dict[str, Any]) -> str:
         f"({summary.get('elapsed_s', '?')} s)</p>",
         _table(results),
         "<p>A strategy marked safe that oversold, lost an order or left the sale "
-        "inconsistent is a FAIL; unsafe ones are expected to break (the lesson).</p>",
+        "inconsistent is a FAIL; unsafe ones are expected to break (the lesson). "
+        "<em>sell-out s</em> is from the first purchase attempt to the answer that sold "
+        "the last unit; a dash means the buyers' answers did not account for every unit "
+        "before the per-strategy time cap (locks timing out under the spike answer "
+        "<code>503 busy</code>). <em>fairness</em> is the share of the first buyers to "
+        "arrive, one per unit, who got one. <em>redis/purchase</em> counts every Redis "
+        "command of the run (browsing included) per purchase attempt.</p>",
         *charts(results),
         f"<h2>Machine and settings</h2><ul>{facts}</ul>",
         "<p>Raw data: <a href='summary.json'>summary.json</a>, Locust CSVs, logs and "
