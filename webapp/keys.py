@@ -25,5 +25,10 @@ class SaleKeys:
         """Users with an order or a purchase in flight: the one-order-per-user fast path."""
         return f"sale:{{{self.sku}}}:buyers"
 
+    @property
+    def info(self) -> str:
+        """A hash copy of the sale's row, so a purchase needs no database read."""
+        return f"sale:{{{self.sku}}}:info"
+
     def all(self) -> list[str]:
-        return [self.stock, self.soldout, self.buyers]
+        return [self.stock, self.soldout, self.buyers, self.info]

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .models import Order, Product, Sale, utcnow
 from .paths import path_for
 from .problems import UnknownSku
-from .services import SaleInfo
+from .saleinfo import SaleInfo, cache_sale
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
         info = _info(sale)
     redis.delete(*info.keys.all())
     path.load_stock(redis, info, stock)
+    cache_sale(redis, info)
     logger.info("sale %s reset: stock %d, strategy %s, work %d ms", sku, stock, strategy, work_ms)
     return {"sku": sku, "stock": stock, "strategy": strategy, "work_ms": work_ms, "limit": limit}
 

@@ -23,31 +23,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from .keys import SaleKeys
-from .models import Order, Sale
+from .models import Order
 from .orders import find_order
-from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut, UnknownSku
+from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
+from .saleinfo import SaleInfo, cached_sale, load_sale
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class SaleInfo:
-    """A sale as the purchase paths see it (a plain copy, safe across sessions)."""
-
-    id: int
-    sku: str
-    strategy: str
-    work_ms: int
-    per_user_limit: int
-    initial_stock: int
-
-    @property
-    def keys(self) -> SaleKeys:
-        return SaleKeys(self.sku)
+# SaleInfo and load_sale moved to saleinfo.py; other modules still import them from here
+__all__ = ["Checkout", "PurchaseRequest", "PurchaseResult", "SaleInfo", "checkout",
+           "load_sale"]
 
 
 @dataclass(frozen=True)
@@ -79,22 +67,13 @@ class PurchaseResult:
     created: bool
 
 
-def load_sale(sessions: sessionmaker[Session], sku: str) -> SaleInfo:
-    with sessions() as session:
-        sale = session.scalars(select(Sale).where(Sale.sku == sku)).first()
-        if sale is None:
-            raise UnknownSku(f"no product with sku {sku!r}")
-        return SaleInfo(sale.id, sale.sku, sale.strategy, sale.work_ms, sale.per_user_limit,
-                        sale.initial_stock)
-
-
 def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
     from .paths import path_for  # paths imports this module's dataclasses
 
     if request.idempotency_key is None and deps.redis.get(SaleKeys(request.sku).soldout):
-        raise SoldOut(f"{request.sku} is sold out")  # before any database query
-    sale = load_sale(deps.sessions, request.sku)
+        raise SoldOut(f"{request.sku} is sold out")  # before anything else
+    sale = cached_sale(deps.redis, deps.sessions, request.sku)
     if request.quantity > sale.per_user_limit:
         raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} for this sale")
     earlier = _reserve(deps, sale, request)

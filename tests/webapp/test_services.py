@@ -124,3 +124,11 @@ def test_a_buyer_redis_forgot_is_still_stopped_by_the_database_and_keeps_the_uni
     result = audit(deps)
     assert (result["orders"], result["remaining"], result["consistent"]) == (1, 2, True)
     assert deps.redis.sismember("sale:{sku-1}:buyers", "ann")  # the fast path knows again
+
+
+def test_a_purchase_reads_the_sale_from_redis_and_restores_a_lost_copy(deps):
+    info_key = "sale:{sku-1}:info"
+    assert deps.redis.hget(info_key, "strategy") == b"token"  # written by the reset
+    deps.redis.delete(info_key)
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created  # from the database
+    assert deps.redis.hget(info_key, "strategy") == b"token"
