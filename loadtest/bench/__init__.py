@@ -20,7 +20,7 @@ import json
 import logging
 from pathlib import Path
 
-from .contenders import CONTENDERS
+from .contenders import CONTENDERS, EXPERIMENTS
 from .report import render, targets
 from .runner import BenchConfig, run
 
@@ -41,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure each contender this many times, round-robin, and add "
                              "the rounds up (steadier figures on a busy machine)")
     parser.add_argument("--only", default="",
-                        help="comma-separated contenders: " + ",".join(c.name for c in CONTENDERS))
+                        help="comma-separated contenders (see --list)")
+    parser.add_argument("--experimental", action="store_true",
+                        help="also run the prototype protocols of loadtest/bench/experiments.py")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 1 s, 4 processes (overrides the sizes above)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
@@ -50,13 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.list:
-        for c in CONTENDERS:
+        for c in CONTENDERS + EXPERIMENTS:
             why = c.unavailable()
             print(f"{c.name:18} {c.library:18} {c.backend:9} {c.settings}"
                   + (f"  (unavailable: {why})" if why else ""))
         return 0
     config = BenchConfig(duration=args.duration, uncontended=args.uncontended,
                          processes=args.processes, rounds=args.rounds,
+                         experimental=args.experimental,
                          only=[n.strip() for n in args.only.split(",") if n.strip()] or None)
     if args.quick:
         config.duration = QUICK["duration"]

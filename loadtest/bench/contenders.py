@@ -140,11 +140,35 @@ CONTENDERS: list[Contender] = [
 ]
 
 
-def by_name(names: list[str] | None = None) -> list[Contender]:
-    """The contenders named (all when ``names`` is None); unknown names raise ValueError."""
+def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
+    def build(conns: Connections, name: str) -> Handle:
+        from . import experiments
+
+        cls = {"polite": experiments.PoliteTokenLock, "awake": experiments.AwakeTokenLock}[kind]
+        lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options)
+        return _Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
+    return build
+
+
+#: prototypes of other waiting protocols for the token lock (``--experimental``)
+EXPERIMENTS: list[Contender] = [
+    Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",
+              _experiment("polite"), "lockcore.strategies.token"),
+    Contender("x-awake5", "experiment", "redis", "token; one awake waiter (5 ms), starvation",
+              _experiment("awake", awake_ms=5), "lockcore.strategies.token"),
+    Contender("x-awake20", "experiment", "redis", "token; one awake waiter (20 ms), starvation",
+              _experiment("awake", awake_ms=20), "lockcore.strategies.token"),
+]
+
+
+def by_name(names: list[str] | None = None, experimental: bool = False) -> list[Contender]:
+    """The contenders named (default: all, with the experiments if asked for).
+
+    :raises ValueError: for an unknown name.
+    """
     if not names:
-        return list(CONTENDERS)
-    known = {c.name: c for c in CONTENDERS}
+        return list(CONTENDERS) + (EXPERIMENTS if experimental else [])
+    known = {c.name: c for c in CONTENDERS + EXPERIMENTS}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown contender(s) {', '.join(unknown)}; "

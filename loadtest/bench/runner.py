@@ -40,10 +40,11 @@ class BenchConfig:
     processes: int = 8
     only: list[str] | None = None
     rounds: int = 1  # each contender measured this many times, round-robin
+    experimental: bool = False  # add the prototypes of experiments.py
 
 
 def run(config: BenchConfig) -> dict[str, Any]:
-    chosen = by_name(config.only)
+    chosen = by_name(config.only, config.experimental)
     skipped = [{"name": c.name, "reason": r} for c in chosen if (r := c.unavailable())]
     runnable = [c for c in chosen if not c.unavailable()]
     with ExitStack() as stack:
@@ -61,6 +62,7 @@ def run(config: BenchConfig) -> dict[str, Any]:
                             for c in runnable if c.backend == "zookeeper"]
                 runnable = [c for c in runnable if c.backend != "zookeeper"]
         load_before = os.getloadavg()
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         pool = stack.enter_context(WorkerPool(config.processes))
         samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
         # Round-robin, so a burst of outside load hurts every contender a little rather
@@ -78,7 +80,7 @@ def run(config: BenchConfig) -> dict[str, Any]:
         version = redis.Redis.from_url(backends["redis"]).info("server")["redis_version"]
     results = [stats.summarise(c, samples.get((c.name, "uncontended"), []),
                                samples[c.name, "contended"]) for c in runnable]
-    return {"machine": _machine(version, load_before), "config": asdict(config),
+    return {"machine": _machine(version, load_before, started), "config": asdict(config),
             "results": results, "skipped": skipped}
 
 
@@ -128,7 +130,8 @@ def _zookeeper(stack: ExitStack) -> tuple[str | None, str, int | None]:
     return str(server.hosts), "", server.pid
 
 
-def _machine(redis_version: str, load_before: tuple[float, float, float]) -> dict[str, Any]:
+def _machine(redis_version: str, load_before: tuple[float, float, float],
+             started: str) -> dict[str, Any]:
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -138,6 +141,6 @@ def _machine(redis_version: str, load_before: tuple[float, float, float]) -> dic
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "python": sys.version.split()[0],
             "platform": platform.platform(), "redis": redis_version,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "date": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()]}

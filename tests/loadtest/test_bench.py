@@ -108,3 +108,15 @@ def test_percentile_is_nearest_rank():
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 0.99) == 99.0
     assert percentile([5.0], 0.99) == 5.0
+
+
+def test_experimental_waiting_protocols_still_exclude_and_report(tmp_path):
+    out = tmp_path / "x.json"
+    args = build_parser().parse_args(["bench", "--quick", "--only", "x-polite,x-awake5",
+                                      "--json", str(out)])
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(args) == 0
+    for result in json.loads(out.read_text())["results"]:
+        assert result["contended"]["acquisitions"] > 0
+        assert result["contended"]["overlaps"] == 0
+        assert result["uncontended"]["round_trips_per_op"] == 2

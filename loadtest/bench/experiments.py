@@ -1,0 +1,136 @@
+"""Two prototype waiting protocols for the token lock, benchmarked with ``--experimental``.
+
+Not part of lockcore: they exist so the figures in docs/performance.md can be rerun.
+
+* ``x-polite``: a releaser whose release woke a waiter queues up (BLPOPs) before its
+  next attempt instead of barging back in, so the woken waiter always wins. Each
+  acquisition costs 3 round trips, none wasted, in FIFO order of the BLPOP queue.
+* ``x-awake<N>``: Go's ``sync.Mutex`` on Redis. A release wakes a waiter only if no
+  woken waiter is still on its way (the ``:awake`` mark, at most N ms old), so a
+  barging holder is not followed by a wake-up per release. A woken waiter that loses
+  the race marks itself starving; the next release hands the lock to it through a
+  list only starving waiters block on, and the releaser queues instead of barging.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from lockcore.errors import LockNotOwned
+from lockcore.strategies.token import TokenLock
+from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS
+
+
+@cache
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath(f"scripts/{name}.lua").read_text("utf-8")
+
+
+def _block_for(lock: TokenLock, remaining: float | None) -> float | None:
+    """How long BLPOP may block, as lockcore's NotifyWaiter decides (None: just sleep)."""
+    block = MAX_BLOCK_S if remaining is None else min(MAX_BLOCK_S, remaining)
+    if lock.holder_ttl_ms is not None and lock.holder_ttl_ms > 0:
+        block = min(block, lock.holder_ttl_ms / 1000)
+    if block <= SERVER_TICK_S:
+        lock.clock.sleep(min(block, FINE_POLL_S))
+        return None
+    return block - SERVER_TICK_S
+
+
+class _QueueingTokenLock(TokenLock):
+    """A token lock whose release may ask its next acquire to wait in line first."""
+
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        super().__init__(client, name, wait="notify", **options)
+        self.yield_next = False
+        self.queueing = False
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        if self.yield_next and blocking:
+            self.yield_next, self.holder_ttl_ms = False, None
+            began = self.clock.monotonic()
+            self.queueing = True
+            try:
+                self.waiter.wait(self, timeout, 0)
+            finally:
+                self.queueing = False
+            if timeout is not None:
+                timeout = max(0.0, timeout - (self.clock.monotonic() - began))
+        return super().acquire(blocking, timeout)
+
+
+class PoliteWaiter:
+    name = "notify"
+
+    def wait(self, lock: Any, remaining: float | None, attempt: int) -> None:
+        if (block := _block_for(lock, remaining)) is not None:
+            pipe = lock.client.pipeline(transaction=False)  # mark and block: one round trip
+            pipe.set(lock.waiting_key, 1, px=int(MAX_BLOCK_S * 1000) + 200)
+            pipe.blpop([lock.signal_key], timeout=block)
+            pipe.execute()
+
+
+class PoliteTokenLock(_QueueingTokenLock):
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        super().__init__(client, name, **options)
+        self.waiting_key = f"{self.key}:waiting"
+        self._polite_release = client.register_script(_lua("polite_release"))
+        self.waiter = PoliteWaiter()
+
+    def _release(self, token: str) -> None:
+        done = self._polite_release(keys=[self.key, self.signal_key, self.waiting_key],
+                                    args=[token, SIGNAL_TTL_MS])
+        if done == 0:
+            raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        self.yield_next = done == 2
+
+
+class AwakeWaiter:
+    name = "notify"
+
+    def wait(self, lock: Any, remaining: float | None, attempt: int) -> None:
+        lock.starving = lock.starving or lock.woken  # woken, tried, and still lost
+        lock.woken = False
+        if (block := _block_for(lock, remaining)) is None:
+            return
+        if lock.starving:
+            pipe = lock.client.pipeline(transaction=False)
+            pipe.set(lock.starving_key, 1, px=int(MAX_BLOCK_S * 1000))
+            pipe.blpop([lock.starve_key, lock.signal_key], timeout=block)
+            got = pipe.execute()[1]
+        else:
+            keys = [lock.signal_key, lock.starve_key] if lock.queueing else [lock.signal_key]
+            got = lock.client.blpop(keys, timeout=block)
+        lock.woken = got is not None
+
+
+class AwakeTokenLock(_QueueingTokenLock):
+    def __init__(self, client: Any, name: str, *, awake_ms: int = 5, **options: Any) -> None:
+        super().__init__(client, name, **options)
+        self.awake_ms = awake_ms
+        self.awake_key, self.starving_key = f"{self.key}:awake", f"{self.key}:starving"
+        self.starve_key = f"{self.key}:starve"
+        self.woken = self.starving = False
+        self._awake_acquire = client.register_script(_lua("awake_acquire"))
+        self._awake_release = client.register_script(_lua("awake_release"))
+        self.waiter = AwakeWaiter()
+
+    def _try_acquire(self, token: str) -> bool:
+        ok, value = self._awake_acquire(keys=[self.key, self.fence_key, self.awake_key],
+                                        args=[token, self.ttl_ms, int(self.woken)])
+        if ok:
+            self.fencing_token, self.woken, self.starving = int(value), False, False
+            return True
+        self.holder_ttl_ms = int(value)
+        return False
+
+    def _release(self, token: str) -> None:
+        done = self._awake_release(
+            keys=[self.key, self.signal_key, self.awake_key, self.starving_key,
+                  self.starve_key],
+            args=[token, SIGNAL_TTL_MS, self.awake_ms])
+        if done == 0:
+            raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        self.yield_next = done == 2
