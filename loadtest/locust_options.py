@@ -20,7 +20,7 @@ def add_seckill_options(parser: Any) -> None:
     group.add_argument("--seckill-start-at", env_var="SECKILL_START_AT", type=float, default=0,
                        help="epoch seconds to release buyers (0: when spawning completes)")
     group.add_argument("--seckill-busy-retries", env_var="SECKILL_BUSY_RETRIES", type=int,
-                       default=2)
+                       default=1, help="retries after 503 busy (Retry-After, capped at 1 s)")
     group.add_argument("--seckill-arrivals", env_var="SECKILL_ARRIVALS", default="",
                        help="append one JSON line per purchase attempt to this file")
     group.add_argument("--seckill-noop-path", env_var="SECKILL_NOOP_PATH", default="/healthz")

@@ -76,7 +76,7 @@ class Buyer(FastHttpUser):
         options = self.environment.parsed_options
         self.sku: str = getattr(options, "seckill_sku", "sku-1")
         self.mode: str = getattr(options, "seckill_mode", "flash")
-        self.retries: int = getattr(options, "seckill_busy_retries", 2)
+        self.retries: int = getattr(options, "seckill_busy_retries", 1)
         self.noop_path: str = getattr(options, "seckill_noop_path", "/healthz")
         self.user_id = _new_buyer_id()
         self.finished = False

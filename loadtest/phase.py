@@ -37,7 +37,7 @@ class Plan:
     duration: int = 10           # sustained/noop: seconds of load
     cap_s: int = 35              # flash: hard cap (keeps `make demo` under 10 minutes)
     sku: str = "sku-1"
-    busy_retries: int = 2
+    busy_retries: int = 1
 
 
 def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> list[str]:
