@@ -71,7 +71,8 @@ def raw_exchange(base_url: str, data: bytes, timeout: float = 10.0) -> Answer:
 
 
 def assert_error(answer: Answer, status: int, code: str | None = None) -> dict[str, Any]:
-    """The contract: ``{"error": CODE, "detail": TEXT}`` as JSON, never HTML, never a 500."""
+    """The contract: ``{"error": CODE, "detail": TEXT}`` as JSON, never HTML; ``busy`` says
+    when to come back (``Retry-After``)."""
     assert answer.status == status, (answer.status, answer.body[:300])
     assert answer.content_type.startswith("application/json"), (answer.content_type,
                                                                 answer.body[:300])
@@ -80,6 +81,6 @@ def assert_error(answer: Answer, status: int, code: str | None = None) -> dict[s
         and isinstance(body.get("detail"), str), body
     if code is not None:
         assert body["error"] == code, body
-    if status == 503:
-        assert int(answer.headers["retry-after"]) >= 0
+    if body["error"] == "busy":
+        assert int(answer.headers["retry-after"]) >= 0, answer.headers
     return body

@@ -1,0 +1,133 @@
+"""``seckill`` as a user types it: every documented command has help, and a bad flag
+or value is a usage error (exit 2, ``usage:`` on stderr) before anything starts,
+never a traceback.
+
+The console script is run for real once per kind of check; the many argument cases
+go through the same parser in-process (``webapp.cli.build_parser``), since each
+``seckill`` start costs seconds of imports on a loaded machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from webapp.cli import build_parser
+
+SECKILL = Path(sys.executable).parent / "seckill"
+
+
+def seckill(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """Run the console script; on timeout, SIGTERM it (it stops what it started)."""
+    proc = subprocess.Popen([str(SECKILL), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        err += f"\n(still running after {timeout}s: stopped)"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+COMMANDS = ("serve", "showdown", "scenario", "bench")
+
+
+def parse(capsys, args):
+    """What the parser does with ``args``: (exit code or None, stdout, stderr)."""
+    try:
+        build_parser().parse_args(args)
+        code = None
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_console_script_answers_help_and_usage_errors():
+    assert SECKILL.exists() and os.access(SECKILL, os.X_OK)
+    helped = seckill("--help")
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: seckill")
+    for command in COMMANDS:
+        assert command in helped.stdout
+    refused = seckill("serve", "--port", "abc")
+    assert refused.returncode == 2 and "usage: seckill serve" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_documented_command_has_help(capsys, command):
+    code, out, err = parse(capsys, [command, "--help"])
+    assert code == 0 and out.startswith(f"usage: seckill {command}"), err
+
+
+def test_help_names_the_documented_flags(capsys):
+    assert {"--host", "--port", "--workers"} <= set(parse(capsys, ["serve", "--help"])[1].split())
+    showdown = parse(capsys, ["showdown", "--help"])[1]
+    for flag in ("--users", "--stock", "--strategies", "--report"):
+        assert flag in showdown
+
+
+TRUNCATED = pytest.mark.xfail(strict=True, reason="finding: serve's summary is the first "
+                              "line of a docstring sentence that goes on")
+
+
+@pytest.mark.parametrize("command", [pytest.param("serve", marks=TRUNCATED),
+                                     "showdown", "scenario", "bench"])
+def test_help_summaries_are_whole_sentences(capsys, command):
+    summary = parse(capsys, [command, "--help"])[1].split("\n\n")[1].strip()
+    assert not summary.endswith(","), f"seckill {command}: {summary!r}"
+
+
+def test_scenario_list_names_the_seed_labs():
+    result = seckill("scenario", "--list")
+    assert result.returncode == 0, result.stderr
+    names = {line.split()[0] for line in result.stdout.splitlines() if line.strip()}
+    assert {"crash-no-ttl", "ghost-node", "failover"} <= names
+
+
+def test_an_unknown_scenario_is_exit_2_with_the_list_of_labs():
+    result = seckill("scenario", "nope")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "crash-no-ttl" in result.stderr
+
+
+BAD_ARGS = {
+    "no-command": [],
+    "unknown-command": ["nope"],
+    "unknown-flag": ["bench", "--nope"],
+    "port-not-a-number": ["serve", "--port", "abc"],
+    "flag-without-value": ["serve", "--workers"],
+    "stock-not-a-number": ["showdown", "--stock", "x"],
+}
+
+
+UNCHECKED = pytest.mark.xfail(strict=True, reason=(
+    "finding: the parser takes any int; the impossible value fails later with a "
+    "traceback (bind OverflowError, 60 s wait for gunicorn, Locust made no requests, "
+    "HTTP 400 from the reset)"))
+
+IMPOSSIBLE = {
+    "port-out-of-range": ["serve", "--port", "99999"],
+    "zero-workers": ["serve", "--workers", "0"],
+    "negative-users": ["showdown", "--users", "-5"],
+    "negative-stock": ["showdown", "--stock", "-1"],
+    "unknown-strategy": ["showdown", "--strategies", "token,nope"],
+}
+CASES = [pytest.param(args, id=name) for name, args in BAD_ARGS.items()] + [
+    pytest.param(args, id=name, marks=UNCHECKED) for name, args in IMPOSSIBLE.items()]
+
+
+@pytest.mark.parametrize("args", CASES)
+def test_a_bad_command_line_is_a_usage_error(capsys, args):
+    code, _, err = parse(capsys, args)
+    assert code == 2, f"parsed without complaint: {args}"
+    assert "usage: seckill" in err

@@ -1,0 +1,121 @@
+"""``GET /api/openapi.json`` is a valid OpenAPI 3 document, documents every route and
+status of the contract, and the live answers match the schemas it gives for them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonschema
+import pytest
+from openapi_spec_validator import validate
+
+from tests.contract.wire import Answer
+
+SKU, SMALL = "qa-spec-1", "qa-spec-2"
+
+#: the contract's table: path template, method -> the statuses it promises
+CONTRACT = {
+    ("/healthz", "get"): {200, 503},
+    ("/api/products", "get"): {200},
+    ("/api/products/{sku}", "get"): {200, 404},
+    ("/api/products/{sku}/purchase", "post"): {201, 200, 400, 404, 409, 503},
+    ("/api/admin/sales/{sku}", "put"): {200, 401, 400},
+    ("/api/sales/{sku}/audit", "get"): {200},
+}
+
+
+@pytest.fixture(scope="module")
+def spec(shop) -> dict[str, Any]:
+    answer = shop.call("GET", "/api/openapi.json")
+    assert answer.status == 200 and answer.content_type.startswith("application/json")
+    document: dict[str, Any] = answer.json
+    return document
+
+
+def inline_refs(node: Any, document: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target: Any = document
+            for part in node["$ref"].lstrip("#/").split("/"):
+                target = target[part]
+            return inline_refs(copy.deepcopy(target), document)
+        return {key: inline_refs(value, document) for key, value in node.items()}
+    if isinstance(node, list):
+        return [inline_refs(item, document) for item in node]
+    return node
+
+
+def check_answer(spec: dict[str, Any], path: str, method: str, answer: Answer) -> None:
+    """The status is documented for the operation and the body fits its schema."""
+    responses = spec["paths"][path][method]["responses"]
+    documented = responses.get(str(answer.status)) or responses.get("default")
+    assert documented is not None, f"{method.upper()} {path} -> {answer.status} undocumented"
+    schema = documented.get("content", {}).get("application/json", {}).get("schema")
+    if schema is not None:
+        jsonschema.validate(answer.json, inline_refs(schema, spec),
+                            cls=jsonschema.Draft202012Validator)
+
+
+def test_the_document_is_valid_openapi_3(spec):
+    assert spec["openapi"].startswith("3.")
+    validate(spec)
+
+
+@pytest.mark.parametrize("route", sorted(CONTRACT), ids=lambda r: f"{r[1]} {r[0]}")
+def test_every_contract_route_and_status_is_documented(spec, route):
+    path, method = route
+    assert method in spec["paths"].get(path, {}), f"{method} {path} missing"
+    documented = {int(status) for status in spec["paths"][path][method]["responses"]}
+    assert CONTRACT[route] <= documented
+
+
+def test_every_documented_operation_exists_on_the_server(shop, spec):
+    for path, operations in spec["paths"].items():
+        for method in operations:
+            if method not in {"get", "post", "put", "delete", "patch"}:
+                continue
+            answer = shop.call(method.upper(), path.replace("{sku}", SKU), raw=b"{}",
+                               headers={"Content-Type": "application/json"})
+            assert answer.status not in (404, 405) or \
+                answer.json.get("error") == "unknown_sku", (method, path, answer.body)
+
+
+def test_live_answers_match_their_documented_schemas(shop, spec):
+    shop.reset(SMALL, 1, "token")
+    token = {"Authorization": f"Bearer {shop.admin_token}"}
+    purchase = "/api/products/{sku}/purchase"
+    seen = [
+        ("/healthz", "get", shop.call("GET", "/healthz")),
+        ("/api/products", "get", shop.call("GET", "/api/products")),
+        ("/api/products/{sku}", "get", shop.call("GET", f"/api/products/{SMALL}")),
+        ("/api/products/{sku}", "get", shop.call("GET", "/api/products/none")),
+        (purchase, "post", shop.buy("spec-ann", SMALL, key="spec-ann")),
+        (purchase, "post", shop.buy("spec-ann", SMALL, key="spec-ann")),
+        (purchase, "post", shop.buy("spec-bob", SMALL)),
+        (purchase, "post", shop.buy("spec-ann", SMALL)),
+        (purchase, "post", shop.buy("", SMALL)),
+        (purchase, "post", shop.buy("spec-ann", "none")),
+        ("/api/admin/sales/{sku}", "put", shop.call("PUT", f"/api/admin/sales/{SKU}",
+                                                    {"stock": 3, "strategy": "sql"},
+                                                    headers=token)),
+        ("/api/admin/sales/{sku}", "put", shop.call("PUT", f"/api/admin/sales/{SKU}", {})),
+        ("/api/admin/sales/{sku}", "put", shop.call("PUT", f"/api/admin/sales/{SKU}",
+                                                    {"stock": -3}, headers=token)),
+        ("/api/sales/{sku}/audit", "get", shop.call("GET", f"/api/sales/{SMALL}/audit")),
+        ("/api/sales/{sku}/audit", "get", shop.call("GET", "/api/sales/none/audit")),
+    ]
+    assert [answer.status for _, _, answer in seen] == [
+        200, 200, 200, 404, 201, 200, 409, 409, 400, 404, 200, 401, 400, 200, 404]
+    for path, method, answer in seen:
+        check_answer(spec, path, method, answer)
+
+
+def test_a_product_and_an_audit_carry_every_field_the_contract_names(shop):
+    product = shop.call("GET", f"/api/products/{SKU}").json
+    assert {"sku", "name", "price", "stock", "sold", "strategy"} <= set(product)
+    audit = shop.audit(SKU)
+    assert {"initial_stock", "remaining", "orders", "units_sold", "oversold",
+            "duplicate_buyers", "consistent"} <= set(audit)
+    listing = shop.call("GET", "/api/products").json
+    assert isinstance(listing, list) and SKU in {item["sku"] for item in listing}
