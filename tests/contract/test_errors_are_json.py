@@ -97,16 +97,21 @@ def test_a_duplicate_content_type_header_is_a_json_400(shop):
     assert_error(answer, 400)
 
 
-@pytest.mark.parametrize("request_bytes", [
-    b"GARBAGE\r\n\r\n",
-    b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n",
-    b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
-    b"POST /api/products/qa-api-1/purchase HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
-], ids=["garbage", "http-9.9", "header-without-colon", "negative-content-length"])
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", 400),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", 400),
+    (b"POST /api/products/qa-api-1/purchase HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+     400),
+    (b"GET /api/products/" + b"x" * 8_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"POST /api/products/qa-api-1/purchase HTTP/1.1\r\nHost: x\r\nIdempotency-Key: "
+     + b"k" * 10_000 + b"\r\n\r\n", 431),
+], ids=["garbage", "http-9.9", "header-without-colon", "negative-content-length",
+        "8k-sku-in-the-url", "10k-idempotency-key"])
 @GUNICORN_HTML
-def test_a_malformed_http_request_is_answered_with_json(shop, request_bytes):
+def test_a_malformed_http_request_is_answered_with_json(shop, request_bytes, status):
     answer = raw_exchange(shop.url, request_bytes)
-    assert_error(answer, 400)
+    assert_error(answer, status)
 
 
 def test_options_lists_the_allowed_methods(shop):
