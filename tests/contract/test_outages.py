@@ -1,6 +1,8 @@
 """Redis going away under the served shop (its own redis-server, which this module
 stops, pauses and restarts): purchases are 503 ``busy`` with ``Retry-After``, never
-a 500; ``/healthz`` is 503 naming ``redis``; the shop recovers when Redis is back."""
+a 500; ``/healthz`` is 503 naming ``redis``; the shop recovers when Redis is back.
+The same shop has a short lock timeout, so a buyer stuck behind a slow holder hears
+503 ``busy`` too."""
 
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ import pytest
 from tests.contract.shop import Shop, served_shop
 from tests.contract.wire import assert_error
 
-SKU = "qa-outage-1"
+SKU, SLOW = "qa-outage-1", "qa-outage-2"
+LOCK_TIMEOUT_S = 2
 
 
 @pytest.fixture(scope="module")
 def own_shop() -> Iterator[Shop]:
-    with served_shop([SKU]) as shop:
+    with served_shop([SKU, SLOW], LOCK_TIMEOUT_S=str(LOCK_TIMEOUT_S)) as shop:
         yield shop
 
 
@@ -130,3 +133,19 @@ def test_after_redis_loses_its_data_the_sale_goes_on_from_the_database(shop, str
     assert_error(shop.buy("before-loss", SKU), 409, "already_purchased")
     audit = shop.assert_books_balance(SKU)
     assert (audit["orders"], audit["remaining"]) == (2, 8)
+
+
+def test_a_buyer_kept_waiting_past_the_lock_timeout_hears_busy(shop):
+    # five buyers queue for a lock held 1 s each; the shop waits LOCK_TIMEOUT_S at most
+    shop.reset(SLOW, 10, "token", work_ms=1_000)
+    with ThreadPoolExecutor(5) as pool:
+        answers = list(pool.map(lambda n: shop.buy(f"patient-{n}", SLOW), range(5)))
+    assert {answer.status for answer in answers} <= {201, 503}
+    busy = [n for n, answer in enumerate(answers) if answer.status == 503]
+    assert busy, [answer.status for answer in answers]
+    for n in busy:
+        assert_error(answers[n], 503, "busy")
+    audit = shop.assert_books_balance(SLOW)
+    assert audit["orders"] == len(answers) - len(busy)
+    # a busy buyer reserved nothing: coming back later, they buy
+    assert shop.buy(f"patient-{busy[0]}", SLOW).status == 201
