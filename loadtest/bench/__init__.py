@@ -20,7 +20,8 @@ import json
 import logging
 from pathlib import Path
 
-from .contenders import CONTENDERS, EXPERIMENTS
+from .contenders import CONTENDERS
+from .experiments import EXPERIMENTS
 from .report import render, targets
 from .runner import BenchConfig, run
 

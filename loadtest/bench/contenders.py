@@ -54,7 +54,7 @@ class Contender:
         return None
 
 
-class _Adapter:
+class Adapter:
     """Wraps a lock whose acquire takes ``timeout`` (lockcore, kazoo) or another name."""
 
     def __init__(self, lock: Any, acquire: Callable[[float], bool]) -> None:
@@ -70,13 +70,13 @@ def _lockcore(strategy: str, backend: str, **options: Any) -> Callable[..., Hand
         client = {"redis": conns.redis, "redlock": conns.redlock,
                   "zookeeper": conns.zookeeper}[backend]()
         lock = lockcore.create(strategy, client, name, ttl_ms=TTL_S * 1000, **options)
-        return _Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
+        return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
     return build
 
 
 def _redis_py(conns: Connections, name: str) -> Handle:
     lock = conns.redis().lock(f"lock:{name}", timeout=TTL_S)  # sleep=0.1 by default
-    return _Adapter(lock, lambda t: bool(lock.acquire(blocking=True, blocking_timeout=t)))
+    return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, blocking_timeout=t)))
 
 
 def _python_redis_lock(conns: Connections, name: str) -> Handle:
@@ -85,14 +85,14 @@ def _python_redis_lock(conns: Connections, name: str) -> Handle:
     lock = redis_lock.Lock(conns.redis(), name, expire=TTL_S)
     # It truncates timeout to whole seconds and reads 0 as "wait up to expire", so
     # round up: near the end of a run a worker may overstay by < 1 s, never by 10.
-    return _Adapter(lock, lambda t: bool(lock.acquire(timeout=max(1, math.ceil(t)))))
+    return Adapter(lock, lambda t: bool(lock.acquire(timeout=max(1, math.ceil(t)))))
 
 
 def _pottery(conns: Connections, name: str) -> Handle:
     from pottery import Redlock
 
     lock = Redlock(key=name, masters=set(conns.redlock()), auto_release_time=TTL_S)
-    return _Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
+    return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
 
 
 class _NoLock:
@@ -113,7 +113,7 @@ def _kazoo(conns: Connections, name: str) -> Handle:
             return bool(lock.acquire(blocking=True, timeout=timeout))
         except LockTimeout:
             return False
-    return _Adapter(lock, acquire)
+    return Adapter(lock, acquire)
 
 
 CONTENDERS: list[Contender] = [
@@ -140,32 +140,13 @@ CONTENDERS: list[Contender] = [
 ]
 
 
-def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
-    def build(conns: Connections, name: str) -> Handle:
-        from . import experiments
-
-        cls = {"polite": experiments.PoliteTokenLock, "awake": experiments.AwakeTokenLock}[kind]
-        lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options)
-        return _Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
-    return build
-
-
-#: prototypes of other waiting protocols for the token lock (``--experimental``)
-EXPERIMENTS: list[Contender] = [
-    Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",
-              _experiment("polite"), "lockcore.strategies.token"),
-    Contender("x-awake5", "experiment", "redis", "token; one awake waiter (5 ms), starvation",
-              _experiment("awake", awake_ms=5), "lockcore.strategies.token"),
-    Contender("x-awake20", "experiment", "redis", "token; one awake waiter (20 ms), starvation",
-              _experiment("awake", awake_ms=20), "lockcore.strategies.token"),
-]
-
-
 def by_name(names: list[str] | None = None, experimental: bool = False) -> list[Contender]:
     """The contenders named (default: all, with the experiments if asked for).
 
     :raises ValueError: for an unknown name.
     """
+    from .experiments import EXPERIMENTS  # they build on this module
+
     if not names:
         return list(CONTENDERS) + (EXPERIMENTS if experimental else [])
     known = {c.name: c for c in CONTENDERS + EXPERIMENTS}

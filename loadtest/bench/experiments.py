@@ -14,6 +14,7 @@ Not part of lockcore: they exist so the figures in docs/performance.md can be re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 from lockcore.errors import LockNotOwned
 from lockcore.strategies.token import TokenLock
 from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS
+
+from .contenders import TTL_S, Adapter, Connections, Contender, Handle
 
 
 @cache
@@ -134,3 +137,22 @@ class AwakeTokenLock(_QueueingTokenLock):
         if done == 0:
             raise LockNotOwned("the lock expired or is held by someone else", self.name)
         self.yield_next = done == 2
+
+
+def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
+    def build(conns: Connections, name: str) -> Handle:
+        cls = {"polite": PoliteTokenLock, "awake": AwakeTokenLock}[kind]
+        lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options)
+        return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
+    return build
+
+
+#: what ``--experimental`` adds to a run
+EXPERIMENTS: list[Contender] = [
+    Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",
+              _experiment("polite"), "lockcore.strategies.token"),
+    Contender("x-awake5", "experiment", "redis", "token; one awake waiter (5 ms), starvation",
+              _experiment("awake", awake_ms=5), "lockcore.strategies.token"),
+    Contender("x-awake20", "experiment", "redis", "token; one awake waiter (20 ms), starvation",
+              _experiment("awake", awake_ms=20), "lockcore.strategies.token"),
+]

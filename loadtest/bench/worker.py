@@ -1,9 +1,9 @@
 """One benchmark worker process: build a contender's lock, wait for the start, run the loop.
 
-Workers are separate processes (``spawn``), not threads, because a Python lock client
-spends most of its time in the interpreter: eight threads would measure the GIL, not
-the lock. Every worker builds its own clients, warms up (connects, loads Lua scripts)
-and says "ready"; the parent then takes the ``INFO commandstats`` snapshot and sends one
+Workers are separate processes (``spawn``), not threads, as gunicorn workers or service
+instances would be: eight threads would share one GIL and partly measure it. Every
+worker builds its own clients, warms up (connects, loads Lua scripts) and says
+"ready"; the parent then takes the ``INFO commandstats`` snapshot and sends one
 wall-clock start and end time to all of them, so they begin together.
 
 The critical section is the flash sale's: GET the stock, DECR it. If DECR does not
