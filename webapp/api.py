@@ -10,7 +10,7 @@ from sqlalchemy import text as sql
 from . import locks, sales, validation
 from .extensions import get_backends
 from .openapi import document
-from .problems import UnknownSku
+from .problems import Busy, UnknownSku
 from .services import Checkout, PurchaseRequest, checkout
 
 bp = Blueprint("api", __name__)
@@ -69,7 +69,13 @@ def purchase(sku: str) -> tuple[Response, int]:
     deps = Checkout(sessions=backends.sessions, redis=backends.redis,
                     lock_for=functools.partial(locks.lock_for, backends),
                     lock_timeout_s=backends.config["LOCK_TIMEOUT_S"])
-    result = checkout(deps, purchase_request)
+    slots = backends.purchase_slots
+    if not slots.acquire(timeout=deps.lock_timeout_s):
+        raise Busy("too many purchases in progress, try again shortly")
+    try:
+        result = checkout(deps, purchase_request)
+    finally:
+        slots.release()
     return jsonify(result.order.to_json()), 201 if result.created else 200
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import threading
 from typing import Any
 
 from redis import BlockingConnectionPool, Redis
@@ -65,6 +66,11 @@ class Backends:
     @functools.cached_property
     def sessions(self) -> sessionmaker[Session]:
         return sessionmaker(self.engine, expire_on_commit=False)
+
+    @functools.cached_property
+    def purchase_slots(self) -> threading.BoundedSemaphore:
+        # made after the fork, so under gevent's patching it is a cooperative semaphore
+        return threading.BoundedSemaphore(self.config["PURCHASE_CONCURRENCY"])
 
     @functools.cached_property
     def redis(self) -> Redis:

@@ -53,6 +53,7 @@ def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.Distr
     ttl_ms = config["LOCK_TTL_MS"] + 2 * sale.work_ms
     wait = "poll" if strategy in _POLLING | _SEED_POLLING else "notify"
     # RedLock retries after a random delay; a short one makes contenders split the votes
-    poll_ms = 50 if strategy == "redlock" else 20
+    # (1000 buyers on 2 cores: 50 ms -> 907 of 1000 got 503; 200 ms -> 69)
+    poll_ms = 200 if strategy == "redlock" else 20
     return lockcore.create(strategy, backend_for(strategy, backends), resource,
                            ttl_ms=ttl_ms, wait=wait, poll_ms=poll_ms)

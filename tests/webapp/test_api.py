@@ -176,3 +176,18 @@ def test_the_storefront_and_admin_pages_render(client):
     page = client.get("/").get_data(as_text=True)
     assert 'data-sku="sku-1"' in page and "token" in page
     assert "Reset a sale" in client.get("/admin").get_data(as_text=True)
+
+
+def test_when_every_purchase_slot_stays_taken_a_buyer_gets_503_busy(client, app):
+    app.config["LOCK_TIMEOUT_S"] = 0.2
+    slots = app.extensions["seckill"].purchase_slots
+    taken = 0
+    while slots.acquire(blocking=False):
+        taken += 1
+    try:
+        response = buy(client, "ann")
+    finally:
+        for _ in range(taken):
+            slots.release()
+    assert response.status_code == 503 and "Retry-After" in response.headers
+    assert buy(client, "ann").status_code == 201
