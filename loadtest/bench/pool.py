@@ -26,6 +26,10 @@ READY_TIMEOUT_S = 90.0
 REPORT_GRACE_S = 30.0
 
 
+class WorkersStuck(RuntimeError):
+    """Some worker neither reported nor failed in time (a lock that never returns)."""
+
+
 class WorkerPool:
     def __init__(self, processes: int) -> None:
         if processes < 1:
@@ -64,7 +68,8 @@ class WorkerPool:
             try:
                 report = self.results.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                raise RuntimeError("benchmark workers stopped answering") from None
+                raise WorkersStuck(f"{count - len(good) - len(errors)} worker(s) stopped "
+                                   "answering") from None
             if "error" in report:
                 errors.append(f"worker {report['worker']}: {report['error']}")
             else:

@@ -25,7 +25,7 @@ from lockcore.embedded import EmbeddedRedis
 from . import stats
 from .contenders import Contender, by_name
 from .counting import commands_total, process_cpu, server_cpu
-from .pool import WorkerPool
+from .pool import WorkerPool, WorkersStuck
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +75,16 @@ def run(config: BenchConfig) -> dict[str, Any]:
                                                  config.duration)]:
                     if contender.lock_free and mode == "uncontended":
                         continue  # nothing to acquire
-                    sample = _measure(pool, contender, backends, mode, workers, duration)
+                    try:
+                        sample = _measure(pool, contender, backends, mode, workers, duration)
+                    except WorkersStuck as exc:  # the others still deserve a run
+                        sample = {"reports": [], "errors": [f"{mode}: {exc}"], "commands": None,
+                                  "server_cpu_s": 0.0, "duration": duration}
+                        pool.close()
+                        pool = stack.enter_context(WorkerPool(config.processes))
                     samples.setdefault((contender.name, mode), []).append(sample)
-        version = redis.Redis.from_url(backends["redis"]).info("server")["redis_version"]
+        with redis.Redis.from_url(backends["redis"]) as client:
+            version = client.info("server")["redis_version"]
     results = [stats.summarise(c, samples.get((c.name, "uncontended"), []),
                                samples[c.name, "contended"]) for c in runnable]
     return {"machine": _machine(version, load_before, started), "config": asdict(config),
