@@ -104,3 +104,18 @@ def test_long_unicode_and_punctuated_keys_replay(shop, key):
     again = shop.buy(user, SKU, key=sent)
     assert (first.status, again.status) == (201, 200), (first.body, again.body)
     assert again.json == first.json
+
+
+@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+def test_a_key_whose_first_try_failed_may_buy_once_there_is_stock(shop, strategy):
+    shop.reset(SMALL, 0, strategy)
+    assert_error(shop.buy("early-bird", SMALL, key=f"early-{strategy}"), 409, "sold_out")
+    shop.reset(SMALL, 1, strategy)
+    assert shop.buy("early-bird", SMALL, key=f"early-{strategy}").status == 201
+    assert_error(shop.buy("late-bird", SMALL), 409, "sold_out")
+    shop.assert_books_balance(SMALL)
+
+
+def test_a_key_whose_first_try_was_invalid_may_be_used_for_a_valid_one(shop):
+    assert_error(shop.buy("fumbler", SKU, 99, key="fumble"), 400, "invalid_request")
+    assert shop.buy("fumbler", SKU, 1, key="fumble").status == 201

@@ -58,6 +58,8 @@ def test_with_redis_stopped_purchases_are_503_busy_and_healthz_names_redis(shop)
     assert body["redis"] != "ok" and body["database"] == "ok"
     assert "redis" in body["detail"]
     assert shop.call("GET", f"/api/products/{SKU}").status == 200  # the database's count
+    assert shop.call("GET", "/api/products").status == 200
+    assert_error(shop.call("GET", f"/api/sales/{SKU}/audit"), 503, "busy")
 
 
 @pytest.mark.xfail(strict=True, reason="finding: /healthz's 503 has no Retry-After")
