@@ -11,6 +11,7 @@ by pid and removes on exit; what it is given (``redis_url``...) it leaves alone.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import secrets
@@ -28,6 +29,9 @@ from types import TracebackType
 from lockcore.embedded import EmbeddedRedis, free_port
 
 from . import db, demo
+
+#: started and not yet stopped; stopped at interpreter exit if the owner forgot
+_live: set[ServedApp] = set()
 
 
 class ServedApp:
@@ -98,6 +102,7 @@ class ServedApp:
         with open(self.logfile, "wb") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
+        _live.add(self)
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:
@@ -116,6 +121,7 @@ class ServedApp:
             time.sleep(0.1)
 
     def stop(self) -> None:
+        _live.discard(self)
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # gunicorn master stops its workers
@@ -135,3 +141,9 @@ class ServedApp:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for app in list(_live):
+        app.stop()
