@@ -2,9 +2,10 @@
 
 The steps every strategy shares, in order, each cheaper than the next:
 
-1. A retried ``Idempotency-Key`` whose order exists gets that order back (200).
-2. The sold-out flag answers 409 without touching the lock: after the sale ends, a
-   thousand late buyers cost one GET each instead of a queue on the lock.
+1. The sold-out flag answers 409 before anything else: after the sale ends, a
+   thousand late buyers cost one GET each instead of a queue on the lock. (A request
+   with an ``Idempotency-Key`` first looks for the order it may already have made.)
+2. The sale comes from its Redis copy (``saleinfo.py``), not from the database.
 3. ``SADD buyers user`` reserves the user's one order per sale. Fifty concurrent
    clicks by one user: one gets the reservation, the rest 409 (or, with the same
    Idempotency-Key, wait for the first one's order and answer it with 200).
