@@ -191,3 +191,20 @@ def test_when_every_purchase_slot_stays_taken_a_buyer_gets_503_busy(client, app)
             slots.release()
     assert response.status_code == 503 and "Retry-After" in response.headers
     assert buy(client, "ann").status_code == 201
+
+
+def test_a_failed_order_write_is_503_and_puts_the_unit_back(client, monkeypatch):
+    from sqlalchemy.exc import OperationalError
+
+    from webapp import orders
+
+    def broken_insert(*args, **kwargs):
+        raise OperationalError("INSERT INTO orders", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(orders, "insert_order", broken_insert)
+    response = buy(client, "ann")
+    assert response.status_code == 503 and response.get_json()["error"] == "busy"
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (10, 0, True)
+    monkeypatch.undo()
+    assert buy(client, "ann").status_code == 201
