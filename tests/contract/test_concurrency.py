@@ -18,15 +18,15 @@ A, B, C, D = "qa-race-1", "qa-race-2", "qa-race-3", "qa-race-4"
 THREADS = 24
 
 
-def crowd(calls):
-    """Run the zero-argument ``calls`` on ``THREADS`` threads, released together."""
+def crowd(calls, threads=THREADS):
+    """Run the zero-argument ``calls`` on ``threads`` threads, released together."""
     go = threading.Event()
 
     def run(call):
         go.wait(timeout=30)
         return call()
 
-    with ThreadPoolExecutor(THREADS) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         futures = [pool.submit(run, call) for call in calls]
         go.set()
         return [future.result() for future in futures]
@@ -66,11 +66,13 @@ def test_one_user_buying_two_skus_at_once_gets_one_order_of_each(shop):
 
 
 @pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
-def test_multi_unit_buyers_never_take_more_than_the_stock(shop, strategy):
+def test_two_hundred_multi_unit_buyers_at_once_never_take_more_than_the_stock(shop, strategy):
     shop.reset(C, 100, strategy, limit=5)
     rng = random.Random(strategy)
     wants = {f"multi-{n}": rng.randint(2, 5) for n in range(200)}
-    answers = crowd([lambda u=u, q=q: shop.buy(u, C, q) for u, q in wants.items()])
+    # two hundred connections at once: more than a worker's purchase slots
+    answers = crowd([lambda u=u, q=q: shop.buy(u, C, q) for u, q in wants.items()],
+                    threads=len(wants))
     statuses(answers)
     sold = [a.json for a in answers if a.status == 201]
     assert all(order["quantity"] == wants[order["user_id"]] for order in sold)
