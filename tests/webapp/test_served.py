@@ -60,6 +60,25 @@ def test_an_unsafe_lock_loses_updates_and_oversells(served, strategy):
     assert result["consistent"] is False
 
 
+def test_one_user_and_one_idempotency_key_across_two_workers_make_one_order(served):
+    from concurrent.futures import ThreadPoolExecutor
+
+    reset_sale(served, SKU, stock=STOCK, strategy="token", work_ms=20)
+    url = f"{served.url}/api/products/{SKU}/purchase"
+
+    def send(headers):
+        return call(url, "POST", {"user_id": "eager"}, headers)
+
+    with ThreadPoolExecutor(20) as pool:
+        keyed = list(pool.map(send, [{"Idempotency-Key": "one-key"}] * 20))
+        unkeyed = list(pool.map(send, [{}] * 20))
+    assert sorted(status for status, _ in keyed) == [200] * 19 + [201], keyed
+    assert len({body["order_id"] for _, body in keyed}) == 1
+    assert {status for status, _ in unkeyed} == {409}
+    result = audit(served, SKU)
+    assert (result["orders"], result["consistent"]) == (1, True), result
+
+
 def test_lock_strategy_picks_the_featured_sales_strategy():
     with ServedApp(workers=1, env={"LOCK_STRATEGY": "fair"}) as app:
         status, product = call(f"{app.url}/api/products/sku-1")
