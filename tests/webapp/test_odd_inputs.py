@@ -104,3 +104,18 @@ def test_a_huge_body_is_a_json_413(client):
                            json={"user_id": "ann", "padding": "x" * 200_000})
     assert response.status_code == 413
     assert set(response.get_json()) == {"error", "detail"}
+
+
+def test_with_the_database_down_healthz_names_it_and_the_api_answers_503(redis_url, redis_client):
+    app = make_app(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing", redis_url)
+    try:
+        client = app.test_client()
+        health = client.get("/healthz")
+        assert health.status_code == 503
+        assert health.get_json()["database"] != "ok" and health.get_json()["redis"] == "ok"
+        for response in (client.get("/api/products"),
+                         client.post(f"/api/products/{SKU}/purchase", json={"user_id": "a"})):
+            assert response.status_code == 503
+            assert response.get_json()["error"] == "busy"
+    finally:
+        backends(app).close()
