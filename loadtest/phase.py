@@ -38,6 +38,12 @@ class Plan:
     cap_s: int = 35              # flash: hard cap (keeps `make demo` under 10 minutes)
     sku: str = "sku-1"
     busy_retries: int = 1
+    #: how long the sale must stay still after a run cut short before we audit or reset:
+    #: Locust quitting does not stop requests the shop already accepted, and one may wait
+    #: for a lock up to the shop's LOCK_TIMEOUT_S and then sell. Audited (or reset for the
+    #: next strategy) too early, its order lands in the wrong run; a stale naive write once
+    #: made the next strategy look inconsistent that way.
+    drain_s: float = 11.0
 
 
 def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> list[str]:
@@ -50,17 +56,6 @@ def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> l
             "--seckill-stock", str(plan.stock if plan.mode == "flash" else 0),
             "--seckill-busy-retries", str(plan.busy_retries),
             "--seckill-arrivals", str(arrivals_log)]
-
-
-def drain_s() -> float:
-    """How long the sale must stay still after a run was cut short before we trust it.
-
-    Locust quitting does not stop requests the shop already accepted: one may be waiting
-    for a lock for up to the shop's ``LOCK_TIMEOUT_S`` (10 s by default) and then sell.
-    Audited (or reset for the next strategy) too early, its order lands in the wrong run;
-    that is how a stale naive write once made the next strategy look inconsistent.
-    """
-    return float(os.environ.get("LOCK_TIMEOUT_S", "10")) + 1.0
 
 
 def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
@@ -100,7 +95,7 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     tried = arrivals.read_arrivals(log)
     result.outcomes = arrivals.outcome_counts(tried)
     if plan.mode != "noop":
-        _read_audit(result, shop.settled_audit(plan.sku, drain_s() if cut_short else 1.5), tried)
+        _read_audit(result, shop.settled_audit(plan.sku, plan.drain_s if cut_short else 1.5), tried)
         result.redis_per_purchase = commandstats.per_attempt(before, after, len(tried))
     if plan.mode == "flash":
         result.sell_out_s = arrivals.time_to_sell_out(tried, plan.stock)

@@ -76,6 +76,11 @@ def _start_zookeeper(stack: contextlib.ExitStack) -> str | None:
         return None
 
 
+def _shop_env(args: argparse.Namespace) -> dict[str, str]:
+    timeout = getattr(args, "lock_timeout", None)
+    return {"LOCK_TIMEOUT_S": str(timeout)} if timeout else {}
+
+
 @contextlib.contextmanager
 def serve_target(args: argparse.Namespace, wanted: list[str]) -> Iterator[Target]:
     """Yield a Target for ``wanted`` strategies; everything started is stopped on exit."""
@@ -102,7 +107,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str]) -> Iterator[Target
             app = stack.enter_context(ServedApp(
                 workers=args.workers, redis_url=os.environ.get("REDIS_URL"),
                 database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
-                zookeeper_hosts=zk_hosts))
+                zookeeper_hosts=zk_hosts, env=_shop_env(args)))
             shop = ShopClient(app.url, app.admin_token)
             redis_urls = [app.redis_url, *(getattr(app, "redlock_urls", None) or [])]
         clients = [redis.Redis.from_url(u, socket_timeout=5) for u in redis_urls]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -36,16 +37,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sustained", action="store_true",
                         help="large stock, fresh buyers for --duration: purchases/s")
     parser.add_argument("--duration", type=int, default=10, help="sustained seconds")
+    parser.add_argument("--lock-timeout", type=float, default=None,
+                        help="seconds a buyer waits for the lock before 503 busy "
+                             "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     parser.add_argument("--url", help="a running shop instead of serving one")
     parser.add_argument("--admin-token", help="with --url (default $SECKILL_ADMIN_TOKEN)")
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
+    # the drain must outlast the shop's lock timeout (--url: its own; 10 s by default)
+    lock_timeout = args.lock_timeout if args.lock_timeout and not args.url \
+        else float(os.environ.get("LOCK_TIMEOUT_S", "10"))
     if args.sustained:
         return Plan(users=args.users, stock=1_000_000, work_ms=args.work_ms,
-                    mode="sustained", duration=args.duration, busy_retries=0)
-    return Plan(users=args.users, stock=args.stock, work_ms=args.work_ms)
+                    mode="sustained", duration=args.duration, busy_retries=0,
+                    drain_s=lock_timeout + 1)
+    return Plan(users=args.users, stock=args.stock, work_ms=args.work_ms,
+                drain_s=lock_timeout + 1)
 
 
 def run_showdown(target: Target, names: list[str], plan: Plan,
