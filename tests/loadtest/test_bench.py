@@ -6,16 +6,24 @@ and on a shared CI machine any figure here would be noise.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
 
 import pytest
 
-from loadtest.bench import main
+from loadtest.bench import add_arguments, main
 from loadtest.bench.contenders import CONTENDERS
 from loadtest.bench.stats import percentile
 from webapp.cli import build_parser
+
+
+def bench_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
 
 QUICK_SET = "token-notify,redis-py,python-redis-lock,pottery,atomic"
 
@@ -23,8 +31,7 @@ QUICK_SET = "token-notify,redis-py,python-redis-lock,pottery,atomic"
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, str]:
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    args = build_parser().parse_args(["bench", "--quick", "--only", QUICK_SET,
-                                      "--json", str(out)])
+    args = bench_args("--quick", "--only", QUICK_SET, "--json", str(out))
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         code = main(args)
@@ -93,7 +100,7 @@ def test_report_names_the_machine_and_checks_the_targets(quick_run):
 
 
 def test_unknown_contender_is_refused_before_starting_anything():
-    args = build_parser().parse_args(["bench", "--only", "token,nosuchlock"])
+    args = bench_args("--only", "token,nosuchlock")
     with pytest.raises(ValueError, match="nosuchlock"):
         main(args)
 
@@ -112,11 +119,15 @@ def test_percentile_is_nearest_rank():
 
 def test_experimental_waiting_protocols_still_exclude_and_report(tmp_path):
     out = tmp_path / "x.json"
-    args = build_parser().parse_args(["bench", "--quick", "--only", "x-polite,x-awake5",
-                                      "--json", str(out)])
+    args = bench_args("--quick", "--only", "x-polite,x-awake5", "--json", str(out))
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(args) == 0
     for result in json.loads(out.read_text())["results"]:
         assert result["contended"]["acquisitions"] > 0
         assert result["contended"]["overlaps"] == 0
         assert result["uncontended"]["round_trips_per_op"] == 2
+
+
+def test_seckill_cli_maps_bench_to_this_package():
+    args = build_parser().parse_args(["bench", "--quick", "--rounds", "2"])
+    assert args.command == "bench" and args.quick and args.rounds == 2
