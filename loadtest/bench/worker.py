@@ -105,9 +105,7 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
         if purchase is not None and in_window:
             purchase(keys=keys, args=[1, 1])  # the whole purchase, atomically, no lock
         elif contended and in_window:
-            before = int(stock.get(spec["stock_key"]) or 0)
-            if stock.decr(spec["stock_key"]) != before - 1:
-                overlaps += 1
+            overlaps += critical_section(stock, spec["stock_key"])
         handle.release()
         if in_window:
             acquisitions += 1
@@ -118,6 +116,12 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
     stock.close()
     results.put({"worker": index, "acquisitions": acquisitions, "overlaps": overlaps,
                  "waits": waits, "round_trips": trips, "cpu_s": cpu})
+
+
+def critical_section(stock: Any, key: str) -> bool:
+    """GET then DECR the stock; True when someone else decremented in between (overlap)."""
+    before = int(stock.get(key) or 0)
+    return bool(stock.decr(key) != before - 1)
 
 
 def _atomic_purchase(client: Any) -> Any:

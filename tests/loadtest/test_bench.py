@@ -15,7 +15,9 @@ import pytest
 
 from loadtest.bench import add_arguments, main
 from loadtest.bench.contenders import CONTENDERS
+from loadtest.bench.experiments import EXPERIMENTS
 from loadtest.bench.stats import percentile
+from loadtest.bench.worker import critical_section
 from webapp.cli import build_parser
 
 
@@ -105,8 +107,27 @@ def test_unknown_contender_is_refused_before_starting_anything():
         main(args)
 
 
+def test_overlap_check_catches_a_decrement_between_get_and_decr(redis_client):
+    redis_client.set("stock", 10)
+
+    class SecondHolder:
+        """Decrements right after our GET, as a second holder of a broken lock would."""
+
+        def get(self, key):
+            value = redis_client.get(key)
+            redis_client.decr(key)
+            return value
+
+        def decr(self, key):
+            return redis_client.decr(key)
+
+    assert critical_section(SecondHolder(), "stock") is True
+    assert critical_section(redis_client, "stock") is False
+    assert int(redis_client.get("stock")) == 7
+
+
 def test_contender_names_are_unique():
-    names = [c.name for c in CONTENDERS]
+    names = [c.name for c in CONTENDERS + EXPERIMENTS]
     assert len(names) == len(set(names))
 
 
