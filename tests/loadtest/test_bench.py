@@ -152,3 +152,23 @@ def test_experimental_waiting_protocols_still_exclude_and_report(tmp_path):
 def test_seckill_cli_maps_bench_to_this_package():
     args = build_parser().parse_args(["bench", "--quick", "--rounds", "2"])
     assert args.command == "bench" and args.quick and args.rounds == 2
+
+
+def test_rounds_add_up_per_worker_and_keep_each_rounds_rate():
+    from loadtest.bench.stats import summarise
+
+    def sample(counts, duration=2.0):
+        reports = [{"worker": i, "acquisitions": n, "overlaps": 0, "waits": [0.001] * n,
+                    "cpu_s": 0.5, "round_trips": 2 * n} for i, n in enumerate(counts)]
+        return {"reports": reports, "errors": [], "commands": 9 * sum(counts),
+                "server_cpu_s": 0.25, "duration": duration}
+
+    contender = CONTENDERS[0]
+    row = summarise(contender, [sample([100])], [sample([10, 30]), sample([30, 10])])
+    hot = row["contended"]
+    assert hot["per_worker"] == [40, 40]
+    assert hot["fairness"] == 1.0  # unfair rounds, fair in sum
+    assert hot["acq_per_s"] == 20.0  # 80 acquisitions over 4 s
+    assert hot["acq_per_s_by_round"] == [20.0, 20.0]
+    assert hot["round_trips_per_acq"] == 2 and hot["redis_commands_per_acq"] == 9
+    assert row["uncontended"]["ops_per_s"] == 50.0
