@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-OK, TAUGHT, FAIL, ERROR = "ok", "unsafe, as taught", "FAIL", "ERROR"
+OK, TAUGHT, FAIL, ERROR, BASELINE = "ok", "unsafe, as taught", "FAIL", "ERROR", "baseline"
 
 
 @dataclass
@@ -46,6 +46,8 @@ class StrategyResult:
     def verdict(self) -> str:
         if self.error:
             return ERROR
+        if self.mode == "noop":
+            return BASELINE  # no sale: nothing to audit
         wrong = self.oversold > 0 or self.lost > 0 or self.duplicates > 0 or not self.consistent
         if not wrong:
             return OK
@@ -84,7 +86,7 @@ def _flash_cells(r: StrategyResult) -> list[str]:
 def _sustained_cells(r: StrategyResult) -> list[str]:
     if r.mode == "noop":
         return [r.strategy, "-", "-", "-", _num(r.rps), _num(r.p50), _num(r.p95),
-                _num(r.p99), "-", "-", "baseline"]
+                _num(r.p99), "-", "-", r.verdict]
     return [r.strategy, _yes(r.safe), str(r.sold), _num(r.purchases_per_s), _num(r.rps),
             _num(r.p50), _num(r.p95), _num(r.p99), _yes(r.consistent),
             _num(r.redis_per_purchase, 1), r.verdict]
