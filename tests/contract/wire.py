@@ -66,8 +66,9 @@ def raw_exchange(base_url: str, data: bytes, timeout: float = 10.0) -> Answer:
     head, _, body = reply.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
-    pairs = [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:] if ":" in line]
-    return Answer(status, {k.lower(): v for k, v in pairs}, body, pairs)  # type: ignore[misc]
+    pairs = [(name.strip(), value.strip())
+             for name, _, value in (line.partition(":") for line in lines[1:] if ":" in line)]
+    return Answer(status, {k.lower(): v for k, v in pairs}, body, pairs)
 
 
 def assert_error(answer: Answer, status: int, code: str | None = None) -> dict[str, Any]:
