@@ -4,6 +4,10 @@ No 500, no HTML."""
 
 from __future__ import annotations
 
+import http.client
+import json
+from urllib.parse import urlsplit
+
 import pytest
 
 from tests.contract.wire import assert_error, raw_exchange
@@ -124,3 +128,23 @@ def test_the_storefront_is_html_and_the_api_is_json(shop):
     assert shop.call("GET", "/").content_type.startswith("text/html")
     for path in ("/healthz", "/api/products", f"/api/products/{SKU}", f"/api/sales/{SKU}/audit"):
         assert shop.call("GET", path).content_type.startswith("application/json"), path
+
+
+def test_a_kept_alive_connection_survives_a_413_and_a_400(shop):
+    # the refused body must be drained, or the next request on the connection would be
+    # parsed from the middle of it
+    shop.reset(SKU, 5)
+    parts = urlsplit(shop.url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    answers = []
+    try:
+        for body in (b'{"user_id": "' + b"x" * 200_000 + b'"}', b'{"user_id": "alive-1"}',
+                     b"[" * 5_000, b'{"user_id": "alive-2"}'):
+            connection.request("POST", f"/api/products/{SKU}/purchase", body=body,
+                               headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            answers.append((response.status, json.loads(response.read())))
+    finally:
+        connection.close()
+    assert [status for status, _ in answers] == [413, 201, 400, 201], answers
+    assert answers[3][1]["user_id"] == "alive-2"
