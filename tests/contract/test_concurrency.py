@@ -115,9 +115,6 @@ def test_one_key_sent_by_many_users_at_once_is_one_order_and_400s(shop):
         assert shop.buy(f"key-thief-{losers[0]}", D).status == 201
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding: PUT /api/admin/sales does not take the sale's lock, so a buyer inside the "
-    "critical section writes the old stock over the new one"))
 def test_a_reset_during_a_locked_purchase_leaves_consistent_books(shop):
     # A buyer holds the token lock, has read the stock and is inside work_ms when the
     # admin resets the sale. The reset does not wait for the lock, so the buyer then

@@ -110,8 +110,10 @@ def test_a_duplicate_content_type_header_is_a_json_400(shop):
     (b"GET /api/products/" + b"x" * 8_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
     (b"POST /api/products/qa-api-1/purchase HTTP/1.1\r\nHost: x\r\nIdempotency-Key: "
      + b"k" * 10_000 + b"\r\n\r\n", 431),
+    (b"POST /api/products/qa-api-1/purchase HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
 ], ids=["garbage", "http-9.9", "header-without-colon", "negative-content-length",
-        "8k-sku-in-the-url", "10k-idempotency-key"])
+        "8k-sku-in-the-url", "10k-idempotency-key", "content-length-and-chunked"])
 @GUNICORN_HTML
 def test_a_malformed_http_request_is_answered_with_json(shop, request_bytes, status):
     answer = raw_exchange(shop.url, request_bytes)
@@ -148,3 +150,18 @@ def test_a_kept_alive_connection_survives_a_413_and_a_400(shop):
         connection.close()
     assert [status for status, _ in answers] == [413, 201, 400, 201], answers
     assert answers[3][1]["user_id"] == "alive-2"
+
+
+@pytest.mark.parametrize("framing", ["chunked", "http-1.0"])
+def test_a_chunked_or_http_1_0_purchase_is_sold_like_any_other(shop, framing):
+    shop.reset(SKU, 5)
+    body = f'{{"user_id": "framed-{framing}"}}'.encode()
+    if framing == "chunked":
+        head = "HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close"
+        payload = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    else:
+        head, payload = f"HTTP/1.0\r\nContent-Length: {len(body)}", body
+    answer = raw_exchange(shop.url, f"POST /api/products/{SKU}/purchase {head}\r\n"
+                          "Content-Type: application/json\r\n\r\n".encode() + payload)
+    assert answer.status == 201, answer.body
+    assert json.loads(answer.body)["user_id"] == f"framed-{framing}"
