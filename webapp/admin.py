@@ -7,13 +7,18 @@ raise ``TypeError``, as ``compare_digest`` on ``str`` would).
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+from collections.abc import Iterator
 
 from flask import Blueprint, Response, jsonify, render_template, request
 
+from lockcore import LockError
+
 from . import locks, paths, sales, validation
-from .extensions import get_backends
-from .problems import Unauthorized, UnknownSku
+from .extensions import Backends, get_backends
+from .problems import Busy, Unauthorized, UnknownSku
+from .saleinfo import load_sale
 
 bp = Blueprint("admin", __name__)
 
@@ -43,8 +48,35 @@ def reset_sale(sku: str) -> Response:
     locks.check_configured(strategy, backends.config)
     work_ms = validation.integer(body, "work_ms", low=0, high=MAX_WORK_MS, default=0)
     limit = validation.integer(body, "limit", low=1, high=MAX_LIMIT, default=1)
-    return jsonify(sales.reset_sale(backends.sessions, backends.redis, sku, stock=stock,
-                                    strategy=strategy, work_ms=work_ms, limit=limit))
+    with _current_lock(backends, sku):
+        reset = sales.reset_sale(backends.sessions, backends.redis, sku, stock=stock,
+                                 strategy=strategy, work_ms=work_ms, limit=limit)
+    return jsonify(reset)
+
+
+@contextlib.contextmanager
+def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
+    """Hold the sale's current lock while resetting it: a buyer inside the critical
+    section would otherwise write the old stock minus one over the new stock."""
+    sale = load_sale(backends.sessions, sku)
+    if not isinstance(paths.path_for(sale.strategy), paths.LockedPath):
+        yield  # lock-free paths have no section to wait for
+        return
+    try:
+        lock = locks.lock_for(backends, sale, "admin-reset")
+    except Busy:  # its backend is not configured (any more): no buyer can hold it either
+        yield
+        return
+    timeout = backends.config["LOCK_TIMEOUT_S"]
+    if not lock.acquire(blocking=True, timeout=timeout):
+        raise Busy(f"a purchase held the {sale.strategy} lock of {sku} for {timeout:g}s")
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        except LockError:  # the TTL ran out during the reset: nothing left to release
+            pass
 
 
 @bp.get("/admin")

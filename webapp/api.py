@@ -30,7 +30,7 @@ def healthz() -> tuple[Response, int]:
     backends = get_backends()
     status = {"redis": "ok", "database": "ok"}
     try:
-        backends.redis.ping()
+        backends.health_redis.ping()
     except Exception as exc:
         status["redis"] = f"down: {type(exc).__name__}"
     try:
@@ -41,7 +41,9 @@ def healthz() -> tuple[Response, int]:
     down = [part for part, state in status.items() if state != "ok"]
     if down:
         body = {**status, "error": "unavailable", "detail": f"{', '.join(down)} down"}
-        return jsonify(body), 503
+        response = jsonify(body)
+        response.headers["Retry-After"] = "1"
+        return response, 503
     return jsonify(status), 200
 
 

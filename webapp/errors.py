@@ -19,7 +19,7 @@ from werkzeug.exceptions import HTTPException
 
 from lockcore import LockError
 
-from .problems import Busy, ShopError
+from .problems import Busy, ShopError, Unauthorized
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,10 @@ def error_response(code: str, detail: str, status: int,
 @bp.app_errorhandler(ShopError)
 def shop_error(exc: ShopError) -> tuple[Response, int]:
     retry = exc.retry_after_s if isinstance(exc, Busy) else None
-    return error_response(exc.code, exc.detail, exc.status, retry)
+    response, status = error_response(exc.code, exc.detail, exc.status, retry)
+    if isinstance(exc, Unauthorized):  # RFC 9110: a 401 names the scheme it wants
+        response.headers["WWW-Authenticate"] = 'Bearer realm="seckill admin"'
+    return response, status
 
 
 def _unavailable(part: str, exc: Exception) -> tuple[Response, int]:

@@ -81,6 +81,12 @@ class Backends:
         return Redis(connection_pool=pool)
 
     @functools.cached_property
+    def health_redis(self) -> Redis:
+        """A client of its own with short timeouts: a probe must answer while Redis hangs."""
+        return Redis.from_url(self.config["REDIS_URL"], socket_timeout=1,
+                              socket_connect_timeout=1)
+
+    @functools.cached_property
     def redlock(self) -> list[Redis]:
         urls = self.config["REDLOCK_URLS"]
         if not urls:
@@ -110,7 +116,8 @@ class Backends:
         return client
 
     def close(self) -> None:
-        redis_clients = [self.__dict__.get("redis"), *self.__dict__.get("redlock", [])]
+        redis_clients = [self.__dict__.get("redis"), self.__dict__.get("health_redis"),
+                         *self.__dict__.get("redlock", [])]
         for client in filter(None, redis_clients):
             client.close()
             client.connection_pool.disconnect()  # a pool we passed in is not closed by close()

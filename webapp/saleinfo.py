@@ -3,11 +3,13 @@
 The row lives in the database; every reset also copies it into the Redis hash
 ``sale:{sku}:info``, so the purchase path reads it with one HGETALL. Under a spike the
 database then does only what it alone can do, writing orders: a lock holder never
-queues for a pooled connection behind a thousand sale lookups.
+queues for a pooled connection behind a thousand sale lookups. A missing copy means
+Redis lost its data; the stock is then restored from the database.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from .keys import SaleKeys
 from .models import Sale
 from .problems import UnknownSku
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,24 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str) -> SaleIn
         return SaleInfo(int(fields["id"]), sku, fields["strategy"], int(fields["work_ms"]),
                         int(fields["per_user_limit"]), int(fields["initial_stock"]))
     sale = load_sale(sessions, sku)
+    _restore_stock(redis, sessions, sale)
     cache_sale(redis, sale)
     return sale
+
+
+def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo) -> None:
+    """No copy in Redis: it lost its data (a restart without persistence) or was never
+    loaded. The database's ``remaining`` is the truth then; ``NX`` so that of many
+    buyers arriving at once, only the first restores it, before anyone buys."""
+    with sessions() as session:
+        remaining = session.scalar(select(Sale.remaining).where(Sale.id == sale.id))
+    if remaining is None:
+        return
+    if redis.set(sale.keys.stock, max(remaining, 0), nx=True):
+        logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
+                       remaining)
+    if remaining <= 0:
+        redis.set(sale.keys.soldout, 1)
 
 
 def cache_sale(redis: Any, sale: SaleInfo) -> None:

@@ -1,5 +1,7 @@
-"""Serve the storefront until Ctrl-C: embedded Redis and SQLite unless configured,
-migrations, demo products, gunicorn (``seckill serve``).
+"""Serve the storefront and its API with gunicorn until Ctrl-C.
+
+Embedded Redis and SQLite unless configured, migrations, demo products, gunicorn
+(``seckill serve``).
 
 SQLite lives in ``./instance/`` here, so the shop survives a restart; ``ServedApp``
 (re-exported from this module) is the same thing with a temp file, for programs.
@@ -11,6 +13,7 @@ import argparse
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .served import ServedApp
@@ -18,10 +21,22 @@ from .served import ServedApp
 __all__ = ["ServedApp", "add_arguments", "main"]
 
 
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)  # ValueError: argparse's "invalid value" usage error
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}")
+        return value
+
+    parse.__name__ = "int"  # what argparse names in "invalid int value"
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn gevent workers")
+    parser.add_argument("--port", type=_bounded(1, 65535), default=8000)
+    parser.add_argument("--workers", type=_bounded(1, 64), default=2,
+                        help="gunicorn gevent workers")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -72,8 +72,8 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
     from .paths import path_for  # paths imports this module's dataclasses
 
-    if request.idempotency_key is None and deps.redis.get(SaleKeys(request.sku).soldout):
-        raise SoldOut(f"{request.sku} is sold out")  # before anything else
+    if request.idempotency_key is None:
+        _fast_refusal(deps, request)
     sale = cached_sale(deps.redis, deps.sessions, request.sku)
     if request.quantity > sale.per_user_limit:
         raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} for this sale")
@@ -83,7 +83,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     try:
         order = path_for(sale.strategy).purchase(deps, sale, request)
     except Replay as replay:  # a concurrent twin won the Idempotency-Key race
-        return PurchaseResult(replay.order, created=False)
+        return PurchaseResult(_replay(replay.order, request), created=False)
     except AlreadyPurchased:  # the database has the user's order: keep them reserved
         raise
     except BaseException:
@@ -92,6 +92,25 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     logger.info("order %s: %s x%d for %r (%s)", order.id, sale.sku, request.quantity,
                 request.user_id, sale.strategy)
     return PurchaseResult(order, created=True)
+
+
+def _fast_refusal(deps: Checkout, request: PurchaseRequest) -> None:
+    """After the sale: 409 from one round trip, already_purchased before sold_out."""
+    keys = SaleKeys(request.sku)
+    pipe = deps.redis.pipeline(transaction=False)
+    pipe.get(keys.soldout)
+    pipe.sismember(keys.buyers, request.user_id)
+    soldout, bought = pipe.execute()
+    if soldout:
+        if bought:
+            raise AlreadyPurchased(f"{request.user_id!r} already bought {request.sku}")
+        raise SoldOut(f"{request.sku} is sold out")
+
+
+def _replay(earlier: Order, request: PurchaseRequest) -> Order:
+    if earlier.quantity != request.quantity:
+        raise InvalidRequest("this Idempotency-Key was used with another quantity")
+    return earlier
 
 
 def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Order | None:
@@ -103,7 +122,7 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Order 
             earlier = find_order(deps.sessions, sale.id, request.user_id)
             if earlier is not None:
                 if earlier.idempotency_key == request.idempotency_key:
-                    return earlier
+                    return _replay(earlier, request)
                 raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
         if deps.redis.get(keys.soldout):
             raise SoldOut(f"{sale.sku} is sold out")

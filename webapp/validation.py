@@ -8,6 +8,7 @@ deep down. Here they are a 400 (and bodies above ``MAX_CONTENT_LENGTH`` a 413).
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from flask import Request
@@ -29,15 +30,15 @@ def json_object(request: Request) -> dict[str, Any]:
     return body
 
 
+#: format characters that real names need: the (non-)joiners of emoji and of Persian
+_JOINERS = {"\u200c", "\u200d"}
+
+
 def is_clean_text(value: str) -> bool:
-    """No control characters and encodable as UTF-8."""
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """Printable: no control (C0, C1), format (bidi overrides, zero-width space, BOM),
+    surrogate, private-use or unassigned characters, so no invisible or look-alike ids."""
+    return not any(unicodedata.category(ch).startswith("C") and ch not in _JOINERS
+                   for ch in value)
 
 
 def text(body: dict[str, Any], name: str, max_length: int) -> str:
@@ -65,6 +66,10 @@ def idempotency_key(request: Request) -> str | None:
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return None
+    try:  # WSGI hands headers over as latin-1; clients send UTF-8
+        key = key.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        pass  # not UTF-8: judged as it came
     if not key.strip() or len(key) > MAX_KEY_LENGTH or not is_clean_text(key):
         raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} printable characters")
     return key
