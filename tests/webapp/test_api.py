@@ -151,6 +151,7 @@ def test_admin_routes_need_the_right_bearer_token(client):
         response = client.put(f"/api/admin/sales/{SKU}", json=body, headers=headers)
         assert response.status_code == 401
         assert response.get_json()["error"] == "unauthorized"
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
 
 
 def test_a_wrong_method_is_a_json_405(client):
@@ -208,3 +209,38 @@ def test_a_failed_order_write_is_503_and_puts_the_unit_back(client, monkeypatch)
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (10, 0, True)
     monkeypatch.undo()
     assert buy(client, "ann").status_code == 201
+
+
+def test_a_replayed_key_with_another_quantity_is_400(client):
+    reset(client, stock=10, strategy="token", limit=3)
+    assert buy(client, "ann", quantity=1, key="k-q").status_code == 201
+    response = buy(client, "ann", quantity=2, key="k-q")
+    assert response.status_code == 400 and "quantity" in response.get_json()["detail"]
+
+
+def test_after_the_sale_sells_out_a_buyer_hears_already_purchased_not_sold_out(client):
+    assert buy(client, "ann", sku="sku-2").status_code == 201
+    assert buy(client, "bob", sku="sku-2").get_json()["error"] == "sold_out"
+    assert buy(client, "ann", sku="sku-2").get_json()["error"] == "already_purchased"
+
+
+def test_after_redis_loses_its_data_the_sale_goes_on_from_the_database(client, redis_client):
+    assert buy(client, "ann").status_code == 201
+    redis_client.flushall()  # our own server: a restart without persistence
+    assert buy(client, "bob").status_code == 201
+    assert buy(client, "ann").get_json()["error"] == "already_purchased"
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (2, 8, True)
+
+
+def test_a_reset_waits_for_the_sales_lock_and_gives_up_with_503(client, app, redis_client):
+    app.config["LOCK_TIMEOUT_S"] = 0.2
+    holder = lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=10_000)
+    assert holder.acquire(blocking=False)  # a buyer inside the critical section
+    try:
+        response = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                              json={"stock": 5, "strategy": "token"})
+    finally:
+        holder.release()
+    assert response.status_code == 503 and "Retry-After" in response.headers
+    assert reset(client, stock=5, strategy="token")["stock"] == 5

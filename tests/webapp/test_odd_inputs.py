@@ -11,6 +11,8 @@ ODD_BODIES = [
     {}, {"user_id": ""}, {"user_id": "   "}, {"user_id": None}, {"user_id": 42},
     {"user_id": ["a"]}, {"user_id": {"a": 1}}, {"user_id": "x" * 65},
     {"user_id": "nul\u0000byte"}, {"user_id": "lone \ud800 surrogate"},
+    {"user_id": "\u0085c1"}, {"user_id": "\u200b"}, {"user_id": "\u202eevil"},
+    {"user_id": "\ufeff"}, {"user_id": "\u2028"}, {"user_id": "\u00a0"},
     {"user_id": "ann", "quantity": 0}, {"user_id": "ann", "quantity": -1},
     {"user_id": "ann", "quantity": 1.0}, {"user_id": "ann", "quantity": 1.5},
     {"user_id": "ann", "quantity": "1"}, {"user_id": "ann", "quantity": True},
@@ -61,9 +63,19 @@ def test_an_odd_idempotency_key_is_400(client, key):
 
 
 def test_unicode_user_names_are_fine(client):
-    response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "小明 🛒"})
-    assert response.status_code == 201
-    assert response.get_json()["user_id"] == "小明 🛒"
+    for name in ("小明 🛒", "👨\u200d👩\u200d👧", "می\u200cخواهم"):  # joiners are needed
+        response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": name})
+        assert response.status_code == 201
+        assert response.get_json()["user_id"] == name
+
+
+def test_a_utf8_idempotency_key_is_replayed(client):
+    headers = {"Idempotency-Key": "ключ-🛒".encode().decode("latin-1")}  # as clients send
+    first = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "ann"},
+                        headers=headers)
+    again = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "ann"},
+                        headers=headers)
+    assert (first.status_code, again.status_code) == (201, 200)
 
 
 @pytest.mark.parametrize("body", [
@@ -90,7 +102,7 @@ def test_a_purchase_with_redis_down_is_503_busy_and_healthz_names_redis(app, dat
 
 def check_redis_down(client):
     health = client.get("/healthz")
-    assert health.status_code == 503
+    assert health.status_code == 503 and health.headers["Retry-After"] == "1"
     assert health.get_json()["redis"] != "ok" and health.get_json()["database"] == "ok"
     response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "ann"})
     assert response.status_code == 503
