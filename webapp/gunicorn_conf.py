@@ -7,12 +7,37 @@ default, which is also what makes the ``local`` lock's failure visible: two proc
 two unrelated process-local locks.
 """
 
+import json
 import os
+import re
+
+from gunicorn import util
+from gunicorn.workers.ggevent import GeventWorker
+
+
+def write_json_error(sock, status_int, reason, mesg):  # type: ignore[no-untyped-def]
+    """gunicorn's own answer to a request it cannot parse (bad request line, header too
+    large...), as JSON ``{"error", "detail"}`` like every other error of the API."""
+    code = re.sub(r"[^a-z0-9]+", "_", reason.lower()).strip("_")
+    body = json.dumps({"error": code, "detail": mesg[:500]}).encode()
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+    util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+class JsonErrorGeventWorker(GeventWorker):
+    """The gevent worker, with JSON instead of gunicorn's HTML error page. Defined here,
+    not in the webapp package, so the master never imports the app before the fork."""
+
+    def init_process(self):  # type: ignore[no-untyped-def]
+        util.write_error = write_json_error  # looked up at call time by handle_error
+        super().init_process()
+
 
 wsgi_app = "webapp:create_app()"
 bind = os.environ.get("SECKILL_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("SECKILL_WORKERS", "2"))
-worker_class = "gevent"
+worker_class = JsonErrorGeventWorker
 worker_connections = int(os.environ.get("SECKILL_WORKER_CONNECTIONS", "1000"))  # per worker
 backlog = 2048
 timeout = 60

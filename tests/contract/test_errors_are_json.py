@@ -86,12 +86,6 @@ def test_a_huge_body_is_refused_with_413(shop):
     assert_error(answer, 413)
 
 
-GUNICORN_HTML = pytest.mark.xfail(strict=True, reason=(
-    "finding: gunicorn answers requests it cannot parse with its own text/html 400 page "
-    "(gunicorn.util.write_error), before Flask sees them"))
-
-
-@GUNICORN_HTML
 def test_a_duplicate_content_type_header_is_a_json_400(shop):
     body = b'{"user_id": "twice"}'
     answer = raw_exchange(shop.url, (
@@ -114,7 +108,6 @@ def test_a_duplicate_content_type_header_is_a_json_400(shop):
      b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
 ], ids=["garbage", "http-9.9", "header-without-colon", "negative-content-length",
         "8k-sku-in-the-url", "10k-idempotency-key", "content-length-and-chunked"])
-@GUNICORN_HTML
 def test_a_malformed_http_request_is_answered_with_json(shop, request_bytes, status):
     answer = raw_exchange(shop.url, request_bytes)
     assert_error(answer, status)
