@@ -155,3 +155,18 @@ def test_seckill_serve_prints_the_url_and_token_and_stops_everything_on_ctrl_c(t
     with pytest.raises(OSError):
         call(f"http://127.0.0.1:{port}/healthz")
     assert (tmp_path / "instance" / "seckill.sqlite").exists()
+
+
+def test_a_request_gunicorn_cannot_parse_is_answered_with_json_too(served):
+    import json
+    import socket
+
+    port = int(served.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GARBAGE\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
+    assert set(json.loads(body)) == {"error", "detail"}
