@@ -127,3 +127,14 @@ def test_a_reset_during_a_locked_purchase_leaves_consistent_books(shop):
         shop.reset(A, 20, "token", work_ms=3_000)
         assert in_flight.result().status in (201, 409, 503)
     shop.assert_books_balance(A)
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair", "multi"])
+def test_resets_amid_a_crowd_on_a_lock_strategy_leave_consistent_books(shop, strategy):
+    shop.reset(B, 100, strategy, work_ms=2)
+    calls = [lambda n=n: shop.buy(f"amid-{strategy}-{n}", B) for n in range(90)]
+    for at in (30, 60):
+        calls.insert(at, lambda: shop.reset(B, 100, strategy, work_ms=2))
+    for answer in crowd(calls):
+        assert answer.status in (200, 201, 409, 503), answer.body
+    shop.assert_books_balance(B)
