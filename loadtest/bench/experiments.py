@@ -141,12 +141,6 @@ class AwakeTokenLock(_QueueingTokenLock):
 
 def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
     def build(conns: Connections, name: str) -> Handle:
-        if kind in ("fanout", "fast"):
-            from .redlock_fanout import FanoutRedLock, FastRedLock
-
-            fan = (FanoutRedLock if kind == "fanout" else FastRedLock)(
-                conns.redlock(), name, ttl_ms=TTL_S * 1000)
-            return Adapter(fan, lambda t: bool(fan.acquire(blocking=True, timeout=t)))
         cls = {"polite": PoliteTokenLock, "awake": AwakeTokenLock}[kind]
         lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options)
         return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
@@ -161,8 +155,4 @@ EXPERIMENTS: list[Contender] = [
               _experiment("awake", awake_ms=5), "lockcore.strategies.token"),
     Contender("x-awake20", "experiment", "redis", "token; one awake waiter (20 ms), starvation",
               _experiment("awake", awake_ms=20), "lockcore.strategies.token"),
-    Contender("x-redlock-fanout", "experiment", "redlock", "redlock; send all, then read all",
-              _experiment("fanout"), "lockcore.strategies.redlock"),
-    Contender("x-redlock-fast", "experiment", "redlock", "x-redlock-fanout; no no-op fence round",
-              _experiment("fast"), "lockcore.strategies.redlock"),
 ]

@@ -8,16 +8,18 @@ backwards while a majority keeps its counters.
 **Algorithm** (seed 004, antirez's RedLock).
 
 1. Note the time; send ``SET key token NX PX ttl`` (+ ``INCR`` of the node's fence
-   counter, one script) to all N nodes *in parallel*, each with a short timeout.
+   counter, one script) to all N nodes at once: written to every socket, then every
+   reply read, under one short deadline (``redlock_nodes.on_every_node``).
 2. Acquired iff a majority (N//2+1) said yes and ``validity = ttl - elapsed - drift``
-   (drift = 1% of ttl + 2 ms) is still positive. Otherwise release on *every* node
-   (a "no" may have been a lost reply) and retry after a random delay, so two clients
-   that split the votes do not keep colliding.
+   (drift = 1% of ttl + 2 ms) is still positive. Otherwise release on every node that
+   did not answer a clear "no" (a timeout may hide a yes) and retry after a random
+   delay, so two clients that split the votes do not keep colliding.
 3. Fencing: each "yes" returns that node's incremented counter; the token is their max.
-   A second round raises the counter of every node we hold to that token. Any later
-   majority shares a node with ours, whose counter is now >= our token, so its INCR,
-   hence the later token, is strictly greater. Without the second round, a majority
-   of lagging counters would hand out a smaller token.
+   When the counters differ, a second round raises every node we hold to that token.
+   Any later majority shares a node with ours, whose counter is now >= our token, so
+   its INCR, hence the later token, is strictly greater. Without it, a majority of
+   lagging counters would hand out a smaller token. When every "yes" returned the same
+   counter (the usual case) each node is already there: the round is skipped.
 4. Release: compare-and-delete on every node, whatever happened during acquire.
 
 **Where the timing assumptions break** (so fencing tokens are needed anyway)::
@@ -30,16 +32,14 @@ backwards while a majority keeps its counters.
 Validity is measured on the client's monotonic clock, expiry on each server's clock:
 a server clock that jumps forward (NTP step) expires a key early. A node that restarts
 *without persistence* forgets our key: A holds {1,2,3}, node 3 restarts empty, B gets
-{3,4,5}; node 3 forgot its fence counter too, so B's token need not exceed A's. The
-article's fix: keep a crashed node down for longer than the max TTL ("delayed
-restarts"). Our embedded nodes run without persistence on purpose.
+{3,4,5}; node 3 forgot its fence counter too, so B's token need not exceed A's. Fix:
+keep a crashed node down longer than the max TTL ("delayed restarts").
 
-**Options.** ``node_timeout_ms`` (default 200) bounds each node's answer. ``wait``:
-RedLock retries after a random delay; ``poll`` and ``notify`` both mean a jittered
-``poll_ms``, ``backoff`` the usual exponential backoff.
+**Options.** ``node_timeout_ms`` (default 200) bounds the replies. ``wait``: ``poll``
+and ``notify`` both mean a jittered ``poll_ms``, ``backoff`` the exponential backoff.
 
-**When to use it.** When a single Redis (even with replicas) may not grant a lock twice
-on failover and you can afford N nodes, but pair it with fencing for correctness.
+**When to use it.** When one Redis (even with replicas) must not grant a lock twice on
+failover and you can afford N nodes; pair it with fencing for correctness.
 """
 
 from __future__ import annotations
@@ -76,15 +76,18 @@ class RedLock(DistributedLock):
         #: ms the current hold could be trusted for, as of the moment it was acquired
         self.validity_ms: float = 0.0
         self._valid_until = 0.0
-        for client in self.clients:  # register once here, not racily in the pool threads
+        for client in self.clients:  # register once here: the fan-out sends their sha
             for script in ("token_acquire", "redlock_fence", "token_release", "token_extend"):
                 scripts.script(client, script)
 
-    def _call(self, script: str, keys: list[str], args: list[Any]) -> list[Any]:
-        def one(client: Any) -> Any:
-            return scripts.script(client, script)(keys=keys, args=args)
-
-        return on_every_node(self.clients, one, self.node_timeout)
+    def _call(self, script: str, keys: list[str], args: list[Any],
+              clients: list[Any] | None = None) -> list[Any]:
+        sha = scripts.script(self.clients[0], script).sha  # the same source on every node
+        return on_every_node(
+            self.clients if clients is None else clients,
+            ("EVALSHA", sha, len(keys), *keys, *args),
+            lambda client: scripts.script(client, script)(keys=keys, args=args),
+            self.node_timeout)
 
     def _try_acquire(self, token: str) -> bool:
         start = self.clock.monotonic()
@@ -92,18 +95,25 @@ class RedLock(DistributedLock):
         counters = [int(a[1]) for a in answers if not isinstance(a, BaseException) and a[0]]
         if len(counters) >= self.quorum:
             fence = max(counters)
-            raised = self._call("redlock_fence", [self.key, self.fence_key], [token, fence])
-            if sum(r == scripts.OK for r in raised) >= self.quorum:
+            raised = len(counters)  # all equal: every node we hold is already at ``fence``
+            if min(counters) != fence:
+                replies = self._call("redlock_fence", [self.key, self.fence_key],
+                                     [token, fence])
+                raised = sum(r == scripts.OK for r in replies)
+            if raised >= self.quorum:
                 assert self.ttl_ms is not None
-                elapsed_ms = (self.clock.monotonic() - start) * 1000
-                validity = validity_ms(self.ttl_ms, elapsed_ms)
+                validity = validity_ms(self.ttl_ms, (self.clock.monotonic() - start) * 1000)
                 if validity > 0:
                     self.fencing_token, self.validity_ms = fence, validity
                     self._valid_until = start + validity / 1000
                     return True
-        pttls = [int(a[1]) for a in answers if not isinstance(a, BaseException) and not a[0]]
+        refused = [isinstance(a, list) and not a[0] for a in answers]
+        pttls = [int(a[1]) for a, no in zip(answers, refused) if no]
         self.holder_ttl_ms = max(pttls) if pttls else None
-        self._call("token_release", [self.key, self.signal_key], [token, SIGNAL_TTL_MS])
+        maybe_ours = [c for c, no in zip(self.clients, refused) if not no]
+        if maybe_ours:  # a clear "no" set nothing there; anything else may have
+            self._call("token_release", [self.key, self.signal_key], [token, SIGNAL_TTL_MS],
+                       maybe_ours)
         return False
 
     def _release(self, token: str) -> None:
@@ -128,18 +138,13 @@ class RedLock(DistributedLock):
         return (self._valid_until - self.clock.monotonic()) * 1000 if self._token else 0.0
 
     def _is_held(self, token: str) -> bool:
-        def get(client: Any) -> Any:
-            return client.get(self.key)
-
-        values = on_every_node(self.clients, get, self.node_timeout)
+        values = on_every_node(self.clients, ("GET", self.key),
+                               lambda client: client.get(self.key), self.node_timeout)
         mine = sum(v in (token, token.encode()) for v in values if isinstance(v, (str, bytes)))
         return mine >= self.quorum and self.remaining_validity_ms() > 0
 
     def locked(self) -> bool:
         """Whether some holder has the key on a majority of the nodes."""
-        def exists(client: Any) -> Any:
-            return client.exists(self.key)
-
-        answers = on_every_node(self.clients, exists, self.node_timeout)
-        held: int = sum(a == 1 for a in answers if not isinstance(a, BaseException))
-        return held >= self.quorum
+        answers = on_every_node(self.clients, ("EXISTS", self.key),
+                                lambda client: client.exists(self.key), self.node_timeout)
+        return sum(a == 1 for a in answers) >= self.quorum
