@@ -115,3 +115,16 @@ def test_a_key_whose_first_try_failed_may_buy_once_there_is_stock(shop, strategy
 def test_a_key_whose_first_try_was_invalid_may_be_used_for_a_valid_one(shop):
     assert_error(shop.buy("fumbler", SKU, 99, key="fumble"), 400, "invalid_request")
     assert shop.buy("fumbler", SKU, 1, key="fumble").status == 201
+
+
+@pytest.mark.parametrize("raw_key", [b"\xff\xfe-not-utf8", b"caf\xc3\xa9", b"\xc3"],
+                         ids=["latin-1-bytes", "utf8-bytes", "truncated-utf8"])
+def test_a_key_in_any_bytes_replays_or_is_refused_never_a_500(shop, raw_key):
+    user = f"bytes-{raw_key.hex()}"
+    key = raw_key.decode("latin-1")  # http.client sends it back as these very bytes
+    first, again = shop.buy(user, SKU, key=key), shop.buy(user, SKU, key=key)
+    if first.status == 400:
+        assert_error(first, 400, "invalid_request")
+    else:
+        assert (first.status, again.status) == (201, 200), (first.body, again.body)
+        assert again.json == first.json

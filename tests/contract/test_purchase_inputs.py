@@ -83,12 +83,19 @@ def test_json_content_types_with_parameters_are_accepted(shop, content_type):
 
 
 @pytest.mark.parametrize("user", ["小明 🛒", "o'brien; DROP TABLE orders; --", "ann\u00e9",
-                                  "🛒" * 64, "a\u200db", "<script>alert(1)</script>"])
+                                  "🛒" * 64, "a\u200db", "<script>alert(1)</script>",
+                                  "👨\u200d👩\u200d👧 family", "Zoë"])
 def test_unicode_and_hostile_user_ids_are_stored_exactly(shop, user):
     answer = shop.buy(user, SKU)
     assert answer.status == 201, answer.body
     assert answer.json["user_id"] == user
     assert_error(shop.buy(user, SKU), 409, "already_purchased")
+
+
+STILL_INVISIBLE = pytest.mark.xfail(strict=True, reason=(
+    "finding: is_clean_text rejects category C except the joiners, so an id of joiners "
+    "only, of combining marks only, or a Hangul filler (a letter that draws nothing) "
+    "is still an invisible user"))
 
 
 @pytest.mark.parametrize("user", [
@@ -98,6 +105,9 @@ def test_unicode_and_hostile_user_ids_are_stored_exactly(shop, user):
     pytest.param("\ufeff", id="bom-only"),
     pytest.param("\u2028", id="line-separator"),
     pytest.param("\u00a0", id="nbsp-only"),
+    pytest.param("\u200d\u200d", id="joiners-only", marks=STILL_INVISIBLE),
+    pytest.param("\u3164", id="hangul-filler", marks=STILL_INVISIBLE),
+    pytest.param("\u0301\u0301", id="combining-marks-only", marks=STILL_INVISIBLE),
 ])
 def test_invisible_or_control_user_ids_are_400(shop, user):
     assert_error(shop.buy(user, SKU), 400, "invalid_request")
