@@ -112,6 +112,7 @@ def main(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(summary, indent=2))
     bad = failed(results)
     for r in bad:
-        print(f"FAILED: {r.strategy} is marked safe but: {r.error or _summary(r)}")
+        why = f"phase broke: {r.error}" if r.error else f"marked safe but {_summary(r)}"
+        print(f"FAILED: {r.strategy}: {why}")
     print(f"showdown took {elapsed:.0f}s")
     return 1 if bad else 0

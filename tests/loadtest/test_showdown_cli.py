@@ -33,7 +33,8 @@ def test_an_oversold_sale_under_a_safe_strategy_makes_the_showdown_fail(tmp_path
         code = showdown(url, tmp_path, "naive,token")
     out = capsys.readouterr().out
     assert code == 1
-    assert "FAILED: token is marked safe" in out and "FAILED: naive" not in out
+    assert "FAILED: token: marked safe but sold 12, oversold 2" in out
+    assert "FAILED: naive" not in out
     results = {r["strategy"]: r for r in json.loads((tmp_path / "out.json").read_text())
                ["results"]}
     assert results["naive"]["verdict"] == "unsafe, as taught"
