@@ -138,3 +138,12 @@ def test_resets_amid_a_crowd_on_a_lock_strategy_leave_consistent_books(shop, str
     for answer in crowd(calls):
         assert answer.status in (200, 201, 409, 503), answer.body
     shop.assert_books_balance(B)
+
+
+@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+def test_concurrent_resets_leave_one_of_them_in_force(shop, strategy):
+    shop.reset(C, 5, strategy)
+    stocks = [10 + n for n in range(12)]
+    crowd([lambda stock=stock: shop.reset(C, stock, strategy) for stock in stocks])
+    audit = shop.assert_books_balance(C)
+    assert audit["initial_stock"] in stocks and audit["orders"] == 0

@@ -158,3 +158,11 @@ def test_a_chunked_or_http_1_0_purchase_is_sold_like_any_other(shop, framing):
                           "Content-Type: application/json\r\n\r\n".encode() + payload)
     assert answer.status == 201, answer.body
     assert json.loads(answer.body)["user_id"] == f"framed-{framing}"
+
+
+@pytest.mark.parametrize("accept", ["text/html", "application/xml", "*/*", "text/plain;q=1"])
+def test_errors_are_json_whatever_the_client_accepts(shop, accept):
+    assert_error(shop.call("GET", "/nope", headers={"Accept": accept}), 404)
+    answer = shop.call("POST", f"/api/products/{SKU}/purchase", {"user_id": ""},
+                       headers={"Accept": accept})
+    assert_error(answer, 400, "invalid_request")
