@@ -119,3 +119,23 @@ def test_a_product_and_an_audit_carry_every_field_the_contract_names(shop):
             "duplicate_buyers", "consistent"} <= set(audit)
     listing = shop.call("GET", "/api/products").json
     assert isinstance(listing, list) and SKU in {item["sku"] for item in listing}
+
+
+#: answers the served app really gives (each seen in this package's other modules)
+#: that a client generated from the document must expect
+SEEN_ELSEWHERE = [
+    ("/api/products/{sku}/purchase", "post", 413),  # test_errors_are_json: a huge body
+    ("/api/admin/sales/{sku}", "put", 413),
+    ("/api/sales/{sku}/audit", "get", 503),  # test_outages: Redis down
+    ("/api/admin/sales/{sku}", "put", 503),  # a buyer holds the stock lock too long
+]
+
+
+@pytest.mark.xfail(strict=True, reason="finding: the document omits 413 on the two JSON "
+                   "bodies, 503 on the audit and on the reset, and /api/strategies")
+def test_every_status_the_app_really_sends_is_documented(spec):
+    missing = [(method, path, status) for path, method, status in SEEN_ELSEWHERE
+               if str(status) not in spec["paths"][path][method]["responses"]]
+    if "/api/strategies" not in spec["paths"]:
+        missing.append(("get", "/api/strategies", "the route"))
+    assert not missing, missing
