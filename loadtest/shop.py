@@ -7,14 +7,21 @@ gevent-patched HTTP stack; Locust itself runs in a subprocess.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
+logger = logging.getLogger(__name__)
+
 
 class ShopError(RuntimeError):
     """The shop answered an admin or audit call with something other than 200."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ShopClient:
@@ -35,13 +42,26 @@ class ShopClient:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:300]
-            raise ShopError(f"{method} {path} -> HTTP {exc.code}: {detail}") from None
+            raise ShopError(f"{method} {path} -> HTTP {exc.code}: {detail}", exc.code) from None
 
-    def reset_sale(self, sku: str, stock: int, strategy: str, work_ms: int) -> Any:
-        """Delete the sku's orders, set its stock and select ``strategy`` (admin call)."""
-        return self._call("PUT", f"/api/admin/sales/{sku}",
-                          {"stock": stock, "strategy": strategy, "work_ms": work_ms},
-                          admin=True)
+    def reset_sale(self, sku: str, stock: int, strategy: str, work_ms: int,
+                   attempts: int = 3) -> Any:
+        """Delete the sku's orders, set its stock and select ``strategy`` (admin call).
+
+        The shop takes the sale's current lock to reset it, so right after a spike it
+        may answer 503 (or fail); a short pause and another try is what an operator
+        would do. A 4xx (bad token, unknown strategy) is final.
+        """
+        body = {"stock": stock, "strategy": strategy, "work_ms": work_ms}
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._call("PUT", f"/api/admin/sales/{sku}", body, admin=True)
+            except ShopError as exc:
+                if exc.status < 500 or attempt == attempts:
+                    raise
+                logger.warning("reset of %s failed (%s); retrying", sku, exc)
+                time.sleep(2.0)
+        raise AssertionError("unreachable")
 
     def audit(self, sku: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", f"/api/sales/{sku}/audit")

@@ -18,9 +18,10 @@ from werkzeug.wrappers import Request, Response
 
 
 class StubShop:
-    def __init__(self, stock: int = 10, oversell: int = 0) -> None:
+    def __init__(self, stock: int = 10, oversell: int = 0, failing_resets: int = 0) -> None:
         self.lock = threading.Lock()
         self.oversell = oversell
+        self.failing_resets = failing_resets
         self.reset(stock)
 
     def reset(self, stock: int, strategy: str = "stub") -> None:
@@ -58,6 +59,9 @@ class StubShop:
                                  "sold": len(self.orders), "strategy": self.strategy}
         elif method == "POST" and path == "/api/products/sku-1/purchase":
             status, body = self.purchase(str(request.get_json()["user_id"]))
+        elif method == "PUT" and path == "/api/admin/sales/sku-1" and self.failing_resets:
+            self.failing_resets -= 1
+            status, body = 500, {"error": "internal_error", "detail": "stub says no"}
         elif method == "PUT" and path == "/api/admin/sales/sku-1":
             payload = request.get_json()
             self.reset(int(payload["stock"]), str(payload["strategy"]))

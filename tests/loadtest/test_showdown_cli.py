@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from loadtest.shop import ShopClient, ShopError
 from tests.loadtest.stubshop import StubShop, serve
 from webapp.cli import build_parser, main
 
@@ -50,3 +51,10 @@ def test_an_exact_sale_passes_and_leaves_the_report_and_raw_data(tmp_path, capsy
     assert (tmp_path / "index.html").exists() and (tmp_path / "summary.json").exists()
     raw = {p.name for p in (tmp_path / "raw").iterdir()}
     assert {"token_stats.csv", "token_stats_history.csv", "token_arrivals.jsonl"} <= raw
+
+
+def test_a_reset_that_fails_once_is_retried_and_one_that_keeps_failing_is_an_error(tmp_path):
+    with serve(StubShop(failing_resets=1)) as url:
+        assert ShopClient(url, "t").reset_sale("sku-1", 5, "token", 0)["stock"] == 5
+    with serve(StubShop(failing_resets=99)) as url, pytest.raises(ShopError, match="500"):
+        ShopClient(url, "t").reset_sale("sku-1", 5, "token", 0, attempts=2)
