@@ -7,7 +7,9 @@ watchdog, lost-lock reporting and the context manager. A strategy implements onl
 * ``_try_acquire(token) -> bool``  one attempt, never blocks;
 * ``_release(token)``              raises ``LockNotOwned`` if ``token`` no longer holds it;
 * ``_extend(token, ttl_ms)``       only if the lock expires;
-* ``_is_held(token) -> bool``      optional, defaults to GET == token.
+* ``_is_held(token) -> bool``      optional, defaults to GET == token;
+* ``_block_then_try(block_s)``     optional, for ``wait="notify"``: block on the signal
+  and make the next attempt in the same round trip (``waiting.wake_and_try``).
 
 ``token`` is fresh and random for every acquisition and belongs to this *handle*,
 not to a thread-local: two asyncio tasks or greenlets sharing a thread cannot release
@@ -107,6 +109,10 @@ class DistributedLock(ABC):
     def _extend(self, token: str, ttl_ms: int) -> None:
         raise NotImplementedError(f"{self.strategy!r} locks do not expire")
 
+    def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
+        """Optional: BLPOP the signal and make an attempt in one round trip (notify)."""
+        return None
+
     def _is_held(self, token: str) -> bool:
         value = self.client.get(self.key)
         if isinstance(value, bytes):
@@ -140,12 +146,10 @@ class DistributedLock(ABC):
                 raise ValueError("timeout must be >= 0")
         deadline = None if timeout is None else self.clock.monotonic() + timeout
         attempt = 0
-        while True:
-            token = new_token()
-            logger.debug("trying %s lock %r (attempt %d)", self.strategy, self.name, attempt)
-            if self._try_acquire(token):
-                self._on_acquired(token)
-                return True
+        token = new_token()
+        logger.debug("trying %s lock %r", self.strategy, self.name)
+        acquired = self._try_acquire(token)
+        while not acquired:
             if not blocking:
                 return False
             remaining = None if deadline is None else deadline - self.clock.monotonic()
@@ -153,8 +157,19 @@ class DistributedLock(ABC):
                 logger.warning("gave up on %s lock %r after %.3fs", self.strategy, self.name,
                                timeout)
                 return False
-            self.waiter.wait(self, remaining, attempt)
+            # A waiter may make the next attempt itself (notify: in the same round trip
+            # as its BLPOP); otherwise the wait is over and we try again here.
+            tried = self.waiter.wait(self, remaining, attempt)
             attempt += 1
+            if tried is None:
+                token = new_token()
+                logger.debug("trying %s lock %r (attempt %d)", self.strategy, self.name,
+                             attempt)
+                acquired = self._try_acquire(token)
+            else:
+                token, acquired = tried
+        self._on_acquired(token)
+        return True
 
     def release(self) -> None:
         """Give the lock up. Raises ``LockNotOwned`` if this handle no longer holds it."""

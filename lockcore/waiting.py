@@ -28,6 +28,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any, Protocol
 
+from redis.exceptions import NoScriptError
+
 from . import scripts
 
 if TYPE_CHECKING:
@@ -43,11 +45,19 @@ SERVER_TICK_S = 0.1
 FINE_POLL_S = 0.005
 
 
+#: what a waiter that made the next attempt itself returns: (token, acquired)
+Attempt = tuple[str, bool]
+
+
 class Waiter(Protocol):
     name: str
 
-    def wait(self, lock: DistributedLock, remaining: float | None, attempt: int) -> None:
-        """Block until it is worth trying again (never longer than ``remaining``)."""
+    def wait(self, lock: DistributedLock, remaining: float | None,
+             attempt: int) -> Attempt | None:
+        """Block until it is worth trying again (never longer than ``remaining``).
+
+        Returns None, or the attempt it already made on the caller's behalf.
+        """
 
 
 class PollWaiter:
@@ -77,7 +87,8 @@ class BackoffWaiter:
 class NotifyWaiter:
     name = "notify"
 
-    def wait(self, lock: DistributedLock, remaining: float | None, attempt: int) -> None:
+    def wait(self, lock: DistributedLock, remaining: float | None,
+             attempt: int) -> Attempt | None:
         block = MAX_BLOCK_S if remaining is None else min(MAX_BLOCK_S, remaining)
         holder_ttl = lock.holder_ttl_ms
         # -1: the key has no TTL, so only a release can end the wait. 0 (expires within
@@ -87,10 +98,13 @@ class NotifyWaiter:
         if block <= SERVER_TICK_S:
             # Too short for BLPOP to time out on time: sleep a little, then retry.
             lock.clock.sleep(min(block, FINE_POLL_S))
-            return
+            return None
         # Stop early enough that Redis's late timeout still lands before our deadline
         # (BLPOP's timeout 0 would mean "forever"; block - tick is > 0 here).
-        lock.client.blpop([lock.signal_key], timeout=block - SERVER_TICK_S)
+        tried = lock._block_then_try(block - SERVER_TICK_S)
+        if tried is None:
+            lock.client.blpop([lock.signal_key], timeout=block - SERVER_TICK_S)
+        return tried
 
 
 def make_waiter(wait: str, *, poll_ms: float, max_poll_ms: float) -> Waiter:
@@ -103,6 +117,26 @@ def make_waiter(wait: str, *, poll_ms: float, max_poll_ms: float) -> Waiter:
     if wait == "notify":
         return NotifyWaiter()
     raise ValueError(f"wait must be 'poll', 'backoff' or 'notify', not {wait!r}")
+
+
+def wake_and_try(lock: DistributedLock, script: Any, keys: list[Any], args: list[Any],
+                 block_s: float) -> Any:
+    """BLPOP ``lock.signal_key``, then run ``script``, pipelined: one round trip.
+
+    Redis keeps the script queued behind the blocked BLPOP and runs it the moment the
+    wake-up arrives, in the same event-loop pass, so the woken waiter's attempt lands
+    before the releaser (one network round trip away) can barge back in, and no woken
+    waiter's process is scheduled only to find the lock taken again.
+    """
+    pipe = lock.client.pipeline(transaction=False)
+    pipe.blpop([lock.signal_key], timeout=block_s)
+    pipe.evalsha(script.sha, len(keys), *keys, *args)
+    _, reply = pipe.execute(raise_on_error=False)
+    if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
+        return script(keys=keys, args=args)
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 def signal_release(lock: DistributedLock) -> None:

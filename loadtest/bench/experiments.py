@@ -139,16 +139,27 @@ class AwakeTokenLock(_QueueingTokenLock):
         self.yield_next = done == 2
 
 
+class SeparateTryTokenLock(TokenLock):
+    """lockcore's token lock before the pipelined wake-up: BLPOP, then try (2 round trips)."""
+
+    def _block_then_try(self, block_s: float) -> None:
+        return None
+
+
 def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
     def build(conns: Connections, name: str) -> Handle:
-        cls = {"polite": PoliteTokenLock, "awake": AwakeTokenLock}[kind]
-        lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options)
+        extra = {"wait": "notify"} if kind == "separate" else {}
+        cls = {"polite": PoliteTokenLock, "awake": AwakeTokenLock,
+               "separate": SeparateTryTokenLock}[kind]
+        lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options, **extra)
         return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
     return build
 
 
 #: what ``--experimental`` adds to a run
 EXPERIMENTS: list[Contender] = [
+    Contender("x-separate-try", "experiment", "redis", "token-notify; BLPOP, then try apart",
+              _experiment("separate"), "lockcore.strategies.token"),
     Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",
               _experiment("polite"), "lockcore.strategies.token"),
     Contender("x-awake5", "experiment", "redis", "token; one awake waiter (5 ms), starvation",

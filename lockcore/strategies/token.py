@@ -37,9 +37,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import scripts
-from ..base import DistributedLock
+from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
-from ..waiting import SIGNAL_TTL_MS
+from ..waiting import SIGNAL_TTL_MS, wake_and_try
 
 
 class TokenLock(DistributedLock):
@@ -59,8 +59,17 @@ class TokenLock(DistributedLock):
         self._extend_script = scripts.script(client, "token_extend")
 
     def _try_acquire(self, token: str) -> bool:
-        ok, value = self._acquire_script(keys=[self.key, self.fence_key],
-                                         args=[token, self.ttl_ms])
+        return self._took(self._acquire_script(keys=[self.key, self.fence_key],
+                                               args=[token, self.ttl_ms]))
+
+    def _block_then_try(self, block_s: float) -> tuple[str, bool]:
+        token = new_token()
+        reply = wake_and_try(self, self._acquire_script, [self.key, self.fence_key],
+                             [token, self.ttl_ms], block_s)
+        return token, self._took(reply)
+
+    def _took(self, reply: list[int]) -> bool:
+        ok, value = reply
         if ok:
             self.fencing_token = int(value)
             return True

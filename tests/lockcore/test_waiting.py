@@ -100,8 +100,8 @@ def test_one_release_wakes_exactly_one_of_three_waiters(redis_client, long_block
 
     def wait_for_lock(index: int) -> None:
         lock = lockcore.create("token", redis_client, "res", wait="notify")
-        try_once = lock._try_acquire
-        lock._try_acquire = lambda token: attempts.append(str(index)) or try_once(token)
+        took = lock._took  # every attempt's reply, whether made alone or after a BLPOP
+        lock._took = lambda reply: attempts.append(str(index)) or took(reply)
         assert lock.acquire(timeout=30)
         winners.append(lock)
         finish.wait(30)
@@ -154,13 +154,13 @@ def test_notify_never_asks_redis_to_block_past_the_deadline(redis_client):
     held_lock(redis_client)
     waiter = lockcore.create("token", redis_client, "res", wait="notify")
     asked: list[tuple[float, float]] = []
-    real_blpop = redis_client.blpop
+    block_then_try = waiter._block_then_try  # the BLPOP, pipelined with the next attempt
 
-    def spy(keys, timeout):
+    def spy(timeout):
         asked.append((timeout, deadline - time.monotonic()))
-        return real_blpop(keys, timeout=timeout)
+        return block_then_try(timeout)
 
-    redis_client.blpop = spy
+    waiter._block_then_try = spy
     deadline = time.monotonic() + 0.35
     assert waiter.acquire(timeout=0.35) is False
     assert asked, "the waiter should have blocked in BLPOP at least once"
