@@ -8,8 +8,12 @@ iproute2):
 * a network namespace of our own (``skp<pid>``) with its own loopback;
 * a veth pair, one end in the root namespace (``10.213.N.1``), one inside (``10.213.N.2``);
   the addresses exist only on this cable, which only this lab created;
-* ``cut()`` is ``ip link set <host end> down``: both sides' packets are dropped, every
-  open TCP connection just goes silent. ``heal()`` brings it back.
+* ``cut()`` is ``ip link set <island end> down``, inside the island: the root side keeps
+  its route to the island (now "linkdown") and the cable silently drops whatever it
+  sends, so every open TCP connection just goes quiet and a new one times out. (Taking
+  the *root* end down would remove that route and send the island's addresses out of
+  the default route; a ``blackhole`` route for the subnet guards against that too.)
+  ``heal()`` brings the island end back up.
 
 ``Island.close()`` kills what it started inside by pid and deletes the namespace,
 which deletes the veth pair with it. ``unsupported()`` says why this machine cannot
@@ -64,6 +68,7 @@ class Island:
         self.name = f"skp{pid}"
         self.host_end, self.ns_end = f"skh{pid}", f"skn{pid}"
         subnet = free_subnet(pid % 250)
+        self.subnet = f"{subnet}.0/24"
         self.host_ip, self.ns_ip = f"{subnet}.1", f"{subnet}.2"
         self.procs: list[subprocess.Popen[Any]] = []
         self._created = False
@@ -76,6 +81,8 @@ class Island:
             _ip("link", "set", self.ns_end, "netns", self.name)
             _ip("addr", "add", f"{self.host_ip}/24", "dev", self.host_end)
             _ip("link", "set", self.host_end, "up")
+            # never let packets for the island leave by the default route
+            _ip("route", "add", "blackhole", self.subnet, "metric", "4242")
             for args in (("addr", "add", f"{self.ns_ip}/24", "dev", self.ns_end),
                          ("link", "set", self.ns_end, "up"), ("link", "set", "lo", "up")):
                 _ip("-n", self.name, *args)
@@ -95,10 +102,10 @@ class Island:
 
     def cut(self) -> None:
         """The partition: the cable goes dark, both ways, without a word to anyone."""
-        _ip("link", "set", self.host_end, "down")
+        _ip("-n", self.name, "link", "set", self.ns_end, "down")
 
     def heal(self) -> None:
-        _ip("link", "set", self.host_end, "up")
+        _ip("-n", self.name, "link", "set", self.ns_end, "up")
 
     def close(self) -> None:
         for proc in self.procs:
@@ -113,6 +120,7 @@ class Island:
                     stream.close()
         self.procs.clear()
         _ip("link", "del", self.host_end, check=False)
+        _ip("route", "del", "blackhole", self.subnet, "metric", "4242", check=False)
         if self._created:
             _ip("netns", "del", self.name, check=False)
             self._created = False

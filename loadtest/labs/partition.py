@@ -29,6 +29,8 @@ from contextlib import ExitStack
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 import lockcore
 from lockcore.embedded import RedisServer, find_redis_server, free_port, ping
@@ -96,8 +98,10 @@ def run(narrator: Narrator) -> Verdict:
                  [s.port for s in majority], minority)
         a_urls = [f"redis://{island.host_ip}:{s.port}" for s in majority] + \
                  [f"redis://127.0.0.1:{p}" for p in minority]
+        # no client-side retries: an unreachable node must cost one timeout, not redis-py's
+        # backoff schedule (seconds), or B's attempts outlive the TTL they measure
         b_clients = [redis.Redis(host=host, port=port, socket_timeout=0.2,
-                                 socket_connect_timeout=0.2)
+                                 socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
                      for host, port in [("127.0.0.1", s.port) for s in majority]
                      + [(island.ns_ip, p) for p in minority]]
         for client in b_clients:
@@ -113,7 +117,8 @@ def run(narrator: Narrator) -> Verdict:
         b_before = b.acquire(blocking=False)
         narrator("B (majority side) tries -> %s", "OK?!" if b_before else "refused")
         island.cut()
-        narrator("PARTITION: ip link set %s down; nobody tells A", island.host_end)
+        narrator("PARTITION: ip link set %s down (the island's end); nobody tells A",
+                 island.ns_end)
         started = time.monotonic()
         b_after = b.acquire(blocking=True, timeout=TTL_MS * 3 / 1000)
         narrator("B acquires a majority %s after the cut (A's keys expired there): %s",

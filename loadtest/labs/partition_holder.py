@@ -25,6 +25,8 @@ import time
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 import lockcore
 
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttl-ms", type=int, required=True)
     args = parser.parse_args(argv)
     signal.alarm(MAX_LIFE_S)
-    clients = [redis.Redis.from_url(url, socket_timeout=0.3, socket_connect_timeout=0.3)
+    clients = [redis.Redis.from_url(url, socket_timeout=0.3, socket_connect_timeout=0.3,
+                                    retry=Retry(NoBackoff(), 0))
                for url in args.urls.split(",")]
     lock = lockcore.create("redlock", clients, args.resource, ttl_ms=args.ttl_ms)
     if not lock.acquire(blocking=True, timeout=5):
