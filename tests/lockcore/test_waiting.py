@@ -166,3 +166,37 @@ def test_notify_never_asks_redis_to_block_past_the_deadline(redis_client):
     assert asked, "the waiter should have blocked in BLPOP at least once"
     for timeout, remaining in asked:
         assert timeout <= remaining - waiting.SERVER_TICK_S + 0.01
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_a_woken_waiter_holds_the_lock_before_its_releaser_can_barge_back(
+        strategy, redis_client, long_blocks):
+    # The waiter's attempt is pipelined behind its BLPOP, so Redis runs it as the
+    # release's wake-up lands; the releaser's immediate retry comes a round trip later.
+    # (With BLPOP and the attempt sent apart, the releaser usually won this race.)
+    releaser = lockcore.create(strategy, redis_client, "res", wait="notify")
+    assert releaser.acquire()
+    for _ in range(5):
+        waiter = lockcore.create(strategy, redis_client, "res", wait="notify")
+        others = int(redis_client.info("clients")["blocked_clients"])
+        thread = threading.Thread(target=waiter.acquire, kwargs={"timeout": 20})
+        thread.start()
+        deadline = time.monotonic() + 10
+        while int(redis_client.info("clients")["blocked_clients"]) <= others:
+            assert time.monotonic() < deadline, "the waiter never blocked"
+            time.sleep(0.005)
+        releaser.release()
+        assert releaser.acquire(blocking=False) is False
+        thread.join(timeout=20)
+        assert waiter.held()
+        waiter.release()
+        assert releaser.acquire(blocking=False)
+    releaser.release()
+
+
+def test_an_attempt_pipelined_behind_a_timed_out_blpop_still_takes_a_free_lock(
+        redis_client):
+    waiter = lockcore.create("token", redis_client, "res", wait="notify")
+    token, acquired = waiter._block_then_try(0.15)  # nobody signals: BLPOP times out
+    assert acquired and redis_client.get(waiter.key) == token.encode()
+    assert waiter.fencing_token is not None
