@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from loadtest import arrivals, verdict
@@ -84,3 +86,10 @@ def test_the_arrival_log_round_trips_through_jsonl(tmp_path):
     arrivals.write_arrivals(path, [_arrival("a", 1.0, "busy")])  # a second worker appends
     assert [a.user for a in arrivals.read_arrivals(path)] == ["a", "b"]
     assert arrivals.read_arrivals(tmp_path / "missing.jsonl") == []
+
+
+def test_an_arrival_log_written_by_locust_reads_back_with_its_outcomes():
+    log = arrivals.read_arrivals(Path(__file__).parent / "fixtures" / "flash_arrivals.jsonl")
+    assert arrivals.buyers(log) == 50
+    assert arrivals.outcome_counts(log) == {"order": 12, "sold_out": 38}  # stub oversold 2
+    assert arrivals.time_to_sell_out(log, stock=10) is not None
