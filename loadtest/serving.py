@@ -109,7 +109,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str]) -> Iterator[Target
                 database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
                 zookeeper_hosts=zk_hosts, env=_shop_env(args)))
             shop = ShopClient(app.url, app.admin_token)
-            redis_urls = [app.redis_url, *(getattr(app, "redlock_urls", None) or [])]
+            redis_urls = [str(app.redis_url), *(getattr(app, "redlock_urls", None) or [])]
         clients = [redis.Redis.from_url(u, socket_timeout=5) for u in redis_urls]
         for client in clients:
             stack.callback(client.close)

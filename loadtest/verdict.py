@@ -40,7 +40,7 @@ def judge_purchase(status: int, body: Any, user_id: str) -> Verdict:
     if status == 0:
         return Verdict(ERROR, "no HTTP response (connection error or timeout)")
     code = body.get("error") if isinstance(body, dict) else None
-    refusal = _REFUSALS.get((status, code))
+    refusal = _REFUSALS.get((status, code)) if isinstance(code, str) else None
     if refusal is not None:
         return Verdict(refusal)
     if isinstance(code, str):
