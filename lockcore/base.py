@@ -96,6 +96,8 @@ class DistributedLock(ABC):
         self._lost_reason: str | None = None
         self._mutex = threading.RLock()  # serialises a renewal against a release
         self._watchdog: Any = None
+        #: set by a release that woke a waiter: the next blocking acquire waits first
+        self.queue_first = False
 
     # -- what a strategy implements -------------------------------------------------
     @abstractmethod
@@ -145,10 +147,15 @@ class DistributedLock(ABC):
             if timeout < 0:
                 raise ValueError("timeout must be >= 0")
         deadline = None if timeout is None else self.clock.monotonic() + timeout
-        attempt = 0
-        token = new_token()
-        logger.debug("trying %s lock %r", self.strategy, self.name)
-        acquired = self._try_acquire(token)
+        attempt, token, acquired = 0, "", False
+        if blocking and self.queue_first:
+            # Our last release woke a waiter: a try now would only fail, so queue first.
+            self.holder_ttl_ms = None
+        else:
+            token = new_token()
+            logger.debug("trying %s lock %r", self.strategy, self.name)
+            acquired = self._try_acquire(token)
+        self.queue_first = False
         while not acquired:
             if not blocking:
                 return False

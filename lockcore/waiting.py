@@ -120,8 +120,10 @@ def make_waiter(wait: str, *, poll_ms: float, max_poll_ms: float) -> Waiter:
 
 
 def wake_and_try(lock: DistributedLock, script: Any, keys: list[Any], args: list[Any],
-                 block_s: float) -> Any:
+                 block_s: float) -> tuple[Any, Any]:
     """BLPOP ``lock.signal_key``, then run ``script``, pipelined: one round trip.
+
+    Returns both replies: (the wake-up popped, or None; the script's reply).
 
     Redis keeps the script queued behind the blocked BLPOP and runs it the moment the
     wake-up arrives, in the same event-loop pass, so the woken waiter's attempt lands
@@ -131,12 +133,13 @@ def wake_and_try(lock: DistributedLock, script: Any, keys: list[Any], args: list
     pipe = lock.client.pipeline(transaction=False)
     pipe.blpop([lock.signal_key], timeout=block_s)
     pipe.evalsha(script.sha, len(keys), *keys, *args)
-    _, reply = pipe.execute(raise_on_error=False)
+    wake, reply = pipe.execute(raise_on_error=False)
     if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
-        return script(keys=keys, args=args)
-    if isinstance(reply, Exception):
-        raise reply
-    return reply
+        reply = script(keys=keys, args=args)
+    for answer in (wake, reply):
+        if isinstance(answer, Exception):
+            raise answer
+    return wake, reply
 
 
 def signal_release(lock: DistributedLock) -> None:

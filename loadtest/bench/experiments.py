@@ -145,6 +145,10 @@ class SeparateTryTokenLock(TokenLock):
     def _block_then_try(self, block_s: float) -> None:
         return None
 
+    def _release(self, token: str) -> None:
+        super()._release(token)
+        self.queue_first = False  # and the releaser tries again at once (it barges)
+
 
 def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
     def build(conns: Connections, name: str) -> Handle:
@@ -158,7 +162,7 @@ def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
 
 #: what ``--experimental`` adds to a run
 EXPERIMENTS: list[Contender] = [
-    Contender("x-separate-try", "experiment", "redis", "token-notify; BLPOP, then try apart",
+    Contender("x-separate-try", "experiment", "redis", "token-notify before: barge, BLPOP, try",
               _experiment("separate"), "lockcore.strategies.token"),
     Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",
               _experiment("polite"), "lockcore.strategies.token"),

@@ -100,7 +100,7 @@ class FairLock(DistributedLock):
 
     def _block_then_try(self, block_s: float) -> tuple[str, bool]:
         # The claim rides behind the BLPOP: Redis runs it as the hand-off wakes us.
-        reply = wake_and_try(self, self._script, self.keys, self._acquire_args(), block_s)
+        _, reply = wake_and_try(self, self._script, self.keys, self._acquire_args(), block_s)
         return self._uuid, self._took(reply)
 
     def _acquire_args(self) -> list[Any]:

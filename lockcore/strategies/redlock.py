@@ -119,7 +119,7 @@ class RedLock(DistributedLock):
     def _release(self, token: str) -> None:
         answers = self._call("token_release", [self.key, self.signal_key],
                              [token, SIGNAL_TTL_MS])
-        freed = sum(a == scripts.OK for a in answers)
+        freed = sum(a in (1, 2) for a in answers)  # token_release.lua: 2 = released too
         if freed < self.quorum:
             raise LockNotOwned(f"released on only {freed} of {len(self.clients)} nodes: the "
                                "lock had expired or been taken on a majority", self.name)

@@ -41,6 +41,9 @@ from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
 from ..waiting import SIGNAL_TTL_MS, wake_and_try
 
+#: token_release.lua: released, and someone took the previous wake-up (others wait)
+WOKE_A_WAITER = 2
+
 
 class TokenLock(DistributedLock):
     strategy = "token"
@@ -54,18 +57,23 @@ class TokenLock(DistributedLock):
         if self.ttl_ms is None:
             raise ValueError("the token lock needs a ttl_ms: it is what frees a crashed holder")
         self.fence_key = f"{self.key}:fence"
+        self._handle = new_token()  # the value of our wake-ups, to recognise our own
+        self._woke_myself = False
         self._acquire_script = scripts.script(client, "token_acquire")
         self._release_script = scripts.script(client, "token_release")
         self._extend_script = scripts.script(client, "token_extend")
 
     def _try_acquire(self, token: str) -> bool:
+        self._woke_myself = False
         return self._took(self._acquire_script(keys=[self.key, self.fence_key],
                                                args=[token, self.ttl_ms]))
 
     def _block_then_try(self, block_s: float) -> tuple[str, bool]:
         token = new_token()
-        reply = wake_and_try(self, self._acquire_script, [self.key, self.fence_key],
-                             [token, self.ttl_ms], block_s)
+        wake, reply = wake_and_try(self, self._acquire_script, [self.key, self.fence_key],
+                                   [token, self.ttl_ms], block_s)
+        # Our own release's wake-up, still there: nobody was waiting for it.
+        self._woke_myself = wake is not None and wake[1] in (self._handle, self._handle.encode())
         return token, self._took(reply)
 
     def _took(self, reply: list[int]) -> bool:
@@ -78,9 +86,11 @@ class TokenLock(DistributedLock):
 
     def _release(self, token: str) -> None:
         done = self._release_script(keys=[self.key, self.signal_key],
-                                    args=[token, SIGNAL_TTL_MS])
-        if done != scripts.OK:
+                                    args=[token, SIGNAL_TTL_MS, self._handle])
+        if done == scripts.NOT_OWNED:
             raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        self.queue_first = (done == WOKE_A_WAITER and not self._woke_myself
+                            and self.waiter.name == "notify")
 
     def _extend(self, token: str, ttl_ms: int) -> None:
         if self._extend_script(keys=[self.key], args=[token, ttl_ms]) != scripts.OK:
