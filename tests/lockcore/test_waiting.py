@@ -200,3 +200,50 @@ def test_an_attempt_pipelined_behind_a_timed_out_blpop_still_takes_a_free_lock(
     token, acquired = waiter._block_then_try(0.15)  # nobody signals: BLPOP times out
     assert acquired and redis_client.get(waiter.key) == token.encode()
     assert waiter.fencing_token is not None
+
+
+def test_a_releaser_among_waiters_queues_before_it_tries_again(redis_client, long_blocks):
+    def blocked_in_background(lock):
+        others = int(redis_client.info("clients")["blocked_clients"])
+        thread = threading.Thread(target=lock.acquire, kwargs={"timeout": 20})
+        thread.start()
+        deadline = time.monotonic() + 10
+        while int(redis_client.info("clients")["blocked_clients"]) <= others:
+            assert time.monotonic() < deadline, "the waiter never blocked"
+            time.sleep(0.005)
+        return thread
+
+    releaser, first, second = (lockcore.create("token", redis_client, "res", wait="notify")
+                               for _ in range(3))
+    assert releaser.acquire()
+    waiting = blocked_in_background(first)
+    releaser.release()  # first takes this wake-up and the lock
+    waiting.join(timeout=20)
+    waiting = blocked_in_background(releaser)
+    first.release()  # the releaser takes *first's* wake-up
+    waiting.join(timeout=20)
+    assert releaser.held()
+    waiting = blocked_in_background(second)
+    releaser.release()
+    waiting.join(timeout=20)
+    assert second.held()
+    # Its previous wake-up was taken by someone else: others are queued, so its next
+    # acquire blocks first (BLPOP + try in one round trip) instead of a try that fails.
+    assert releaser.queue_first
+    second.release()
+    assert releaser.acquire(timeout=5)
+    releaser.release()
+
+
+def test_a_lone_handle_keeps_to_one_round_trip_per_acquire(redis_client):
+    lock = lockcore.create("token", redis_client, "res", wait="notify")
+    pipelined: list[float] = []
+    block_then_try = lock._block_then_try
+    lock._block_then_try = lambda block: pipelined.append(block) or block_then_try(block)
+    for _ in range(6):
+        assert lock.acquire(timeout=5)
+        lock.release()
+    # At most the first release (no earlier wake-up to compare with) sends it queueing;
+    # it then pops its own wake-up and knows that nobody else is waiting.
+    assert len(pipelined) <= 1
+    assert not lock.queue_first
