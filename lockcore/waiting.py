@@ -8,6 +8,11 @@
 * ``notify``  seed 000's closing question answered: the releaser pushes one element onto
               ``lock:{name}:signal`` and exactly one waiter, blocked in BLPOP, wakes up.
 
+A notify-waiter whose lock implements ``_block_then_try`` (token, fair) pipelines its
+next attempt behind the BLPOP (``wake_and_try``): Redis runs it as the wake-up lands,
+so the attempt costs no extra round trip and the woken waiter wins the race against
+the releaser. The others BLPOP, then try.
+
 The notify protocol has no lost wake-up. A waiter first *tries* the lock and only then
 blocks; if the release lands between the failed try and the BLPOP, the element is
 already in the list and BLPOP returns at once. The releaser DELs the list before

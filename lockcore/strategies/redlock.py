@@ -108,9 +108,9 @@ class RedLock(DistributedLock):
                     self._valid_until = start + validity / 1000
                     return True
         refused = [isinstance(a, list) and not a[0] for a in answers]
-        pttls = [int(a[1]) for a, no in zip(answers, refused) if no]
+        pttls = [int(a[1]) for a, no in zip(answers, refused, strict=True) if no]
         self.holder_ttl_ms = max(pttls) if pttls else None
-        maybe_ours = [c for c, no in zip(self.clients, refused) if not no]
+        maybe_ours = [c for c, no in zip(self.clients, refused, strict=True) if not no]
         if maybe_ours:  # a clear "no" set nothing there; anything else may have
             self._call("token_release", [self.key, self.signal_key], [token, SIGNAL_TTL_MS],
                        maybe_ours)
@@ -147,4 +147,4 @@ class RedLock(DistributedLock):
         """Whether some holder has the key on a majority of the nodes."""
         answers = on_every_node(self.clients, ("EXISTS", self.key),
                                 lambda client: client.exists(self.key), self.node_timeout)
-        return sum(a == 1 for a in answers) >= self.quorum
+        return bool(sum(a == 1 for a in answers) >= self.quorum)

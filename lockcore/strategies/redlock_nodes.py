@@ -85,7 +85,7 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
             results[node] = exc
             continue
         try:
-            conn.send_command(*command)
+            conn.send_command(*command)  # type: ignore[no-untyped-call]
         except Exception as exc:
             pool.release(conn)
             results[node] = exc

@@ -15,6 +15,17 @@ every earlier one for the same resource.
 3. The token is fresh per acquisition and stored on the handle (not a thread-local), so
    greenlets and asyncio tasks sharing a thread cannot release each other's locks.
 
+**Hand-off under contention** (``wait="notify"``; the lock itself is unchanged).
+
+4. A waiter sends its BLPOP and its next attempt in one pipeline. Redis runs the
+   attempt the moment the wake-up lands, so the woken waiter holds the lock before the
+   releaser, a round trip away, can barge back in: the lock goes round the BLPOP queue
+   in arrival order, and no process is woken only to lose the race.
+5. The wake-up carries the releaser's handle id. A release that finds the previous
+   wake-up taken (by anyone but ourselves) knows others are queued, so this handle's
+   next blocking ``acquire`` skips the try that would fail and queues at once: one
+   round trip per acquisition. A lone handle pops its own wake-up and stays on 1.
+
 **Failure timeline** this fixes (seed 002, ``setnx``'s plain DEL)::
 
     A: SET NX PX 100 -> ok, token a1;   A pauses 150 ms (GC)
