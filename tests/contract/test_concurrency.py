@@ -150,3 +150,26 @@ def test_concurrent_resets_leave_one_of_them_in_force(shop, strategy):
     crowd([lambda stock=stock: shop.reset(C, stock, strategy) for stock in stocks])
     audit = shop.assert_books_balance(C)
     assert audit["initial_stock"] in stocks and audit["orders"] == 0
+
+
+SWITCHES = ["setnx-expire", "getset", "token", "fair", "multi", "atomic", "sql", "setnx",
+            "naive", "getset", "token"]
+
+
+def test_switching_strategies_amid_a_crowd_never_answers_500(shop):
+    # buyers still holding the previous strategy's lock meet the next strategy's
+    # recipe on the sale: each answer must still be one the contract names
+    shop.reset(D, 500, "setnx-expire", work_ms=5)
+    calls = [lambda n=n: shop.buy(f"switch-{n}", D) for n in range(110)]
+    for at, strategy in zip(range(10, 110, 10), SWITCHES[1:], strict=False):
+        calls.insert(at, lambda strategy=strategy: shop.call(
+            "PUT", f"/api/admin/sales/{D}", {"stock": 500, "strategy": strategy, "work_ms": 5},
+            headers={"Authorization": f"Bearer {shop.admin_token}"}))
+    for answer in crowd(calls):
+        assert answer.status in (200, 201, 409, 503), (answer.status, answer.body[:300])
+        if answer.status >= 400:
+            assert_error(answer, answer.status)
+    time.sleep(0.5)  # the last buyers of a cut run finish
+    shop.reset(D, 5, "token")
+    assert shop.buy("after-the-switches", D).status == 201
+    shop.assert_books_balance(D)
