@@ -125,10 +125,12 @@ def make_waiter(wait: str, *, poll_ms: float, max_poll_ms: float) -> Waiter:
 
 
 def wake_and_try(lock: DistributedLock, script: Any, keys: list[Any], args: list[Any],
-                 block_s: float) -> tuple[Any, Any]:
+                 block_s: float, *, first_args: list[Any] | None = None) -> tuple[Any, Any]:
     """BLPOP ``lock.signal_key``, then run ``script``, pipelined: one round trip.
 
     Returns both replies: (the wake-up popped, or None; the script's reply).
+    ``first_args``: also run ``script`` with these *before* the BLPOP (fair joins its
+    queue there), still in the same round trip.
 
     Redis keeps the script queued behind the blocked BLPOP and runs it the moment the
     wake-up arrives, in the same event-loop pass, so the woken waiter's attempt lands
@@ -136,9 +138,11 @@ def wake_and_try(lock: DistributedLock, script: Any, keys: list[Any], args: list
     waiter's process is scheduled only to find the lock taken again.
     """
     pipe = lock.client.pipeline(transaction=False)
+    if first_args is not None:
+        pipe.evalsha(script.sha, len(keys), *keys, *first_args)
     pipe.blpop([lock.signal_key], timeout=block_s)
     pipe.evalsha(script.sha, len(keys), *keys, *args)
-    wake, reply = pipe.execute(raise_on_error=False)
+    *_, wake, reply = pipe.execute(raise_on_error=False)
     if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
         reply = script(keys=keys, args=args)
     for answer in (wake, reply):

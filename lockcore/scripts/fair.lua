@@ -10,9 +10,12 @@
 -- ARGV[2]  uuid      identifies one acquisition across all its attempts
 -- ARGV[3]  ttl_ms    the lock's TTL once claimed
 -- ARGV[4]  lease_ms  how long this waiter stays queued without calling again
+-- ARGV[5]  ring      optional '1': on success, leave one element on our own wake list,
+--                    so a BLPOP pipelined behind this call returns at once
 -- acquire returns {1, fencing_token}          we hold the lock
 --                 {0, holder_pttl, position}  queued (position 0 = next in line)
--- release returns 1  released; the lock was handed to the next live waiter, if any
+-- release returns 1  released; nobody was waiting
+--                 3  released and handed to the next live waiter
 --                 2  we were only queued (giving up): we left the queue
 --                 0  neither holder nor queued: nothing done
 local op, uuid = ARGV[1], ARGV[2]
@@ -47,10 +50,24 @@ local function grant_next()
     return head
 end
 
+-- Ours now: stretch the claim window to the full ttl, and settle our wake list.
+local function claimed()
+    redis.call('pexpire', KEYS[1], ARGV[3])
+    local wake = KEYS[7] .. uuid
+    redis.call('del', wake)
+    if ARGV[5] == '1' then
+        redis.call('rpush', wake, 1)
+        redis.call('pexpire', wake, ARGV[4])
+    end
+    return {1, tonumber(redis.call('get', KEYS[6]))}
+end
+
 if op == 'release' then
     if redis.call('get', KEYS[1]) == uuid then
         redis.call('del', KEYS[1])
-        grant_next()
+        if grant_next() then
+            return 3
+        end
         return 1
     end
     if redis.call('zscore', KEYS[2], uuid) then
@@ -63,9 +80,7 @@ end
 
 -- op == 'acquire'
 if redis.call('get', KEYS[1]) == uuid then  -- handed to us (or our reply was lost)
-    redis.call('pexpire', KEYS[1], ARGV[3])
-    redis.call('del', KEYS[7] .. uuid)
-    return {1, tonumber(redis.call('get', KEYS[6]))}
+    return claimed()
 end
 -- Join the queue once: a retry after a lost reply finds its ticket (seed 001's ghost).
 if not redis.call('zscore', KEYS[2], uuid) then
@@ -74,8 +89,6 @@ end
 redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), uuid)
 redis.call('hset', KEYS[4], uuid, ARGV[4])
 if redis.call('exists', KEYS[1]) == 0 and grant_next() == uuid then
-    redis.call('pexpire', KEYS[1], ARGV[3])
-    redis.call('del', KEYS[7] .. uuid)
-    return {1, tonumber(redis.call('get', KEYS[6]))}
+    return claimed()
 end
 return {0, redis.call('pttl', KEYS[1]), redis.call('zrank', KEYS[2], uuid)}

@@ -50,7 +50,7 @@ from ..waiting import wake_and_try
 
 logger = logging.getLogger(__name__)
 
-RELEASED, LEFT_QUEUE = 1, 2
+RELEASED, LEFT_QUEUE, HANDED_ON = 1, 2, 3
 
 
 class FairLock(DistributedLock):
@@ -85,6 +85,7 @@ class FairLock(DistributedLock):
         if self._token is not None:
             return super().acquire(blocking, timeout)  # raises: locks are not reentrant
         self._uuid = new_token()  # one identity for every attempt of this acquisition
+        self.position = None  # not queued yet
         try:
             gotten = super().acquire(blocking, timeout)
         except BaseException:
@@ -99,12 +100,16 @@ class FairLock(DistributedLock):
         return self._took(self._script(keys=self.keys, args=self._acquire_args()))
 
     def _block_then_try(self, block_s: float) -> tuple[str, bool]:
-        # The claim rides behind the BLPOP: Redis runs it as the hand-off wakes us.
-        _, reply = wake_and_try(self, self._script, self.keys, self._acquire_args(), block_s)
+        # The claim rides behind the BLPOP: Redis runs it as the hand-off wakes us. Not
+        # queued yet (queue_first): join in the same round trip, ringing our own wake
+        # list if the lock was free, so the BLPOP behind does not wait.
+        first = self._acquire_args("1") if self.position is None else None
+        _, reply = wake_and_try(self, self._script, self.keys, self._acquire_args(), block_s,
+                                first_args=first)
         return self._uuid, self._took(reply)
 
-    def _acquire_args(self) -> list[Any]:
-        return ["acquire", self._uuid, self.ttl_ms, self.lease_ms]
+    def _acquire_args(self, ring: str = "0") -> list[Any]:
+        return ["acquire", self._uuid, self.ttl_ms, self.lease_ms, ring]
 
     def _took(self, reply: list[int]) -> bool:
         if reply[0] == 1:
@@ -120,8 +125,10 @@ class FairLock(DistributedLock):
 
     def _release(self, token: str) -> None:
         done = self._script(keys=self.keys, args=["release", token, self.ttl_ms, self.lease_ms])
-        if done != RELEASED:
+        if done not in (RELEASED, HANDED_ON):
             raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        # Someone was queued, so others may be: a try now would only join the queue.
+        self.queue_first = done == HANDED_ON and self.waiter.name == "notify"
 
     def _extend(self, token: str, ttl_ms: int) -> None:
         if self._extend_script(keys=[self.key], args=[token, ttl_ms]) != scripts.OK:

@@ -192,3 +192,27 @@ def test_extend_and_held_work_for_the_owner_only(redis_client) -> None:
     assert not lock.held()
     with pytest.raises(LockNotOwned):
         lock.release()
+
+
+def test_a_releaser_that_handed_on_queues_first_and_rings_itself_when_free(
+        redis_client, monkeypatch) -> None:
+    from lockcore import waiting
+
+    monkeypatch.setattr(waiting, "MAX_BLOCK_S", 5.0)  # a missed ring would cost ~5 s
+    releaser, waiter = fair(redis_client, wait="notify"), fair(redis_client, wait="notify")
+    assert releaser.acquire()
+    thread = threading.Thread(target=waiter.acquire, kwargs={"timeout": 20})
+    thread.start()
+    assert _wait_until(lambda: queued(redis_client) == 1)
+    releaser.release()  # handed on to the queued waiter ...
+    thread.join(timeout=20)
+    assert waiter.held()
+    assert releaser.queue_first  # ... so its next acquire joins the queue and blocks at once
+    waiter.release()  # nobody queued now: the lock is simply free
+    started = time.monotonic()
+    # Joining finds the lock free and rings our own wake list, so the BLPOP pipelined
+    # behind the join returns at once instead of waiting out its timeout.
+    assert releaser.acquire(timeout=10)
+    assert time.monotonic() - started < 2.5
+    assert redis_client.llen(releaser.signal_key) == 0  # the ring was consumed
+    releaser.release()
