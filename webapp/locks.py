@@ -4,6 +4,12 @@
 ``notify`` (a BLPOP woken by the release, seed 000's closing question), so a thousand
 waiters do not poll Redis; the others poll. ``multi`` takes the stock *and* the
 buyer, all or nothing (seed 003's batch lock).
+
+Each strategy locks a key of its own (``token``, the one the workshop shows, keeps the
+plain ``stock:{sku}``). The recipes store different things under the key: ``getset`` a
+timestamp, the others a random token. On one shared key, a reset from ``setnx-expire``
+to ``getset`` while a leftover buyer still held the old lock made ``getset`` parse that
+token as a timestamp: ``ValueError``, a 500 on the next reset and on every purchase.
 """
 
 from __future__ import annotations
@@ -43,10 +49,15 @@ def check_configured(strategy: str, config: dict[str, Any]) -> None:
         raise InvalidRequest("strategy 'zookeeper' needs ZOOKEEPER_HOSTS")
 
 
+def stock_resource(sku: str, strategy: str) -> str:
+    """The lock resource guarding ``sku``'s stock under ``strategy``."""
+    return f"stock:{sku}" if strategy == "token" else f"stock:{sku}:{strategy}"
+
+
 def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.DistributedLock:
     config = backends.config
     strategy = sale.strategy
-    resource: Any = f"stock:{sale.sku}"
+    resource: Any = stock_resource(sale.sku, strategy)
     if strategy == "multi":
         resource = [resource, f"buyer:{sale.sku}:{user_id}"]
     # a lock must outlive the section it guards, simulated work included

@@ -62,7 +62,7 @@ class LockedPath(StockPath):
             raise Busy(f"the stock lock for {sale.sku} was not free within "
                        f"{deps.lock_timeout_s:g}s", retry_after_s=1)
         try:
-            stock = self.read_stock(deps.redis, sale)
+            stock = self._stock_if_still(deps, sale)
             if stock < request.quantity:
                 if stock <= 0:
                     deps.redis.set(sale.keys.soldout, 1)
@@ -79,6 +79,20 @@ class LockedPath(StockPath):
                 logger.warning("%s lock on %s expired before release", sale.strategy, sale.sku)
             except Exception:
                 logger.exception("releasing the %s lock on %s failed", sale.strategy, sale.sku)
+
+
+    def _stock_if_still(self, deps: Checkout, sale: SaleInfo) -> int:
+        """The stock, read in the same round trip as the sale's current strategy. A buyer
+        who looked the sale up before a reset switched its strategy holds the *old*
+        strategy's lock, which no longer excludes anyone: it must not touch the stock."""
+        pipe = deps.redis.pipeline(transaction=False)
+        pipe.get(sale.keys.stock)
+        pipe.hget(sale.keys.info, "strategy")
+        stock, strategy = pipe.execute()
+        if strategy is not None and strategy.decode() != sale.strategy:
+            raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
+                       retry_after_s=1)
+        return int(stock or 0)
 
 
 class AtomicPath(StockPath):
