@@ -31,8 +31,10 @@ the longest wait between two calls (it defaults to 3x the poll/backoff ceiling, 
 
 **wait.** ``notify``: each waiter BLPOPs its own wake list with its claim pipelined
 behind it, so Redis runs the claim the moment the hand-off wakes it: no round trip
-between the hand-off and the new holder's critical section. ``poll``/``backoff``: the
-same hand-off, noticed at the next poll. Either way the order is the queue's.
+between the hand-off and the new holder's critical section. A release that handed the
+lock on makes the handle's next acquire join, block and claim in one pipeline (the
+join rings our own list if the lock is free). ``poll``/``backoff``: the same hand-off,
+noticed at the next poll. Either way the order is the queue's.
 
 **When to use it.** When starvation matters more than raw throughput: long queues of
 buyers for one item, batch jobs that must all get a turn.
