@@ -9,6 +9,7 @@ go through the same parser in-process (``webapp.cli.build_parser``), since each
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from lockcore.embedded import free_port
+from tests.contract.wire import request
 from webapp.cli import build_parser
 
 SECKILL = Path(sys.executable).parent / "seckill"
@@ -125,3 +128,59 @@ def test_a_bad_command_line_is_a_usage_error(capsys, args):
     code, _, err = parse(capsys, args)
     assert code == 2, f"parsed without complaint: {args}"
     assert "usage: seckill" in err
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "DATABASE_URL", "REDLOCK_URLS", "SECKILL_ADMIN_TOKEN")}
+    proc = subprocess.Popen([str(SECKILL), "serve", "--port", str(free_port())],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        printed = {}
+        assert proc.stdout is not None
+        for line in proc.stdout:  # ends when serve prints its last line or dies
+            said = re.match(r"(storefront|admin token)\s+(\S+)", line)
+            if said:
+                printed[said[1]] = said[2]
+            if "Ctrl-C" in line:
+                break
+        assert {"storefront", "admin token"} <= set(printed), printed
+        url, token = printed["storefront"].rstrip("/"), printed["admin token"]
+        started = descendants(proc.pid)
+        assert request(url, "GET", "/healthz").status == 200
+        answer = request(url, "PUT", "/api/admin/sales/sku-1", {"stock": 3, "strategy": "sql"},
+                         headers={"Authorization": f"Bearer {token}"})
+        assert answer.status == 200, answer.body
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)  # reads, closes the pipe, waits
+    assert proc.returncode == 0 and "Traceback" not in rest, rest[-1000:]
+    assert started and not [pid for pid in started if running(pid)]
