@@ -1,6 +1,11 @@
-"""Two prototype waiting protocols for the token lock, benchmarked with ``--experimental``.
+"""Prototype waiting protocols for the token lock, benchmarked with ``--experimental``.
 
 Not part of lockcore: they exist so the figures in docs/performance.md can be rerun.
+
+* ``x-separate-try``: token-notify as it was before issue 6's hand-off: the releaser
+  barges (tries at once), a woken waiter BLPOPs and then tries in a second round trip.
+  The A/B baseline for lockcore's pipelined BLPOP + attempt and its queue-first rule
+  (which adopted ``x-polite``'s idea: a releaser among waiters queues, it does not barge).
 
 * ``x-polite``: a releaser whose release woke a waiter queues up (BLPOPs) before its
   next attempt instead of barging back in, so the woken waiter always wins. Each
