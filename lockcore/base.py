@@ -148,7 +148,7 @@ class DistributedLock(ABC):
                 raise ValueError("timeout must be >= 0")
         deadline = None if timeout is None else self.clock.monotonic() + timeout
         attempt, token, acquired = 0, "", False
-        if blocking and self.queue_first:
+        if blocking and self.queue_first and timeout != 0:
             # Our last release woke a waiter: a try now would only fail, so queue first.
             self.holder_ttl_ms = None
         else:

@@ -54,6 +54,9 @@ from ..waiting import SIGNAL_TTL_MS, wake_and_try
 
 #: token_release.lua: released, and someone took the previous wake-up (others wait)
 WOKE_A_WAITER = 2
+#: how long after such a release the next acquire still queues first. The newest
+#: wake-up outlives it (SIGNAL_TTL_MS), so a free lock always has one waiting for us.
+QUEUE_FIRST_S = 10.0
 
 
 class TokenLock(DistributedLock):
@@ -70,9 +73,16 @@ class TokenLock(DistributedLock):
         self.fence_key = f"{self.key}:fence"
         self._handle = new_token()  # the value of our wake-ups, to recognise our own
         self._woke_myself = False
+        self._released_at = 0.0
         self._acquire_script = scripts.script(client, "token_acquire")
         self._release_script = scripts.script(client, "token_release")
         self._extend_script = scripts.script(client, "token_extend")
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """As ``DistributedLock.acquire``; a queue-first hint too old to trust is dropped."""
+        if self.queue_first and self.clock.monotonic() - self._released_at > QUEUE_FIRST_S:
+            self.queue_first = False
+        return super().acquire(blocking, timeout)
 
     def _try_acquire(self, token: str) -> bool:
         self._woke_myself = False
@@ -100,6 +110,7 @@ class TokenLock(DistributedLock):
                                     args=[token, SIGNAL_TTL_MS, self._handle])
         if done == scripts.NOT_OWNED:
             raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        self._released_at = self.clock.monotonic()
         self.queue_first = (done == WOKE_A_WAITER and not self._woke_myself
                             and self.waiter.name == "notify")
 

@@ -247,3 +247,24 @@ def test_a_lone_handle_keeps_to_one_round_trip_per_acquire(redis_client):
     # it then pops its own wake-up and knows that nobody else is waiting.
     assert len(pipelined) <= 1
     assert not lock.queue_first
+
+
+def test_timeout_zero_still_makes_one_attempt_after_a_release_that_said_queue(redis_client):
+    lock = lockcore.create("token", redis_client, "res", wait="notify")
+    lock.queue_first = True  # as a release among waiters leaves it
+    assert lock.acquire(timeout=0)  # the lock is free: one attempt must find that
+    lock.release()
+
+
+def test_a_queue_first_hint_older_than_the_newest_wake_up_could_be_is_dropped(
+        redis_client, fake_clock):
+    from lockcore.strategies.token import QUEUE_FIRST_S
+
+    lock = lockcore.create("token", redis_client, "res", wait="notify", clock=fake_clock)
+    assert lock.acquire()
+    lock.release()
+    lock.queue_first = True  # as if that release had found others waiting ...
+    fake_clock.now += QUEUE_FIRST_S + 1  # ... long ago: the wake-ups may have expired
+    lock._block_then_try = lambda block: pytest.fail("queued behind a wake-up that may be gone")
+    assert lock.acquire(timeout=5)
+    lock.release()
