@@ -13,8 +13,8 @@ Why a barrier: Locust warns above 100 spawns/s, and a ramp is not a spike. Every
 waits in ``on_start`` until spawning completes (or the wall-clock start instant), then
 all of them browse and buy together, which is what makes unsafe locks oversell.
 Modes: ``flash`` (one buyer, one purchase, retry on 503 busy), ``sustained`` (each
-iteration is a new buyer id, for purchases/s) and ``noop`` (a cheap endpoint: the
-ceiling the shop could reach without any lock).
+iteration is a new buyer id buying at once, no browsing, for purchases/s) and ``noop``
+(``GET /api/noop``: the ceiling of this server and load generator without any lock).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Buyer(FastHttpUser):
         self.sku: str = getattr(options, "seckill_sku", "sku-1")
         self.mode: str = getattr(options, "seckill_mode", "flash")
         self.retries: int = getattr(options, "seckill_busy_retries", 1)
-        self.noop_path: str = getattr(options, "seckill_noop_path", "/healthz")
+        self.noop_path: str = getattr(options, "seckill_noop_path", "/api/noop")
         self.user_id = _new_buyer_id()
         self.finished = False
         if self.mode == "flash":
@@ -88,10 +88,11 @@ class Buyer(FastHttpUser):
         if self.mode == "noop":
             self.client.get(self.noop_path)
             return
-        shown = self.browse()
-        if shown is not None and shown <= 0 and self.mode == "flash":
-            self.finished = True  # the page says sold out: a real buyer doesn't click buy
-            return
+        if self.mode == "flash":  # sustained: a stream of buyers who only buy
+            shown = self.browse()
+            if shown is not None and shown <= 0:
+                self.finished = True  # the page says sold out: a real buyer doesn't click buy
+                return
         for attempt in range(1, self.retries + 2):
             retry_after = self.purchase(attempt)
             if retry_after is None or attempt > self.retries:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import arrivals, commandstats, locust_csv
+from . import arrivals, commandstats, locust_csv, sustained
 from .compare import StrategyResult
 from .shop import ShopClient
 from .verdict import PURCHASE_NAME
@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 LOCUSTFILE, SHAPES = HERE / "locustfile.py", HERE / "shapes.py"
+#: the baseline: Flask and gunicorn doing nothing (``/healthz`` pings Redis and the DB)
+NOOP_PATH = "/api/noop"
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> l
             "--seckill-mode", plan.mode, "--seckill-sku", plan.sku,
             "--seckill-stock", str(plan.stock if plan.mode == "flash" else 0),
             "--seckill-busy-retries", str(plan.busy_retries),
-            "--seckill-arrivals", str(arrivals_log)]
+            "--seckill-arrivals", str(arrivals_log), "--seckill-noop-path", NOOP_PATH]
 
 
 def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
@@ -100,9 +102,8 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     if plan.mode == "flash":
         result.sell_out_s = arrivals.time_to_sell_out(tried, plan.stock)
         result.fairness = arrivals.fairness(tried, plan.stock)
-    elif plan.mode == "sustained" and tried:
-        span = max(a.done for a in tried) - min(a.sent for a in tried)
-        result.purchases_per_s = result.outcomes.get("order", 0) / span if span > 0 else None
+    elif plan.mode == "sustained":
+        result.purchases_per_s = sustained.orders_per_s(tried)
     result.seconds = time.monotonic() - started
     return result
 
@@ -115,7 +116,10 @@ def _read_locust(result: StrategyResult, prefix: Path, plan: Plan) -> None:
     timed = total if plan.mode == "noop" else stats.get(PURCHASE_NAME, total)
     result.rps, result.failures = total.rps, total.failures
     result.p50, result.p95, result.p99 = timed.p50, timed.p95, timed.p99
-    result.throughput = locust_csv.throughput(locust_csv.read_history(prefix))
+    history = locust_csv.read_history(prefix)
+    result.throughput = locust_csv.throughput(history)
+    if plan.mode == "noop":  # the baseline counts its steady window, as purchases do
+        result.rps = sustained.requests_per_s(history, total.rps)
 
 
 def _read_audit(result: StrategyResult, audit: dict[str, Any],

@@ -32,8 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated (default: every strategy the shop offers)")
     parser.add_argument("--report", metavar="DIR", help="write DIR/index.html and raw data")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    parser.add_argument("--work-ms", type=int, default=20,
-                        help="simulated work inside the critical section (default 20)")
+    parser.add_argument("--work-ms", type=int, default=None,
+                        help="simulated work inside the critical section (default 20; "
+                             "0 with --sustained: 20 ms would cap a lock at 50/s)")
     parser.add_argument("--sustained", action="store_true",
                         help="large stock, fresh buyers for --duration: purchases/s")
     parser.add_argument("--duration", type=int, default=10, help="sustained seconds")
@@ -50,10 +51,12 @@ def plan_from(args: argparse.Namespace) -> Plan:
     lock_timeout = args.lock_timeout if args.lock_timeout and not args.url \
         else float(os.environ.get("LOCK_TIMEOUT_S", "10"))
     if args.sustained:
-        return Plan(users=args.users, stock=1_000_000, work_ms=args.work_ms,
+        work_ms = 0 if args.work_ms is None else args.work_ms
+        return Plan(users=args.users, stock=1_000_000, work_ms=work_ms,
                     mode="sustained", duration=args.duration, busy_retries=0,
                     drain_s=lock_timeout + 1)
-    return Plan(users=args.users, stock=args.stock, work_ms=args.work_ms,
+    return Plan(users=args.users, stock=args.stock,
+                work_ms=20 if args.work_ms is None else args.work_ms,
                 drain_s=lock_timeout + 1)
 
 

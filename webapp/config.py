@@ -36,9 +36,10 @@ def from_env(instance_path: str) -> dict[str, Any]:
         # spike on two busy cores queues ~100 sections behind one lock, so not too short
         "LOCK_TIMEOUT_S": float(os.environ.get("LOCK_TIMEOUT_S", "10")),
         "LOCK_TTL_MS": int(os.environ.get("LOCK_TTL_MS", "10000")),
-        # purchases in progress per worker; the rest wait their turn without running.
-        # Under gevent every round trip inside the critical section waits for all the
-        # runnable greenlets of its worker: fewer of them, a faster lock holder.
+        # lock-path purchases in progress per worker; the rest wait their turn without
+        # running. Under gevent every round trip inside the critical section waits for all
+        # the runnable greenlets of its worker: fewer of them, a faster lock holder. The
+        # lock-free paths (atomic, sql) are not bounded: it capped them by Little's law.
         "PURCHASE_CONCURRENCY": int(os.environ.get("PURCHASE_CONCURRENCY", "64")),
         "MAX_USER_ID_LENGTH": 64,
         # a purchase is a few dozen bytes; anything far larger is refused with 413

@@ -41,6 +41,9 @@ def document() -> dict[str, Any]:
             "/healthz": {"get": {"summary": "Are Redis and the database reachable?",
                                  "responses": {"200": {"description": "all parts ok"},
                                                "503": {"description": "names the part down"}}}},
+            "/api/noop": {"get": {"summary": "Does nothing: the ceiling of this server and "
+                                             "load generator (the showdown's baseline)",
+                                  "responses": {"200": _json({"type": "object"}, "{}")}}},
             "/api/products": {"get": {"summary": "Every product with its live stock",
                                       "responses": {"200": _json({"type": "array",
                                                                   "items": _PRODUCT}, "ok")}}},

@@ -16,15 +16,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .keys import SaleKeys
-from .models import Order, Sale
+from .models import Order, Sale, utcnow
 from .problems import AlreadyPurchased, InvalidRequest, Replay, SoldOut
 
 logger = logging.getLogger(__name__)
+
+_SALES, _ORDERS = Sale.__table__, Order.__table__
+_INSERTED = ("sale_id", "sku", "user_id", "quantity", "strategy", "fencing_token",
+             "idempotency_key", "created_at")
 
 
 def find_order(sessions: sessionmaker[Session], sale_id: int, user_id: str) -> Order | None:
@@ -50,16 +54,21 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
     """
     order = Order(sale_id=sale.id, sku=sale.sku, user_id=user_id, quantity=quantity,
                   strategy=sale.strategy, fencing_token=fencing_token,
-                  idempotency_key=idempotency_key)
+                  idempotency_key=idempotency_key, created_at=utcnow())
+    row = {column: getattr(order, column) for column in _INSERTED}
+    decrement = update(_SALES).where(_SALES.c.id == sale.id)
+    if conditional:
+        decrement = decrement.where(_SALES.c.remaining >= quantity)
+    decrement = decrement.values(remaining=_SALES.c.remaining - quantity)
     try:
+        # Core statements on the session's connection: the ORM's unit of work (identity
+        # map, flush ordering, events) was a third of a purchase's CPU in the profile,
+        # for one UPDATE and one INSERT whose shape never changes
         with sessions.begin() as session:
-            decrement = update(Sale).where(Sale.id == sale.id)
-            if conditional:
-                decrement = decrement.where(Sale.remaining >= quantity)
-            result = session.execute(decrement.values(remaining=Sale.remaining - quantity))
-            if result.rowcount == 0:  # type: ignore[attr-defined]
+            connection = session.connection()
+            if connection.execute(decrement).rowcount == 0:
                 raise SoldOut(f"{sale.sku} is sold out")
-            session.add(order)
+            order.id = connection.execute(insert(_ORDERS), row).inserted_primary_key[0]
     except IntegrityError:
         _explain_conflict(sessions, sale, user_id, idempotency_key)
         raise

@@ -48,10 +48,14 @@ def load_sale(sessions: sessionmaker[Session], sku: str) -> SaleInfo:
                         sale.initial_stock)
 
 
-def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str) -> SaleInfo:
-    """The sale from its Redis hash (written by every reset), else from the database."""
-    key = SaleKeys(sku).info
-    cached = redis.hgetall(key)
+def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
+                cached: dict[bytes, bytes] | None = None) -> SaleInfo:
+    """The sale from its Redis hash (written by every reset), else from the database.
+
+    :param cached: the hash if the caller already fetched it in a pipeline of its own.
+    """
+    if cached is None:
+        cached = redis.hgetall(SaleKeys(sku).info)
     if cached:
         fields = {k.decode(): v.decode() for k, v in cached.items()}
         return SaleInfo(int(fields["id"]), sku, fields["strategy"], int(fields["work_ms"]),

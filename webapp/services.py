@@ -56,6 +56,8 @@ class Checkout:
     #: (sale, user_id) -> an unacquired lockcore lock (or anything with its interface)
     lock_for: Callable[[SaleInfo, str], Any]
     lock_timeout_s: float = 5.0
+    #: bounds the buyers of one worker queueing for a lock (a BoundedSemaphore); None: no bound
+    lock_slots: Any = None
     #: how long a duplicate Idempotency-Key waits for the first request's order
     replay_wait_s: float = 10.0
     sleep: Callable[[float], None] = field(default=time.sleep)
@@ -72,12 +74,11 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
     from .paths import path_for  # paths imports this module's dataclasses
 
-    if request.idempotency_key is None:
-        _fast_refusal(deps, request)
-    sale = cached_sale(deps.redis, deps.sessions, request.sku)
+    cached = _fast_refusal(deps, request) if request.idempotency_key is None else None
+    sale = cached_sale(deps.redis, deps.sessions, request.sku, cached)
     if request.quantity > sale.per_user_limit:
         raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} for this sale")
-    earlier = _reserve(deps, sale, request)
+    earlier = _reserve(deps, sale, request, soldout_checked=cached is not None)
     if earlier is not None:
         return PurchaseResult(earlier, created=False)
     try:
@@ -94,17 +95,21 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     return PurchaseResult(order, created=True)
 
 
-def _fast_refusal(deps: Checkout, request: PurchaseRequest) -> None:
-    """After the sale: 409 from one round trip, already_purchased before sold_out."""
+def _fast_refusal(deps: Checkout, request: PurchaseRequest) -> dict[bytes, bytes]:
+    """After the sale: 409 from one round trip, already_purchased before sold_out.
+    The same round trip fetches the sale's cached row, which returns for ``cached_sale``:
+    round trips, not Redis, are what a purchase waits for."""
     keys = SaleKeys(request.sku)
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(keys.soldout)
     pipe.sismember(keys.buyers, request.user_id)
-    soldout, bought = pipe.execute()
+    pipe.hgetall(keys.info)
+    soldout, bought, cached = pipe.execute()
     if soldout:
         if bought:
             raise AlreadyPurchased(f"{request.user_id!r} already bought {request.sku}")
         raise SoldOut(f"{request.sku} is sold out")
+    return dict(cached)
 
 
 def _replay(earlier: Order, request: PurchaseRequest) -> Order:
@@ -113,8 +118,12 @@ def _replay(earlier: Order, request: PurchaseRequest) -> Order:
     return earlier
 
 
-def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Order | None:
-    """Reserve the user's single order; return an earlier order for a replayed key."""
+def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
+             soldout_checked: bool = False) -> Order | None:
+    """Reserve the user's single order; return an earlier order for a replayed key.
+
+    :param soldout_checked: ``_fast_refusal`` just read the flag: skip the first GET.
+    """
     keys = sale.keys
     deadline = deps.monotonic() + deps.replay_wait_s
     while True:
@@ -124,8 +133,9 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Order 
                 if earlier.idempotency_key == request.idempotency_key:
                     return _replay(earlier, request)
                 raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
-        if deps.redis.get(keys.soldout):
+        if not soldout_checked and deps.redis.get(keys.soldout):
             raise SoldOut(f"{sale.sku} is sold out")
+        soldout_checked = False
         if deps.redis.sadd(keys.buyers, request.user_id) == 1:
             return None
         if request.idempotency_key is None:
