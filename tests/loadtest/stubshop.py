@@ -52,6 +52,8 @@ class StubShop:
         path, method = request.path, request.method
         if path == "/healthz":
             status, body = 200, {"redis": "ok", "database": "ok"}
+        elif path == "/api/noop":
+            status, body = 200, {}
         elif method == "GET" and path == "/api/products/sku-1":
             status, body = 200, {"sku": "sku-1", "name": "Stub", "price": 1,
                                  # a broken shop's page also believes its units exist

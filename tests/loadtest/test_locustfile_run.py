@@ -86,3 +86,19 @@ def test_the_locustfile_runs_a_single_user_for_debugging(tmp_path):
             proc.kill()
             proc.wait(timeout=10)
     assert len(shop.orders) == 1
+
+
+def test_sustained_buyers_only_buy_each_time_as_a_new_buyer(tmp_path):
+    shop = StubShop(stock=100_000)
+    done, stats, log = run(tmp_path, shop, Plan(users=10, mode="sustained", duration=3,
+                                                busy_retries=0))
+    assert "/api/products/[sku]" not in stats  # no browsing between purchases
+    assert stats[PURCHASE_NAME].requests > 10 and len(log) > 10
+    assert arrivals.buyers(log) == len(log)  # a fresh buyer id per purchase
+    assert arrivals.outcome_counts(log) == {"order": len(log)}
+
+
+def test_the_no_op_baseline_asks_the_no_op_endpoint_only(tmp_path):
+    done, stats, _ = run(tmp_path, StubShop(), Plan(users=10, mode="noop", duration=2))
+    assert set(stats) == {"/api/noop", locust_csv.AGGREGATED}, set(stats)
+    assert stats["/api/noop"].requests > 10 and stats["/api/noop"].failures == 0
