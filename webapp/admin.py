@@ -17,6 +17,7 @@ from lockcore import LockError
 
 from . import locks, paths, sales, validation
 from .extensions import Backends, get_backends
+from .lockedpath import LockedPath
 from .problems import Busy, Unauthorized, UnknownSku
 from .saleinfo import load_sale
 
@@ -59,7 +60,7 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
     """Hold the sale's current lock while resetting it: a buyer inside the critical
     section would otherwise write the old stock minus one over the new stock."""
     sale = load_sale(backends.sessions, sku)
-    if not isinstance(paths.path_for(sale.strategy), paths.LockedPath):
+    if not isinstance(paths.path_for(sale.strategy), LockedPath):
         yield  # lock-free paths have no section to wait for
         return
     try:

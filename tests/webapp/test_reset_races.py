@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.webapp.conftest import SKU, auth, backends, buy, reset
 from webapp import locks, paths
 from webapp.problems import Busy
 from webapp.saleinfo import load_sale
 from webapp.services import Checkout, PurchaseRequest
-from tests.webapp.conftest import SKU, auth, backends, buy, reset
 
 
 def test_a_reset_is_not_a_500_while_a_previous_strategys_buyer_holds_its_lock(client, app):

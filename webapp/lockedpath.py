@@ -1,0 +1,83 @@
+"""``LockedPath``: every ``lockcore`` strategy sells through it.
+
+Lock, GET, simulated work, SET, order, release. The read-modify-write is deliberate:
+under a broken lock two buyers read the same stock, both write ``stock - 1`` and one
+update is lost: the sale oversells. The order row is written *inside* the section, so
+a reset, which waits for the sale's lock, never sees a purchase land after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lockcore import LockNotOwned
+from lockcore.registry import lock_class
+
+from .orders import record_order
+from .paths import StockPath
+from .problems import Busy, SoldOut
+from .services import Checkout, PurchaseRequest, SaleInfo
+
+logger = logging.getLogger(__name__)
+
+
+class LockedPath(StockPath):
+    def __init__(self, strategy: str) -> None:
+        self.strategy = strategy
+
+    @property
+    def safe(self) -> bool:  # type: ignore[override]
+        return bool(lock_class(self.strategy).safe)
+
+    def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
+        """Lock-path buyers of one worker queue for a slot first (PURCHASE_CONCURRENCY):
+        every waiter holds a Redis connection (a BLPOP) and every runnable greenlet slows
+        the holder's round trips. The lock-free paths take no slot: they hold nothing
+        while they wait, and the cap halved atomic's purchases/s (see performance.md)."""
+        slots = deps.lock_slots
+        if slots is not None and not slots.acquire(timeout=deps.lock_timeout_s):
+            raise Busy("too many purchases in progress, try again shortly")
+        try:
+            return self._locked_purchase(deps, sale, request)
+        finally:
+            if slots is not None:
+                slots.release()
+
+    def _locked_purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
+        lock = deps.lock_for(sale, request.user_id)
+        if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
+            raise Busy(f"the stock lock for {sale.sku} was not free within "
+                       f"{deps.lock_timeout_s:g}s", retry_after_s=1)
+        try:
+            stock = self._stock_if_still(deps, sale)
+            if stock < request.quantity:
+                if stock <= 0:
+                    deps.redis.set(sale.keys.soldout, 1)
+                raise SoldOut(f"{sale.sku} is sold out" if stock <= 0
+                              else f"only {stock} left of {sale.sku}")
+            self._work(deps, sale)
+            deps.redis.set(sale.keys.stock, stock - request.quantity)
+            return record_order(deps.sessions, deps.redis, sale, request.user_id,
+                                request.quantity, lock.fencing_token, request.idempotency_key)
+        finally:
+            try:
+                lock.release()
+            except LockNotOwned:  # the TTL ran out inside the section: the seed 004 lesson
+                logger.warning("%s lock on %s expired before release", sale.strategy, sale.sku)
+            except Exception:
+                logger.exception("releasing the %s lock on %s failed", sale.strategy, sale.sku)
+
+
+    def _stock_if_still(self, deps: Checkout, sale: SaleInfo) -> int:
+        """The stock, read in the same round trip as the sale's current strategy. A buyer
+        who looked the sale up before a reset switched its strategy holds the *old*
+        strategy's lock, which no longer excludes anyone: it must not touch the stock."""
+        pipe = deps.redis.pipeline(transaction=False)
+        pipe.get(sale.keys.stock)
+        pipe.hget(sale.keys.info, "strategy")
+        stock, strategy = pipe.execute()
+        if strategy is not None and strategy.decode() != sale.strategy:
+            raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
+                       retry_after_s=1)
+        return int(stock or 0)
