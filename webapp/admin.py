@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from flask import Blueprint, Response, jsonify, render_template, request
 
+import lockcore
 from lockcore import LockError
 
 from . import locks, paths, sales, validation
@@ -49,10 +50,29 @@ def reset_sale(sku: str) -> Response:
     locks.check_configured(strategy, backends.config)
     work_ms = validation.integer(body, "work_ms", low=0, high=MAX_WORK_MS, default=0)
     limit = validation.integer(body, "limit", low=1, high=MAX_LIMIT, default=1)
-    with _current_lock(backends, sku):
+    with _one_reset_at_a_time(backends, sku), _current_lock(backends, sku):
         reset = sales.reset_sale(backends.sessions, backends.redis, sku, stock=stock,
                                  strategy=strategy, work_ms=work_ms, limit=limit)
     return jsonify(reset)
+
+
+@contextlib.contextmanager
+def _one_reset_at_a_time(backends: Backends, sku: str) -> Iterator[None]:
+    """Two resets of one sale must not interleave (database A, database B, Redis B,
+    Redis A leaves A's stock in Redis and B's in the database). The lock strategies'
+    stock lock would serialize them, the lock-free paths have none: this one is for
+    resets only, so buyers never wait for it."""
+    timeout = backends.config["LOCK_TIMEOUT_S"]
+    # outlives a reset that waits ``timeout`` for the stock lock and then works
+    lock = lockcore.create("token", backends.redis, f"reset:{sku}",
+                           ttl_ms=int(2 * timeout * 1000) + 10_000)
+    if not lock.acquire(blocking=True, timeout=2 * timeout):
+        raise Busy(f"another reset of {sku} is still running")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(LockError):
+            lock.release()
 
 
 @contextlib.contextmanager

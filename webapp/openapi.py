@@ -18,6 +18,7 @@ def _errors(*codes: tuple[int, str]) -> dict[str, Any]:
 
 _SKU = {"name": "sku", "in": "path", "required": True, "schema": {"type": "string"}}
 _BUSY = (503, "busy: lock not acquired in time or a backend down; see Retry-After")
+_TOO_LARGE = (413, "request_entity_too_large: the body is over 64 KiB")
 
 _PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sold", "strategy"],
             "properties": {"sku": {"type": "string"}, "name": {"type": "string"},
@@ -63,7 +64,8 @@ def document() -> dict[str, Any]:
                 "responses": {"201": _json(_ORDER, "order created"),
                               "200": _json(_ORDER, "the order this Idempotency-Key made"),
                               **_errors((400, "invalid_request"), (404, "unknown_sku"),
-                                        (409, "sold_out or already_purchased"), _BUSY)}}},
+                                        (409, "sold_out or already_purchased"), _TOO_LARGE,
+                                        _BUSY)}}},
             "/api/admin/sales/{sku}": {"put": {
                 "summary": "Reset a sale: delete its orders, set stock and strategy",
                 "security": [{"bearer": []}], "parameters": [_SKU],
@@ -75,11 +77,17 @@ def document() -> dict[str, Any]:
                                    "limit": {"type": "integer", "minimum": 1, "default": 1}}}}}},
                 "responses": {"200": {"description": "the sale as reset"},
                               **_errors((400, "invalid_request"), (401, "unauthorized"),
-                                        (404, "unknown_sku"))}}},
+                                        (404, "unknown_sku"), _TOO_LARGE,
+                                        (503, "busy: a purchase or another reset held the "
+                                              "sale too long, or a backend is down"))}}},
             "/api/sales/{sku}/audit": {"get": {
                 "summary": "Did the sale oversell or lose an order?", "parameters": [_SKU],
                 "responses": {"200": _json(_AUDIT, "the audit"),
-                              **_errors((404, "unknown_sku"))}}},
+                              **_errors((404, "unknown_sku"), (503, "busy: Redis is down"))}}},
+            "/api/strategies": {"get": {
+                "summary": "The strategies a sale may be reset to",
+                "responses": {"200": _json({"type": "array", "items": {"type": "string"}},
+                                           "their names")}}},
         },
         "components": {
             "schemas": {"Error": {"type": "object", "required": ["error", "detail"],

@@ -41,13 +41,24 @@ def is_clean_text(value: str) -> bool:
                    for ch in value)
 
 
+#: letters that draw nothing (the Hangul fillers, the blank Braille pattern)
+_BLANK_LETTERS = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"}
+
+
+def has_something_to_see(value: str) -> bool:
+    """At least one character that draws: not a space, a format character (the joiners
+    are allowed only between others), a lone combining mark or a blank letter."""
+    return any(not unicodedata.category(ch).startswith(("Z", "C", "M"))
+               and ch not in _BLANK_LETTERS for ch in value)
+
+
 def text(body: dict[str, Any], name: str, max_length: int) -> str:
     value = body.get(name)
     if not isinstance(value, str) or not value.strip():
         raise InvalidRequest(f"{name} must be a non-empty string")
     if len(value) > max_length:
         raise InvalidRequest(f"{name} must be at most {max_length} characters")
-    if not is_clean_text(value):
+    if not is_clean_text(value) or not has_something_to_see(value):
         raise InvalidRequest(f"{name} contains characters that are not allowed")
     return value
 
