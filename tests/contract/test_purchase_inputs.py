@@ -92,12 +92,6 @@ def test_unicode_and_hostile_user_ids_are_stored_exactly(shop, user):
     assert_error(shop.buy(user, SKU), 409, "already_purchased")
 
 
-STILL_INVISIBLE = pytest.mark.xfail(strict=True, reason=(
-    "finding: is_clean_text rejects category C except the joiners, so an id of joiners "
-    "only, of combining marks only, or a Hangul filler (a letter that draws nothing) "
-    "is still an invisible user"))
-
-
 @pytest.mark.parametrize("user", [
     pytest.param("\u0085c1-control", id="c1-control"),
     pytest.param("\u200b", id="zero-width-space"),
@@ -105,9 +99,9 @@ STILL_INVISIBLE = pytest.mark.xfail(strict=True, reason=(
     pytest.param("\ufeff", id="bom-only"),
     pytest.param("\u2028", id="line-separator"),
     pytest.param("\u00a0", id="nbsp-only"),
-    pytest.param("\u200d\u200d", id="joiners-only", marks=STILL_INVISIBLE),
-    pytest.param("\u3164", id="hangul-filler", marks=STILL_INVISIBLE),
-    pytest.param("\u0301\u0301", id="combining-marks-only", marks=STILL_INVISIBLE),
+    pytest.param("\u200d\u200d", id="joiners-only"),
+    pytest.param("\u3164", id="hangul-filler"),
+    pytest.param("\u0301\u0301", id="combining-marks-only"),
 ])
 def test_invisible_or_control_user_ids_are_400(shop, user):
     assert_error(shop.buy(user, SKU), 400, "invalid_request")
