@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .compare import StrategyResult, failed, format_table
@@ -25,23 +26,46 @@ from .serving import Target, serve_target, strategy_names, strategy_safety
 logger = logging.getLogger(__name__)
 
 
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        return value
+    return parse
+
+
+def _strategy_list(text: str) -> str:
+    """Check the names up front: a typo should be a usage error, not a failed phase."""
+    known = strategy_names()
+    unknown = [n.strip() for n in text.split(",") if n.strip() and n.strip() not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown strategy {', '.join(unknown)}; choose from {', '.join(known)}")
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--users", type=int, default=1000, help="buyers (default 1000)")
-    parser.add_argument("--stock", type=int, default=100, help="units on sale (default 100)")
-    parser.add_argument("--strategies", default="",
+    parser.add_argument("--users", type=_at_least(1), default=1000, help="buyers (default 1000)")
+    parser.add_argument("--stock", type=_at_least(1), default=100,
+                        help="units on sale (default 100)")
+    parser.add_argument("--strategies", type=_strategy_list, default="",
                         help="comma-separated (default: every strategy the shop offers)")
     parser.add_argument("--report", metavar="DIR", help="write DIR/index.html and raw data")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    parser.add_argument("--work-ms", type=int, default=None,
+    parser.add_argument("--work-ms", type=_at_least(0), default=None,
                         help="simulated work inside the critical section (default 20; "
                              "0 with --sustained: 20 ms would cap a lock at 50/s)")
     parser.add_argument("--sustained", action="store_true",
                         help="large stock, fresh buyers for --duration: purchases/s")
-    parser.add_argument("--duration", type=int, default=10, help="sustained seconds")
+    parser.add_argument("--duration", type=_at_least(1), default=10, help="sustained seconds")
     parser.add_argument("--lock-timeout", type=float, default=None,
                         help="seconds a buyer waits for the lock before 503 busy "
                              "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument("--workers", type=_at_least(1), default=2, help="gunicorn workers")
     parser.add_argument("--url", help="a running shop instead of serving one")
     parser.add_argument("--admin-token", help="with --url (default $SECKILL_ADMIN_TOKEN)")
 
