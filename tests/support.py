@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -34,3 +38,32 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += max(seconds, 0)
+
+
+PG_ADMIN_URL = os.environ.get("SECKILL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@contextlib.contextmanager
+def scratch_postgres(prefix: str) -> Iterator[tuple[Any, str, str]]:
+    """A PostgreSQL database of our own, dropped afterwards: ``(admin, name, url)``.
+
+    Other suites share the server, so the name carries the pid and a random suffix;
+    ``url`` is a SQLAlchemy URL (``postgresql+psycopg://``).
+    """
+    import psycopg
+
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        missing_system_part(f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {exc}")
+        return
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+        try:
+            yield admin, name, f"{base}/{name}"
+        finally:
+            # a test may have refused connections to it (the outage tests do)
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -4,9 +4,7 @@ connections is 503 ``busy`` and a ``/healthz`` naming ``database``, until it is 
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,32 +12,17 @@ import pytest
 
 from tests.contract.shop import Shop, served_shop
 from tests.contract.wire import assert_error
-from tests.support import missing_system_part
+from tests.support import scratch_postgres
 
 pytestmark = pytest.mark.postgres
 
-PG_ADMIN_URL = os.environ.get("SECKILL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 SKU = "qa-pg-1"
 
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[tuple[object, str, str]]:
-    import psycopg
-
-    name = f"seckill_contract_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    try:
-        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        missing_system_part(f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {exc}")
-        return
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
-        try:
-            yield admin, name, f"{base}/{name}"
-        finally:
-            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_postgres("seckill_contract") as found:
+        yield found
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ dropped at the end; the server is shared with other engineers' tests.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,35 +15,20 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import delete
 
-from tests.support import missing_system_part
+from tests.support import scratch_postgres
 from webapp import create_app, db, sales
 from webapp.extensions import Backends
 from webapp.models import Order, Product, Sale
 
-PG_ADMIN_URL = os.environ.get("SECKILL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 ADMIN_TOKEN = "test-admin-token"
 SKU = "sku-1"
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    import psycopg
-
-    name = f"seckill_webapp_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    try:
-        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        missing_system_part(f"PostgreSQL at {PG_ADMIN_URL} is unreachable: {exc}")
-        return
-    with admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        base = PG_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
-        url = f"{base}/{name}"
+    with scratch_postgres("seckill_webapp") as (_, _, url):
         db.upgrade(url)
-        try:
-            yield url
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        yield url
 
 
 @pytest.fixture(scope="session")
