@@ -17,6 +17,10 @@ def _csv(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
+def _flag(value: str) -> bool:
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def from_env(instance_path: str) -> dict[str, Any]:
     """The app's config keys, from the environment with working defaults."""
     sqlite_path = os.path.join(instance_path, "seckill.sqlite")
@@ -41,6 +45,11 @@ def from_env(instance_path: str) -> dict[str, Any]:
         # the runnable greenlets of its worker: fewer of them, a faster lock holder. The
         # lock-free paths (atomic, sql) are not bounded: it capped them by Little's law.
         "PURCHASE_CONCURRENCY": int(os.environ.get("PURCHASE_CONCURRENCY", "64")),
+        # lock cohorting (webapp/cohort.py): a worker passes a held safe lock to its own
+        # next buyer, up to MAX_PASSES times within MAX_MS, instead of releasing it
+        "LOCK_COHORT": _flag(os.environ.get("SECKILL_LOCK_COHORT", "0")),
+        "LOCK_COHORT_MAX_PASSES": int(os.environ.get("SECKILL_LOCK_COHORT_MAX_PASSES", "64")),
+        "LOCK_COHORT_MAX_MS": float(os.environ.get("SECKILL_LOCK_COHORT_MAX_MS", "20")),
         "MAX_USER_ID_LENGTH": 64,
         # a purchase is a few dozen bytes; anything far larger is refused with 413
         "MAX_CONTENT_LENGTH": 64 * 1024,
