@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 OK, TAUGHT, FAIL, ERROR, BASELINE = "ok", "unsafe, as taught", "FAIL", "ERROR", "baseline"
+#: sustained baselines: ``noop`` is POST /api/noop through the purchase's client code (the
+#: ratio's denominator); ``noop-get`` is the old bare GET, kept visible beside it
+NOOP_MODES = ("noop", "noop-get")
 
 
 @dataclass
@@ -46,12 +49,18 @@ class StrategyResult:
     def verdict(self) -> str:
         if self.error:
             return ERROR
-        if self.mode == "noop":
+        if self.mode in NOOP_MODES:
             return BASELINE  # no sale: nothing to audit
         wrong = self.oversold > 0 or self.lost > 0 or self.duplicates > 0 or not self.consistent
         if not wrong:
             return OK
         return FAIL if self.safe else TAUGHT
+
+    @property
+    def rate(self) -> float | None:
+        """What a sustained ratio compares: purchases/s, the POST baseline's good answers/s,
+        or the bare GET baseline's requests/s (it logs no answers)."""
+        return self.rps if self.mode == "noop-get" else self.purchases_per_s
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "verdict": self.verdict}
@@ -72,8 +81,9 @@ def _yes(value: bool) -> str:
 
 COLUMNS = ["strategy", "safe", "sold", "oversold", "lost/dup", "consistent", "req/s",
            "p50 ms", "p95 ms", "p99 ms", "sell-out s", "fairness", "redis/purchase", "verdict"]
-SUSTAINED_COLUMNS = ["strategy", "safe", "orders", "purchases/s", "req/s", "p50 ms",
-                     "p95 ms", "p99 ms", "consistent", "redis/purchase", "verdict"]
+SUSTAINED_COLUMNS = ["strategy", "safe", "orders", "purchases/s", "req/s", "% POST no-op",
+                     "% GET no-op", "p50 ms", "p95 ms", "p99 ms", "consistent",
+                     "redis/purchase", "verdict"]
 
 
 def _flash_cells(r: StrategyResult) -> list[str]:
@@ -83,19 +93,31 @@ def _flash_cells(r: StrategyResult) -> list[str]:
             _num(r.fairness, 2), _num(r.redis_per_purchase, 1), r.verdict]
 
 
-def _sustained_cells(r: StrategyResult) -> list[str]:
-    if r.mode == "noop":
-        return [r.strategy, "-", "-", "-", _num(r.rps), _num(r.p50), _num(r.p95),
-                _num(r.p99), "-", "-", r.verdict]
+def baseline_rates(results: list[StrategyResult]) -> tuple[float | None, float | None]:
+    """The rates of the POST and the GET no-op baselines of a sustained run, if any."""
+    found = {r.mode: r.rate for r in results if r.mode in NOOP_MODES and not r.error}
+    return found.get("noop"), found.get("noop-get")
+
+
+def _share(rate: float | None, of: float | None) -> str:
+    return "-" if rate is None or not of else f"{100 * rate / of:.0f}%"
+
+
+def _sustained_cells(r: StrategyResult, post: float | None, get: float | None) -> list[str]:
+    shares = [_share(r.rate, post), _share(r.rate, get)]
+    if r.mode in NOOP_MODES:
+        return [r.strategy, "-", "-", _num(r.purchases_per_s), _num(r.rps), *shares,
+                _num(r.p50), _num(r.p95), _num(r.p99), "-", "-", r.verdict]
     return [r.strategy, _yes(r.safe), str(r.sold), _num(r.purchases_per_s), _num(r.rps),
-            _num(r.p50), _num(r.p95), _num(r.p99), _yes(r.consistent),
+            *shares, _num(r.p50), _num(r.p95), _num(r.p99), _yes(r.consistent),
             _num(r.redis_per_purchase, 1), r.verdict]
 
 
 def table_rows(results: list[StrategyResult]) -> tuple[list[str], list[list[str]]]:
     """Header and cells, flash or sustained depending on the results' mode."""
     if any(r.mode != "flash" for r in results):
-        return SUSTAINED_COLUMNS, [_sustained_cells(r) for r in results]
+        post, get = baseline_rates(results)
+        return SUSTAINED_COLUMNS, [_sustained_cells(r, post, get) for r in results]
     return COLUMNS, [_flash_cells(r) for r in results]
 
 

@@ -14,7 +14,7 @@ def add_seckill_options(parser: Any) -> None:
     group = parser.add_argument_group("seckill flash sale")
     group.add_argument("--seckill-sku", env_var="SECKILL_SKU", default="sku-1")
     group.add_argument("--seckill-mode", env_var="SECKILL_MODE", default="flash",
-                       choices=["flash", "sustained", "noop"])
+                       choices=["flash", "sustained", "noop", "noop-get"])
     group.add_argument("--seckill-stock", env_var="SECKILL_STOCK", type=int, default=0,
                        help="units on sale; an order past it is a failure (0: don't check)")
     group.add_argument("--seckill-start-at", env_var="SECKILL_START_AT", type=float, default=0,

@@ -13,8 +13,10 @@ Why a barrier: Locust warns above 100 spawns/s, and a ramp is not a spike. Every
 waits in ``on_start`` until spawning completes (or the wall-clock start instant), then
 all of them browse and buy together, which is what makes unsafe locks oversell.
 Modes: ``flash`` (one buyer, one purchase, retry on 503 busy), ``sustained`` (each
-iteration is a new buyer id buying at once, no browsing, for purchases/s) and ``noop``
-(``GET /api/noop``: the ceiling of this server and load generator without any lock).
+iteration is a new buyer id buying at once, no browsing, for purchases/s), ``noop``
+(the sustained loop with ``POST /api/noop`` instead of the purchase: the same body,
+parse, check and arrival log, so a ratio of the two compares the shop's work only) and
+``noop-get`` (a bare ``GET /api/noop``, the old baseline: no client-side work at all).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class Buyer(FastHttpUser):
 
     @task
     def browse_then_buy(self) -> None:
-        if self.mode == "noop":
+        if self.mode == "noop-get":
             self.client.get(self.noop_path)
             return
         if self.mode == "flash":  # sustained: a stream of buyers who only buy
@@ -115,16 +117,22 @@ class Buyer(FastHttpUser):
         return stock if isinstance(stock, int) else None
 
     def purchase(self, attempt: int) -> float | None:
-        """One attempt; returns seconds to wait before retrying, or None when done."""
+        """One attempt; returns seconds to wait before retrying, or None when done.
+
+        In ``noop`` mode the very same code POSTs to the no-op endpoint instead."""
         sent = time.time()
-        with self.client.post(f"/api/products/{self.sku}/purchase", name=verdict.PURCHASE_NAME,
-                              json={"user_id": self.user_id, "quantity": 1},
+        if self.mode == "noop":
+            path, name, judge = self.noop_path, verdict.NOOP_NAME, verdict.judge_noop
+        else:
+            path, name = f"/api/products/{self.sku}/purchase", verdict.PURCHASE_NAME
+            judge = verdict.judge_purchase
+        with self.client.post(path, name=name, json={"user_id": self.user_id, "quantity": 1},
                               catch_response=True) as resp:
             try:
                 body = resp.json()
             except Exception:  # noqa: BLE001 - any unparsable body is a malformed answer
                 body = None
-            judged = verdict.judge_purchase(resp.status_code or 0, body, self.user_id)
+            judged = judge(resp.status_code or 0, body, self.user_id)
             if judged.outcome == verdict.ORDER and judged.failure is None:
                 judged = _tally.record(int(body["quantity"]))
             if judged.failure:

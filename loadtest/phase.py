@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from . import arrivals, commandstats, locust_csv, sustained
-from .compare import StrategyResult
+from .compare import NOOP_MODES, StrategyResult
 from .shop import ShopClient
-from .verdict import PURCHASE_NAME
+from .verdict import NOOP, PURCHASE_NAME
 
 logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 LOCUSTFILE, SHAPES = HERE / "locustfile.py", HERE / "shapes.py"
-#: the baseline: Flask and gunicorn doing nothing (``/healthz`` pings Redis and the DB)
+#: the baselines: Flask and gunicorn doing nothing (``/healthz`` pings Redis and the DB);
+#: POSTed like a purchase in mode ``noop``, a bare GET in mode ``noop-get``
 NOOP_PATH = "/api/noop"
 
 
@@ -35,8 +36,8 @@ class Plan:
     users: int = 1000
     stock: int = 100
     work_ms: int = 20
-    mode: str = "flash"          # flash | sustained | noop
-    duration: int = 10           # sustained/noop: seconds of load
+    mode: str = "flash"          # flash | sustained | noop | noop-get
+    duration: int = 10           # sustained/noop(-get): seconds of load
     cap_s: int = 35              # flash: hard cap (keeps `make demo` under 10 minutes)
     sku: str = "sku-1"
     busy_retries: int = 1
@@ -80,12 +81,12 @@ def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
 
 def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
               plan: Plan, raw_dir: Path) -> StrategyResult:
-    """Run ``plan`` against strategy ``name`` (for ``noop``: the shop's baseline)."""
+    """Run ``plan`` against strategy ``name`` (for ``noop``/``noop-get``: a baseline)."""
     result = StrategyResult(name, safe, mode=plan.mode, users=plan.users, stock=plan.stock)
     prefix, log = raw_dir / name, raw_dir / f"{name}_arrivals.jsonl"
     log.unlink(missing_ok=True)
     started = time.monotonic()
-    if plan.mode != "noop":
+    if plan.mode not in NOOP_MODES:
         shop.reset_sale(plan.sku, plan.stock, name, plan.work_ms)
     before = commandstats.total_calls(redis_clients)
     limit = (plan.cap_s if plan.mode == "flash" else plan.duration) + 90
@@ -96,7 +97,7 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     _read_locust(result, prefix, plan)
     tried = arrivals.read_arrivals(log)
     result.outcomes = arrivals.outcome_counts(tried)
-    if plan.mode != "noop":
+    if plan.mode not in NOOP_MODES:
         _read_audit(result, shop.settled_audit(plan.sku, plan.drain_s if cut_short else 1.5), tried)
         result.redis_per_purchase = commandstats.per_attempt(before, after, len(tried))
     if plan.mode == "flash":
@@ -104,6 +105,8 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
         result.fairness = arrivals.fairness(tried, plan.stock)
     elif plan.mode == "sustained":
         result.purchases_per_s = sustained.orders_per_s(tried)
+    elif plan.mode == "noop":  # counted exactly as purchases are
+        result.purchases_per_s = sustained.orders_per_s(tried, NOOP)
     result.seconds = time.monotonic() - started
     return result
 
@@ -113,12 +116,12 @@ def _read_locust(result: StrategyResult, prefix: Path, plan: Plan) -> None:
     total = stats.get(locust_csv.AGGREGATED)
     if total is None or total.requests == 0:
         raise RuntimeError(f"Locust made no requests; see {prefix}.log")
-    timed = total if plan.mode == "noop" else stats.get(PURCHASE_NAME, total)
+    timed = total if plan.mode in NOOP_MODES else stats.get(PURCHASE_NAME, total)
     result.rps, result.failures = total.rps, total.failures
     result.p50, result.p95, result.p99 = timed.p50, timed.p95, timed.p99
     history = locust_csv.read_history(prefix)
     result.throughput = locust_csv.throughput(history)
-    if plan.mode == "noop":  # the baseline counts its steady window, as purchases do
+    if plan.mode in NOOP_MODES:  # a baseline counts its steady window, as purchases do
         result.rps = sustained.requests_per_s(history, total.rps)
 
 

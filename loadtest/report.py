@@ -43,9 +43,10 @@ def charts(results: list[StrategyResult]) -> list[str]:
     over_time = svg.lines("Throughput over time (all requests)",
                           {r.strategy: r.throughput for r in ran}, unit="requests/s")
     if any(r.mode != "flash" for r in ran):
-        rates = [r.rps if r.mode == "noop" else r.purchases_per_s for r in ran]
-        return [svg.bars("Purchases/s (baseline: no-op requests/s)", labels,
-                         {"per second": rates}, unit="per second"), latency, over_time]
+        rates = [r.rate for r in ran]
+        title = "Purchases/s (baselines: no-op POST answers/s, bare GET req/s)"
+        return [svg.bars(title, labels, {"per second": rates}, unit="per second"),
+                latency, over_time]
     colors = ["#e15759" if r.oversold else "#59a14f" for r in ran]
     return [svg.bars("Units oversold", labels, {"oversold": [float(r.oversold) for r in ran]},
                      unit="units", colors=colors),

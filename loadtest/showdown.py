@@ -25,6 +25,8 @@ from .serving import Target, serve_target, strategy_names, strategy_safety
 
 logger = logging.getLogger(__name__)
 
+BASELINE_POST, BASELINE_GET = "no-op baseline", "no-op GET (old)"
+
 
 def _at_least(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
@@ -86,11 +88,15 @@ def plan_from(args: argparse.Namespace) -> Plan:
 
 def run_showdown(target: Target, names: list[str], plan: Plan,
                  raw_dir: Path) -> list[StrategyResult]:
-    """One phase per strategy (plus the no-op baseline when sustained), with progress."""
+    """One phase per strategy (plus the no-op baselines when sustained), with progress.
+
+    Sustained runs start with two baselines: ``POST /api/noop`` through the purchase's
+    own client code (the ratio's denominator, like for like) and the old bare ``GET``."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     phases = [(name, strategy_safety(name), plan) for name in names]
     if plan.mode == "sustained":
-        phases.insert(0, ("no-op baseline", True, Plan(**{**plan.__dict__, "mode": "noop"})))
+        phases[:0] = [(BASELINE_POST, True, Plan(**{**plan.__dict__, "mode": "noop"})),
+                      (BASELINE_GET, True, Plan(**{**plan.__dict__, "mode": "noop-get"}))]
     results = []
     for i, (name, safe, phase_plan) in enumerate(phases, 1):
         print(f"[{i}/{len(phases)}] {name}: reset, {phase_plan.users} buyers "
@@ -110,6 +116,8 @@ def _summary(r: StrategyResult) -> str:
     if r.error:
         return f"ERROR: {r.error}"
     if r.mode == "noop":
+        return f"{r.purchases_per_s or 0:.0f} answers/s ({r.rps:.0f} req/s) in {r.seconds:.0f}s"
+    if r.mode == "noop-get":
         return f"{r.rps:.0f} req/s in {r.seconds:.0f}s"
     return (f"sold {r.sold}, oversold {r.oversold}, consistent {r.consistent}, "
             f"{r.rps:.0f} req/s, verdict {r.verdict} ({r.seconds:.0f}s)")

@@ -17,10 +17,13 @@ SOLD_OUT = "sold_out"
 ALREADY_PURCHASED = "already_purchased"
 BUSY = "busy"
 ERROR = "error"
+#: the no-op baseline's good answer (``POST /api/noop``)
+NOOP = "noop"
 
 #: the Locust stats name of every purchase, whatever the sku (one row in the CSVs)
 PURCHASE_NAME = "/api/products/[sku]/purchase"
 BROWSE_NAME = "/api/products/[sku]"
+NOOP_NAME = "/api/noop"
 
 #: (status, error code) pairs the contract documents as a correct refusal
 _REFUSALS = {(409, SOLD_OUT): SOLD_OUT, (409, ALREADY_PURCHASED): ALREADY_PURCHASED,
@@ -59,6 +62,16 @@ def _judge_order(body: Any, user_id: str) -> Verdict:
     if not isinstance(body["quantity"], int) or body["quantity"] < 1:
         return Verdict(ERROR, f"order quantity {body['quantity']!r} is not a positive integer")
     return Verdict(ORDER)
+
+
+def judge_noop(status: int, body: Any, user_id: str) -> Verdict:
+    """Classify a ``POST /api/noop`` answer: the baseline is judged like a purchase (same
+    parse, a check of the body) so the load generator spends the same on both sides."""
+    if status != 200:
+        return Verdict(ERROR, f"unexpected HTTP {status} from the no-op endpoint")
+    if not isinstance(body, dict) or body.get("ok") is not True:
+        return Verdict(ERROR, f"no-op answer for {user_id!r} is not {{\"ok\": true}}")
+    return Verdict(NOOP)
 
 
 class OrderTally:

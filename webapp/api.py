@@ -49,9 +49,18 @@ def healthz() -> tuple[Response, int]:
 
 @bp.get("/api/noop")
 def noop() -> Response:
-    """Nothing but Flask and gunicorn: the sustained showdown's baseline. ``/healthz`` is
-    not one, it pings Redis and the database; a purchase is measured against this."""
+    """Nothing but Flask and gunicorn: the old baseline of the sustained showdown, kept
+    so its figure stays comparable. ``/healthz`` is not one: it pings Redis and the DB."""
     return jsonify({})
+
+
+@bp.post("/api/noop")
+def noop_post() -> Response:
+    """The sustained showdown's baseline: a purchase's request shape (a POST with a small
+    JSON body, read and ignored) and a small JSON answer, so that the load generator does
+    the same work around both sides of the ratio; only the shop's own work differs."""
+    request.get_data()  # read like a purchase's body is; never parsed
+    return jsonify({"ok": True})
 
 
 @bp.get("/api/products")

@@ -42,9 +42,18 @@ def document() -> dict[str, Any]:
             "/healthz": {"get": {"summary": "Are Redis and the database reachable?",
                                  "responses": {"200": {"description": "all parts ok"},
                                                "503": {"description": "names the part down"}}}},
-            "/api/noop": {"get": {"summary": "Does nothing: the ceiling of this server and "
-                                             "load generator (the showdown's baseline)",
-                                  "responses": {"200": _json({"type": "object"}, "{}")}}},
+            "/api/noop": {
+                "get": {"summary": "Does nothing: the ceiling of this server and load "
+                                   "generator (the showdown's old, bare baseline)",
+                        "responses": {"200": _json({"type": "object"}, "{}")}},
+                "post": {"summary": "Does nothing with a purchase-shaped request: the "
+                                    "sustained showdown's baseline",
+                         "requestBody": {"required": False, "content": {
+                             "application/json": {"schema": {"type": "object"}}}},
+                         "responses": {"200": _json(
+                             {"type": "object", "required": ["ok"],
+                              "properties": {"ok": {"type": "boolean", "const": True}}},
+                             '{"ok": true}'), **_errors(_TOO_LARGE)}}},
             "/api/products": {"get": {"summary": "Every product with its live stock",
                                       "responses": {"200": _json({"type": "array",
                                                                   "items": _PRODUCT}, "ok")}}},

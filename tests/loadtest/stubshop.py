@@ -53,7 +53,7 @@ class StubShop:
         if path == "/healthz":
             status, body = 200, {"redis": "ok", "database": "ok"}
         elif path == "/api/noop":
-            status, body = 200, {}
+            status, body = 200, ({"ok": True} if method == "POST" else {})
         elif method == "GET" and path == "/api/products/sku-1":
             status, body = 200, {"sku": "sku-1", "name": "Stub", "price": 1,
                                  # a broken shop's page also believes its units exist

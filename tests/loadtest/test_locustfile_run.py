@@ -98,7 +98,21 @@ def test_sustained_buyers_only_buy_each_time_as_a_new_buyer(tmp_path):
     assert arrivals.outcome_counts(log) == {"order": len(log)}
 
 
-def test_the_no_op_baseline_asks_the_no_op_endpoint_only(tmp_path):
-    done, stats, _ = run(tmp_path, StubShop(), Plan(users=10, mode="noop", duration=2))
+def test_the_no_op_baseline_posts_like_a_purchase_and_logs_each_answer(tmp_path):
+    shop = StubShop()
+    done, stats, log = run(tmp_path, shop, Plan(users=10, mode="noop", duration=2))
     assert set(stats) == {"/api/noop", locust_csv.AGGREGATED}, set(stats)
+    assert stats["/api/noop"].method == "POST"
     assert stats["/api/noop"].requests > 10 and stats["/api/noop"].failures == 0
+    # the purchase's client work: one arrival per answer, a fresh buyer id each time
+    assert arrivals.outcome_counts(log) == {"noop": len(log)}
+    # (Locust's CSV is written before its last second of requests: the log has them all)
+    assert len(log) == arrivals.buyers(log) >= stats["/api/noop"].requests
+    assert shop.orders == []
+
+
+def test_the_old_baseline_is_a_bare_get_of_the_no_op_endpoint(tmp_path):
+    done, stats, log = run(tmp_path, StubShop(), Plan(users=10, mode="noop-get", duration=2))
+    assert set(stats) == {"/api/noop", locust_csv.AGGREGATED}, set(stats)
+    assert stats["/api/noop"].method == "GET" and stats["/api/noop"].failures == 0
+    assert log == []  # no client-side work beyond the request

@@ -16,6 +16,13 @@ def test_an_order_for_the_buyer_is_not_a_failure():
     assert verdict.judge_purchase(201, ORDER_BODY, "alice") == verdict.Verdict("order", None)
 
 
+def test_the_no_op_baseline_is_judged_on_its_status_and_body():
+    assert verdict.judge_noop(200, {"ok": True}, "alice") == verdict.Verdict("noop", None)
+    assert verdict.judge_noop(200, {}, "alice").failure is not None
+    assert verdict.judge_noop(200, None, "alice").failure is not None
+    assert "HTTP 503" in (verdict.judge_noop(503, {"ok": True}, "alice").failure or "")
+
+
 @pytest.mark.parametrize("status, code, outcome", [
     (409, "sold_out", "sold_out"),
     (409, "already_purchased", "already_purchased"),

@@ -54,6 +54,8 @@ def test_sustained_mode_measures_purchases_per_second_beside_a_no_op_baseline(tm
     code, results = run_showdown(tmp_path, "--sustained", "--duration", "4", "--users", "50",
                                  "--strategies", "atomic")
     assert code == 0
-    assert results["no-op baseline"]["rps"] > 0
+    assert results["no-op baseline"]["mode"] == "noop"  # POSTed like a purchase
+    assert results["no-op baseline"]["purchases_per_s"] > 0
+    assert results["no-op GET (old)"]["rps"] > 0  # the old bare GET, still shown
     atomic = results["atomic"]
     assert atomic["purchases_per_s"] > 0 and atomic["consistent"], atomic

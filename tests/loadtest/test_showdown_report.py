@@ -82,6 +82,20 @@ def test_sustained_results_chart_purchases_per_second_against_the_baseline():
     assert "Purchases/s" in html and "baseline" in html
 
 
+def test_sustained_rows_give_each_rate_as_a_share_of_both_no_op_baselines():
+    post = StrategyResult("no-op baseline", True, mode="noop", rps=1000.0,
+                          purchases_per_s=800.0)
+    get = StrategyResult("no-op GET (old)", True, mode="noop-get", rps=3200.0)
+    atomic = result("atomic", True, mode="sustained", purchases_per_s=400.0)
+    header, rule, *rows = format_table([post, get, atomic]).splitlines()
+    cells = [re.split(r"\s{2,}", row.strip()) for row in rows]
+    columns = re.split(r"\s{2,}", header.strip())
+    post_at, get_at = columns.index("% POST no-op"), columns.index("% GET no-op")
+    # the POST baseline's good answers/s, not its req/s, is the denominator
+    assert [row[post_at] for row in cells] == ["100%", "400%", "50%"]
+    assert [row[get_at] for row in cells] == ["25%", "100%", "12%"]
+
+
 def test_bar_heights_are_proportional_to_the_values():
     chart = svg.bars("t", ["a", "b"], {"v": [10.0, 5.0]})
     heights = [float(h) for h in re.findall(r'<rect x="[^"]+" y="[^"]+" width="[^"]+" '

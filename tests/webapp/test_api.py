@@ -244,3 +244,11 @@ def test_a_reset_waits_for_the_sales_lock_and_gives_up_with_503(client, app, red
         holder.release()
     assert response.status_code == 503 and "Retry-After" in response.headers
     assert reset(client, stock=5, strategy="token")["stock"] == 5
+
+
+def test_the_no_op_endpoint_takes_a_purchase_shaped_post_and_still_answers_a_bare_get(client):
+    posted = client.post("/api/noop", json={"user_id": "ann", "quantity": 1})
+    assert posted.status_code == 200 and posted.get_json() == {"ok": True}
+    assert client.get("/api/noop").get_json() == {}
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert audit["orders"] == 0  # it touched no sale
