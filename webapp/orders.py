@@ -20,6 +20,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from .groupcommit import writer_for
 from .keys import SaleKeys
 from .models import Order, Sale, utcnow
 from .problems import AlreadyPurchased, InvalidRequest, Replay, SoldOut
@@ -42,6 +43,26 @@ def _find_by_key(sessions: sessionmaker[Session], key: str) -> Order | None:
         return session.scalars(select(Order).where(Order.idempotency_key == key)).first()
 
 
+def _new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None,
+               idempotency_key: str | None) -> tuple[Order, dict[str, Any]]:
+    order = Order(sale_id=sale.id, sku=sale.sku, user_id=user_id, quantity=quantity,
+                  strategy=sale.strategy, fencing_token=fencing_token,
+                  idempotency_key=idempotency_key, created_at=utcnow())
+    return order, {column: getattr(order, column) for column in _INSERTED}
+
+
+def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
+                   idempotency_key: str | None) -> Order:
+    """``insert_order`` for a purchase whose stock is already taken (no condition, no
+    fencing token), in a transaction shared with concurrent ones (``groupcommit.py``)."""
+    order, row = _new_order(sale, user_id, quantity, None, idempotency_key)
+    try:
+        return writer_for(sessions).write(order, row)
+    except IntegrityError:
+        _explain_conflict(sessions, sale, user_id, idempotency_key)
+        raise
+
+
 def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
                  fencing_token: int | None, idempotency_key: str | None,
                  *, conditional: bool = False) -> Order:
@@ -51,10 +72,7 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
         ``SoldOut``. The lock paths decrement unconditionally, so a broken lock shows
         up as a negative ``remaining`` in the database.
     """
-    order = Order(sale_id=sale.id, sku=sale.sku, user_id=user_id, quantity=quantity,
-                  strategy=sale.strategy, fencing_token=fencing_token,
-                  idempotency_key=idempotency_key, created_at=utcnow())
-    row = {column: getattr(order, column) for column in _INSERTED}
+    order, row = _new_order(sale, user_id, quantity, fencing_token, idempotency_key)
     decrement = update(Sale).where(Sale.id == sale.id)
     if conditional:
         decrement = decrement.where(Sale.remaining >= quantity)
@@ -91,9 +109,15 @@ def _explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
 
 def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
                  quantity: int, fencing_token: int | None,
-                 idempotency_key: str | None) -> Order:
-    """Insert the order after Redis stock was taken; on any failure give the units back."""
+                 idempotency_key: str | None, *, grouped: bool = False) -> Order:
+    """Insert the order after Redis stock was taken; on any failure give the units back.
+
+    :param grouped: share the transaction with concurrent purchases (lock-free paths
+        only: a lock path writes inside its critical section, one order at a time).
+    """
     try:
+        if grouped:
+            return insert_grouped(sessions, sale, user_id, quantity, idempotency_key)
         return insert_order(sessions, sale, user_id, quantity, fencing_token, idempotency_key)
     except BaseException:
         try:

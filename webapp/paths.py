@@ -34,6 +34,10 @@ class StockPath:
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         raise NotImplementedError
 
+    def record_taken(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
+        """Finish a purchase whose units a script already took (only ``atomic``'s)."""
+        raise NotImplementedError(f"{type(self).__name__} takes its own stock")
+
     def load_stock(self, redis: Any, sale: SaleInfo, stock: int) -> None:
         redis.set(sale.keys.stock, stock)
 
@@ -46,8 +50,13 @@ class StockPath:
 
 
 class AtomicPath(StockPath):
+    """Usually reached already done: ``atomic_checkout.lua`` (services.py) reserves the
+    buyer and takes the units in the request's first round trip, and only
+    ``record_taken`` is left. ``purchase`` is the same in steps, for a request with an
+    Idempotency-Key (it must look for its earlier order first) or a sale reloaded from
+    the database."""
+
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
-        self._work(deps, sale)
         take = scripts.script(deps.redis, "atomic_purchase")
         left = int(take(keys=[sale.keys.stock, sale.keys.soldout],
                         args=[request.quantity, sale.per_user_limit]))
@@ -55,8 +64,18 @@ class AtomicPath(StockPath):
             raise InvalidRequest(f"at most {sale.per_user_limit} per buyer")
         if left < 0:
             raise SoldOut(f"{sale.sku} is sold out")
+        return self.record_taken(deps, sale, request)
+
+    def record_taken(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
+        """The units are taken: the simulated work, then the order row, shared with the
+        concurrent purchases' (``groupcommit.py``); on failure the units go back."""
+        try:
+            self._work(deps, sale)
+        except BaseException:
+            deps.redis.incrby(sale.keys.stock, request.quantity)
+            raise
         return record_order(deps.sessions, deps.redis, sale, request.user_id,
-                            request.quantity, None, request.idempotency_key)
+                            request.quantity, None, request.idempotency_key, grouped=True)
 
 
 class SqlPath(StockPath):

@@ -12,12 +12,18 @@ The steps every strategy shares, in order, each cheaper than the next:
 4. The sale's purchase path (``paths.py``) takes the stock: under a lock, with one
    Lua script, or with a conditional SQL UPDATE. If it fails, the reservation goes.
 
+Steps 1-3 run as one script, ``atomic_checkout.lua``, which for an ``atomic`` sale
+also does step 4's decrement: such a purchase costs one Redis round trip, then its
+order row (written with concurrent ones: ``groupcommit.py``). Round trips, not Redis,
+are what a purchase waits for under gevent.
+
 Everything the function needs comes in ``Checkout`` so the tests can hand it a
 ``FakeLock`` and a fake clock (cosmicpython's service layer with a fake UoW).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +32,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from . import scripts
 from .keys import SaleKeys
 from .models import Order
 from .orders import find_order
@@ -74,15 +81,22 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
     from .paths import path_for  # paths imports this module's dataclasses
 
-    cached = _fast_refusal(deps, request) if request.idempotency_key is None else None
-    sale = cached_sale(deps.redis, deps.sessions, request.sku, cached)
-    if request.quantity > sale.per_user_limit:
-        raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} for this sale")
-    earlier = _reserve(deps, sale, request, soldout_checked=cached is not None)
-    if earlier is not None:
-        return PurchaseResult(earlier, created=False)
+    fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
+    sale = cached_sale(deps.redis, deps.sessions, request.sku,
+                       None if fast is None else fast.info)
+    path = path_for(sale.strategy)
+    if fast is not None and fast.taken:  # reserved and taken by the script: write the order
+        buy = functools.partial(path.record_taken, deps, sale, request)
+    else:
+        if request.quantity > sale.per_user_limit:
+            raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} "
+                                 "for this sale")
+        earlier = _reserve(deps, sale, request, soldout_checked=fast is not None)
+        if earlier is not None:
+            return PurchaseResult(earlier, created=False)
+        buy = functools.partial(path.purchase, deps, sale, request)
     try:
-        order = path_for(sale.strategy).purchase(deps, sale, request)
+        order = buy()
     except Replay as replay:  # a concurrent twin won the Idempotency-Key race
         return PurchaseResult(_replay(replay.order, request), created=False)
     except AlreadyPurchased:  # the database has the user's order: keep them reserved
@@ -95,21 +109,32 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     return PurchaseResult(order, created=True)
 
 
-def _fast_refusal(deps: Checkout, request: PurchaseRequest) -> dict[bytes, bytes]:
-    """After the sale: 409 from one round trip, already_purchased before sold_out.
-    The same round trip fetches the sale's cached row, which returns for ``cached_sale``:
-    round trips, not Redis, are what a purchase waits for."""
+@dataclass(frozen=True)
+class _Fast:
+    #: the sale's cached row (empty: Redis lost it, ``cached_sale`` reloads it)
+    info: dict[bytes, bytes]
+    #: an ``atomic`` sale: the buyer is reserved and the units are taken
+    taken: bool
+
+
+def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
+    """One round trip (``atomic_checkout.lua``): after the sale, 409 (already_purchased
+    before sold_out); the sale's cached row; for an ``atomic`` sale the whole purchase
+    but its order row."""
     keys = SaleKeys(request.sku)
-    pipe = deps.redis.pipeline(transaction=False)
-    pipe.get(keys.soldout)
-    pipe.sismember(keys.buyers, request.user_id)
-    pipe.hgetall(keys.info)
-    soldout, bought, cached = pipe.execute()
-    if soldout:
-        if bought:
-            raise AlreadyPurchased(f"{request.user_id!r} already bought {request.sku}")
+    code, _, *rest = scripts.script(deps.redis, "atomic_checkout")(
+        keys=[keys.soldout, keys.buyers, keys.info, keys.stock],
+        args=[request.user_id, request.quantity])
+    flat = rest[0] if rest else []
+    info = dict(zip(flat[::2], flat[1::2], strict=True))
+    if code == -3:
+        raise AlreadyPurchased(f"{request.user_id!r} already bought {request.sku}")
+    if code == -1:
         raise SoldOut(f"{request.sku} is sold out")
-    return dict(cached)
+    if code == -2:
+        raise InvalidRequest(f"quantity must be between 1 and {int(info[b'per_user_limit'])} "
+                             "for this sale")
+    return _Fast(info, taken=code == 1)
 
 
 def _replay(earlier: Order, request: PurchaseRequest) -> Order:

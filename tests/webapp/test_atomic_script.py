@@ -1,4 +1,5 @@
-"""``atomic_purchase.lua`` on a real redis-server: its return codes and the sold-out flag."""
+"""``atomic_purchase.lua`` and ``atomic_checkout.lua`` on a real redis-server: their
+return codes, the reservation and the sold-out flag."""
 
 from __future__ import annotations
 
@@ -32,3 +33,73 @@ def test_a_quantity_above_the_limit_is_refused_before_the_stock_is_read(redis_cl
     redis_client.set(KEYS.stock, 100)
     assert take(redis_client, 6, limit=5) == -2
     assert redis_client.get(KEYS.stock) == b"100"
+
+
+# atomic_checkout.lua: the atomic path's refusal checks, reservation and decrement at once
+
+TAKEN, NOT_ATOMIC, SOLD_OUT, OVER_LIMIT, ALREADY, NO_INFO = 1, 0, -1, -2, -3, -4
+
+
+def checkout(redis_client, user: str, quantity: int = 1) -> tuple[int, int, dict]:
+    script = scripts.script(redis_client, "atomic_checkout")
+    code, units, *rest = script(keys=[KEYS.soldout, KEYS.buyers, KEYS.info, KEYS.stock],
+                                args=[user, quantity])
+    flat = rest[0] if rest else []
+    return code, units, dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def sale(redis_client, stock: int, strategy: str = "atomic", limit: int = 1) -> None:
+    redis_client.set(KEYS.stock, stock)
+    redis_client.hset(KEYS.info, mapping={"id": 1, "strategy": strategy, "work_ms": 0,
+                                          "per_user_limit": limit, "initial_stock": stock})
+
+
+def test_checkout_reserves_the_buyer_takes_the_units_and_returns_the_sale(redis_client):
+    sale(redis_client, 3, limit=2)
+    code, left, info = checkout(redis_client, "ann", 2)
+    assert (code, left, info[b"strategy"]) == (TAKEN, 1, b"atomic")
+    assert redis_client.get(KEYS.stock) == b"1" and redis_client.sismember(KEYS.buyers, "ann")
+
+
+def test_checkout_refuses_a_second_purchase_by_the_same_buyer_and_takes_nothing(redis_client):
+    sale(redis_client, 3)
+    assert checkout(redis_client, "ann")[0] == TAKEN
+    assert checkout(redis_client, "ann")[0] == ALREADY
+    assert redis_client.get(KEYS.stock) == b"2"
+
+
+def test_checkout_past_the_stock_unreserves_and_only_zero_sets_the_flag(redis_client):
+    sale(redis_client, 1, limit=2)
+    assert checkout(redis_client, "ann", 2)[:2] == (SOLD_OUT, 1)
+    assert not redis_client.sismember(KEYS.buyers, "ann")
+    assert not redis_client.exists(KEYS.soldout)
+    assert checkout(redis_client, "bob")[0] == TAKEN
+    assert checkout(redis_client, "cy")[0] == SOLD_OUT
+    assert redis_client.exists(KEYS.soldout) and not redis_client.sismember(KEYS.buyers, "cy")
+
+
+def test_after_the_sale_a_buyer_hears_already_purchased_before_sold_out(redis_client):
+    sale(redis_client, 1)
+    checkout(redis_client, "ann")
+    redis_client.set(KEYS.soldout, 1)
+    assert checkout(redis_client, "ann")[0] == ALREADY
+    assert checkout(redis_client, "bob")[0] == SOLD_OUT
+
+
+def test_checkout_refuses_a_quantity_above_the_limit_before_reserving(redis_client):
+    sale(redis_client, 100, limit=2)
+    assert checkout(redis_client, "ann", 3)[0] == OVER_LIMIT
+    assert not redis_client.exists(KEYS.buyers) and redis_client.get(KEYS.stock) == b"100"
+
+
+def test_checkout_of_another_strategy_only_checks_and_returns_the_sale(redis_client):
+    sale(redis_client, 5, strategy="token")
+    code, _, info = checkout(redis_client, "ann")
+    assert (code, info[b"strategy"]) == (NOT_ATOMIC, b"token")
+    assert not redis_client.exists(KEYS.buyers) and redis_client.get(KEYS.stock) == b"5"
+
+
+def test_checkout_without_the_sale_row_asks_the_caller_to_reload_it(redis_client):
+    redis_client.set(KEYS.stock, 5)
+    assert checkout(redis_client, "ann") == (NO_INFO, 0, {})
+    assert not redis_client.exists(KEYS.buyers) and redis_client.get(KEYS.stock) == b"5"

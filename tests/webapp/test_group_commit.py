@@ -1,0 +1,136 @@
+"""Group commit (``groupcommit.py``): concurrent orders share one transaction, each
+request still gets its own correct answer, and only after its row is committed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from webapp import db, groupcommit, orders, sales
+from webapp.models import Order
+from webapp.problems import AlreadyPurchased
+from webapp.saleinfo import load_sale
+from webapp.services import Checkout, PurchaseRequest, checkout
+
+SKU = "sku-1"
+
+
+@pytest.fixture
+def sessions(tmp_path) -> Iterator[sessionmaker[Session]]:
+    from webapp.extensions import make_engine
+
+    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    db.upgrade(url)
+    engine = make_engine(url)
+    yield sessionmaker(engine, expire_on_commit=False)
+    engine.dispose()
+
+
+@pytest.fixture
+def deps(sessions, redis_client) -> Checkout:
+    sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=50, strategy="atomic")
+    sales.reset_sale(sessions, redis_client, SKU, stock=50, strategy="atomic")
+    return Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: None,
+                    sleep=lambda seconds: None)
+
+
+def hold_first_commit(monkeypatch, writer: groupcommit.OrderWriter) -> tuple[threading.Event,
+                                                                               threading.Event]:
+    """Make the first transaction wait until released, so that others queue behind it."""
+    entered, release = threading.Event(), threading.Event()
+    real = writer._insert
+
+    def held(batch):
+        if not entered.is_set():
+            entered.set()
+            assert release.wait(10)
+        return real(batch)
+
+    monkeypatch.setattr(writer, "_insert", held)
+    return entered, release
+
+
+def buy_concurrently(deps: Checkout, users: list[str], monkeypatch) -> dict[str, object]:
+    """Each user buys in a thread of their own; the first commit waits until all queued."""
+    writer = groupcommit.writer_for(deps.sessions)
+    entered, release = hold_first_commit(monkeypatch, writer)
+    answers: dict[str, object] = {}
+
+    def buy(user: str) -> None:
+        try:
+            answers[user] = checkout(deps, PurchaseRequest(SKU, user)).order
+        except Exception as exc:  # noqa: BLE001 - the answer under test
+            answers[user] = exc
+
+    first = threading.Thread(target=buy, args=(users[0],))
+    first.start()
+    assert entered.wait(10)
+    rest = [threading.Thread(target=buy, args=(user,)) for user in users[1:]]
+    for thread in rest:
+        thread.start()
+    while len(writer._queue) < len(rest):  # every other order is queued behind the first
+        threading.Event().wait(0.01)
+    release.set()
+    for thread in [first, *rest]:
+        thread.join(10)
+    return answers
+
+
+def test_orders_queued_during_a_commit_are_written_together_in_the_next_one(deps, monkeypatch):
+    users = [f"user-{i}" for i in range(12)]
+    answers = buy_concurrently(deps, users, monkeypatch)
+    writer = groupcommit.writer_for(deps.sessions)
+    assert (writer.commits, writer.orders) == (2, 12)  # the first alone, then eleven at once
+    ids = {user: answer.id for user, answer in answers.items()}  # type: ignore[union-attr]
+    assert len(set(ids.values())) == 12 and None not in ids.values()
+    with deps.sessions() as session:
+        stored = dict(session.execute(select(Order.user_id, Order.id)).all())
+    assert stored == ids  # each request got its own row's id
+    audit = sales.audit(deps.sessions, deps.redis, SKU)
+    assert (audit["orders"], audit["remaining"], audit["database_remaining"]) == (12, 38, 38)
+    assert audit["consistent"]
+
+
+def test_a_duplicate_in_a_batch_gets_its_own_409_and_the_rest_their_orders(deps, monkeypatch):
+    # ann has an order the Redis reservation forgot (e.g. Redis restarted without it)
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+    deps.redis.srem("sale:{sku-1}:buyers", "ann")
+    answers = buy_concurrently(deps, ["bob", "ann", "cy", "dee"], monkeypatch)
+    assert isinstance(answers["ann"], AlreadyPurchased)
+    assert all(isinstance(answers[user], Order) for user in ("bob", "cy", "dee"))
+    audit = sales.audit(deps.sessions, deps.redis, SKU)
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (4, 46, True)
+    assert deps.redis.sismember("sale:{sku-1}:buyers", "ann")  # she did buy
+
+
+def test_a_failed_batch_fails_every_request_and_returns_every_unit(deps, monkeypatch):
+    writer = groupcommit.writer_for(deps.sessions)
+
+    def broken(batch):
+        raise OperationalError("INSERT", {}, Exception("disk full"))
+
+    monkeypatch.setattr(writer, "_insert", broken)
+    with pytest.raises(OperationalError):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    audit = sales.audit(deps.sessions, deps.redis, SKU)
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 50, True)
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created  # and she may retry
+
+
+def test_a_request_is_answered_only_once_its_row_is_committed(deps):
+    order = orders.insert_grouped(deps.sessions, load_sale(deps.sessions, SKU), "ann", 1, None)
+    with deps.sessions() as other:  # a connection of its own sees the committed row
+        assert other.scalar(select(func.count()).where(Order.id == order.id)) == 1
+
+
+def test_the_lead_passes_on_when_the_leader_leaves_nothing_queued(deps):
+    writer = groupcommit.writer_for(deps.sessions)
+    for user in ("ann", "bob"):  # one after the other: each leads its own commit
+        assert checkout(deps, PurchaseRequest(SKU, user)).created
+    assert (writer.commits, writer.orders, writer._writing) == (2, 2, False)
