@@ -2,6 +2,13 @@
 
 Not part of lockcore: they exist so the figures in docs/performance.md can be rerun.
 
+* ``x-strict``: token-notify as it was from 22:10 UTC on 2026-11-21 until bounded barging
+  replaced it: every release among waiters pushes one wake-up onto the shared
+  ``:signal`` list, the woken waiter's attempt rides behind its BLPOP (a hand-off per
+  acquisition), and a releaser among waiters queues before it tries again.
+* ``x-handoff<N>``: lockcore's token-notify with ``handoff_after_ms=N`` (the default is
+  what ``token-notify`` runs), to compare bounds within one run.
+
 * ``x-separate-try``: token-notify as it was before issue 6's hand-off: the releaser
   barges (tries at once), a woken waiter BLPOPs and then tries in a second round trip.
   The A/B baseline for lockcore's pipelined BLPOP + attempt and its queue-first rule
@@ -24,11 +31,13 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from lockcore import scripts
+from lockcore.base import DistributedLock, new_token
 from lockcore.errors import LockNotOwned
 from lockcore.strategies.token import TokenLock
-from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS
+from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS, wake_and_try
 
-from .contenders import TTL_S, Adapter, Connections, Contender, Handle
+from .contenders import TTL_S, Adapter, Connections, Contender, Handle, _lockcore
 
 
 @cache
@@ -47,7 +56,50 @@ def _block_for(lock: TokenLock, remaining: float | None) -> float | None:
     return block - SERVER_TICK_S
 
 
-class _QueueingTokenLock(TokenLock):
+class StrictTokenLock(TokenLock):
+    """token-notify before bounded barging: the shared signal list, a hand-off per release."""
+
+    def __init__(self, client: Any, name: str, **options: Any) -> None:
+        super().__init__(client, name, **options)
+        self._handle = new_token()  # the value of our wake-ups, to recognise our own
+        self._woke_myself = False
+        self._release_script = scripts.script(client, "token_release")
+
+    @property
+    def signal_key(self) -> str:
+        return f"{self.key}:signal"
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        if self.queue_first and self.clock.monotonic() - self._released_at > 10.0:
+            self.queue_first = False
+        return DistributedLock.acquire(self, blocking, timeout)
+
+    def _try_acquire(self, token: str) -> bool:
+        self._woke_myself = False
+        return self._took(self._acquire_script(keys=[self.key, self.fence_key],
+                                               args=[token, self.ttl_ms]))
+
+    def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
+        token = new_token()
+        wake, reply = wake_and_try(self, self._acquire_script, [self.key, self.fence_key],
+                                   [token, self.ttl_ms], block_s)
+        self._woke_myself = wake is not None and wake[1] in (self._handle, self._handle.encode())
+        return token, self._took(reply)
+
+    def _on_acquired(self, token: str) -> None:
+        DistributedLock._on_acquired(self, token)
+
+    def _release(self, token: str) -> None:
+        done = self._release_script(keys=[self.key, self.signal_key],
+                                    args=[token, SIGNAL_TTL_MS, self._handle])
+        if done == scripts.NOT_OWNED:
+            raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        self._released_at = self.clock.monotonic()
+        self.queue_first = (done == 2 and not self._woke_myself
+                            and self.waiter.name == "notify")
+
+
+class _QueueingTokenLock(StrictTokenLock):
     """A token lock whose release may ask its next acquire to wait in line first."""
 
     def __init__(self, client: Any, name: str, **options: Any) -> None:
@@ -144,7 +196,7 @@ class AwakeTokenLock(_QueueingTokenLock):
         self.yield_next = done == 2
 
 
-class SeparateTryTokenLock(TokenLock):
+class SeparateTryTokenLock(StrictTokenLock):
     """lockcore's token lock before the pipelined wake-up: BLPOP, then try (2 round trips)."""
 
     def _block_then_try(self, block_s: float) -> None:
@@ -157,9 +209,9 @@ class SeparateTryTokenLock(TokenLock):
 
 def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
     def build(conns: Connections, name: str) -> Handle:
-        extra = {"wait": "notify"} if kind == "separate" else {}
+        extra = {"wait": "notify"} if kind in ("separate", "strict") else {}
         cls = {"polite": PoliteTokenLock, "awake": AwakeTokenLock,
-               "separate": SeparateTryTokenLock}[kind]
+               "separate": SeparateTryTokenLock, "strict": StrictTokenLock}[kind]
         lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options, **extra)
         return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
     return build
@@ -167,6 +219,11 @@ def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
 
 #: what ``--experimental`` adds to a run
 EXPERIMENTS: list[Contender] = [
+    Contender("x-strict", "experiment", "redis", "token-notify before: hand-off per release",
+              _experiment("strict"), "lockcore.strategies.token"),
+    *(Contender(f"x-handoff{ms}", "experiment", "redis", f"token-notify handoff_after_ms={ms}",
+                _lockcore("token", "redis", wait="notify", handoff_after_ms=ms),
+                "lockcore.strategies.token") for ms in (0, 10, 30, 40)),
     Contender("x-separate-try", "experiment", "redis", "token-notify before: barge, BLPOP, try",
               _experiment("separate"), "lockcore.strategies.token"),
     Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",

@@ -44,3 +44,16 @@ def script(client: Any, name: str) -> Any:
     if found is None:
         found = per_client[name] = client.register_script(source(name))
     return found
+
+
+def loaded(client: Any, name: str) -> Any:
+    """``script(client, name)``, made sure to be in Redis's script cache (once per client).
+
+    For a script sent inside a pipeline ahead of a BLPOP: a NOSCRIPT there is only seen
+    after the BLPOP has blocked in vain.
+    """
+    found = script(client, name)
+    if not getattr(found, "lockcore_loaded", False):
+        client.script_load(source(name))
+        found.lockcore_loaded = True
+    return found

@@ -1,61 +1,68 @@
-"""token: ``SET key <random> NX PX ttl`` and a compare-and-delete release. Safe on one Redis.
+"""token: ``SET key <random> NX PX ttl``, compare-and-delete, bounded barging. Safe on one Redis.
 
 **Guarantee.** While one Redis primary stays up, at most one handle holds the lock at a
-time, a crashed holder's lock frees itself after ``ttl_ms``, and nobody but the holder
-can release or extend it. Each acquisition gets a fencing token strictly greater than
-every earlier one for the same resource.
+time, a crashed holder's lock frees itself after ``ttl_ms``, nobody but the holder can
+release or extend it, and fencing tokens strictly increase. With ``wait="notify"`` no
+waiter waits much longer than ``handoff_after_ms`` plus the holds of those queued ahead.
 
-**Algorithm** (seeds 000 and 002).
+**Algorithm** (seeds 000 and 002). Acquire: ``token_acquire.lua`` does ``SET NX PX`` and,
+only if that worked, ``INCR :fence`` (one round trip; release never deletes the fence).
+The token is fresh per acquisition and lives on the handle, not in a thread-local.
 
-1. Acquire: one Lua script (``token_acquire.lua``) does ``SET lock:{r} <token> NX PX ttl``
-   and, only if that succeeded, ``INCR lock:{r}:fence``. One round trip; the fencing
-   counter lives in a key that release never deletes, so it never goes backwards.
-2. Release: ``token_release.lua`` deletes the key only if it still holds our token, and
-   pushes one wake-up for a notify-waiter. One round trip.
-3. The token is fresh per acquisition and stored on the handle (not a thread-local), so
-   greenlets and asyncio tasks sharing a thread cannot release each other's locks.
+**Waiting: Go's ``sync.Mutex`` on Redis** (``wait="notify"``, since Go 1.9). A strict
+hand-off puts a process wake-up on the critical path of every acquisition; a lock that
+lets a running acquirer *barge* does not (why Java's default ``ReentrantLock`` out-runs
+its fair mode). Go bounds the unfairness, and so do we:
 
-**Hand-off under contention** (``wait="notify"``; the lock itself is unchanged).
+1. *Normal mode.* A waiter whose try failed sleeps until ``handoff_after_ms`` after that
+   failure; meanwhile a releaser that comes straight back re-takes the lock with one
+   ``SET NX``. Release wakes nobody: every normal-mode waiter is awake (on a timer, like
+   Go's ``mutexWoken`` spinner) and looks again by itself. The price: a lock released
+   for good may sit free until the first waiter's bound (never a lost wake-up).
+2. *Starvation mode.* At its bound the waiter joins ``fair``'s FIFO queue (``fair.lua``;
+   the join takes the lock if it is free). A release with anyone queued *hands* the
+   lock to the oldest live waiter (no ``SET NX`` can take it in between) and wakes only
+   it; its claim is pipelined behind its BLPOP. Nobody barges until the queue drains.
 
-4. A waiter sends its BLPOP and its next attempt in one pipeline. Redis runs the
-   attempt the moment the wake-up lands, so the woken waiter holds the lock before the
-   releaser, a round trip away, can barge back in: the lock goes round the BLPOP queue
-   in arrival order, and no process is woken only to lose the race.
-5. The wake-up carries the releaser's handle id. A release that finds the previous
-   wake-up taken (by anyone but ourselves) knows others are queued, so this handle's
-   next blocking ``acquire`` skips the try that would fail and queues at once: one
-   round trip per acquisition. A lone handle pops its own wake-up and stays on 1.
+Every acquisition is still a real ``SET``/release in Redis; what is traded is order, for
+at most the bound. ``handoff_after_ms=0`` queues at once: strict FIFO hand-off.
 
-**Failure timeline** this fixes (seed 002, ``setnx``'s plain DEL)::
+**Failure timeline**::
 
-    A: SET NX PX 100 -> ok, token a1;   A pauses 150 ms (GC)
-    -- lock expires at 100 ms --
-    B: SET NX PX 100 -> ok, token b1
-    A: resumes, DEL                      <- with setnx this frees *B's* lock
-    A: token_release(a1) -> 0            <- here: refused, LockNotOwned raised
+    A: holds, releases, re-takes (barges) every 0.5 ms;  B: fails at t=0, sleeps
+    t=20 ms  B: joins the queue;  A: release -> handed to B; A now waits its turn
+    B: crashes while queued -> its lease (3 s) runs out, the next release skips it
+    A (holder) paused past its ttl -> the key expires; queued waiters wake at that ttl
 
-**What it does not fix.** A holder paused past its TTL still *believes* it holds the
-lock until it next talks to Redis: its writes must carry ``fencing_token`` and the store
-must reject stale ones (``fencing.py``). A primary that fails over before replicating the
-key can grant it twice (seed 004; see ``redlock``).
+A release after the ttl is refused (``LockNotOwned``): it cannot free the next holder's
+lock (seed 002). A paused holder must fence its writes (``fencing.py``); a failover
+can grant the lock twice (seed 004; see ``redlock``).
 
-**When to use it.** The default for one Redis: short critical sections, ttl well above
-the worst section time, a watchdog (``watchdog=True``) for sections of unknown length.
+**When to use it.** The default for one Redis. Raise ``handoff_after_ms`` for
+throughput, lower it (0: FIFO) for tail latency; ``fair`` when order is the point.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from .. import scripts
 from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
-from ..waiting import SIGNAL_TTL_MS, wake_and_try
+from ..waiting import wake_and_try
 
-#: token_release.lua: released, and someone took the previous wake-up (others wait)
-WOKE_A_WAITER = 2
-#: how long after such a release the next acquire still queues first. The newest
-#: wake-up outlives it (SIGNAL_TTL_MS), so a free lock always has one waiting for us.
+logger = logging.getLogger(__name__)
+
+#: how long a notify-waiter may be overtaken by bargers before a release hands it the lock
+DEFAULT_HANDOFF_AFTER_MS = 20
+#: a shorter BLPOP is not worth sending (and 0 would mean "forever")
+MIN_BLOCK_S = 0.01
+#: fair.lua: released; released and handed to a queued waiter
+RELEASED, HANDED_ON = 1, 3
+#: a queued waiter calls at least every second; skipped once silent this long
+QUEUE_LEASE_MS = 3_000
+#: how long after a hand-off the next acquire still skips the try that would fail
 QUEUE_FIRST_S = 10.0
 
 
@@ -66,54 +73,109 @@ class TokenLock(DistributedLock):
     summary = "SET NX PX with a random token, Lua compare-and-delete release, fencing tokens"
     signals_on_release = True
 
-    def __init__(self, client: Any, name: str, **options: Any) -> None:
+    def __init__(self, client: Any, name: str, *,
+                 handoff_after_ms: float = DEFAULT_HANDOFF_AFTER_MS, **options: Any) -> None:
         super().__init__(client, name, **options)
         if self.ttl_ms is None:
             raise ValueError("the token lock needs a ttl_ms: it is what frees a crashed holder")
+        if isinstance(handoff_after_ms, bool) or not isinstance(handoff_after_ms, (int, float)) \
+                or handoff_after_ms < 0:
+            raise ValueError("handoff_after_ms must be a number >= 0")
+        self.handoff_after_s = handoff_after_ms / 1000
         self.fence_key = f"{self.key}:fence"
-        self._handle = new_token()  # the value of our wake-ups, to recognise our own
-        self._woke_myself = False
+        # fair.lua's keys: the starvation-mode queue is fair's, on the same fence
+        self.queue_keys = [self.key, f"{self.key}:queue", f"{self.key}:leases",
+                           f"{self.key}:lease_ms", f"{self.key}:seq", self.fence_key,
+                           f"{self.key}:wake:"]
+        self._uuid = new_token()  # this acquisition's token, also its name in the queue
+        self._queued = False
+        self._first_fail: float | None = None
         self._released_at = 0.0
         self._acquire_script = scripts.script(client, "token_acquire")
-        self._release_script = scripts.script(client, "token_release")
+        self._queue_script = scripts.script(client, "fair")
         self._extend_script = scripts.script(client, "token_extend")
 
+    @property
+    def signal_key(self) -> str:
+        """Our own wake list: a hand-off wakes only the waiter it hands the lock to."""
+        return f"{self.key}:wake:{self._uuid}"
+
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """As ``DistributedLock.acquire``; a queue-first hint too old to trust is dropped."""
+        """As ``DistributedLock.acquire``; leaves the queue if it gives up while queued."""
+        if self._token is not None:
+            return super().acquire(blocking, timeout)  # raises: locks are not reentrant
         if self.queue_first and self.clock.monotonic() - self._released_at > QUEUE_FIRST_S:
             self.queue_first = False
-        return super().acquire(blocking, timeout)
+        self._uuid, self._queued, self._first_fail = new_token(), False, None
+        try:
+            gotten = super().acquire(blocking, timeout)
+        except BaseException:
+            self._leave_queue()
+            raise
+        if not gotten:
+            self._leave_queue()
+        return gotten
 
     def _try_acquire(self, token: str) -> bool:
-        self._woke_myself = False
+        if self._queued:  # our turn comes from the queue now, not from SET NX
+            return self._took(self._queue_script(keys=self.queue_keys, args=self._queue_args()))
         return self._took(self._acquire_script(keys=[self.key, self.fence_key],
-                                               args=[token, self.ttl_ms]))
+                                               args=[self._uuid, self.ttl_ms]))
 
     def _block_then_try(self, block_s: float) -> tuple[str, bool]:
-        token = new_token()
-        wake, reply = wake_and_try(self, self._acquire_script, [self.key, self.fence_key],
-                                   [token, self.ttl_ms], block_s)
-        # Our own release's wake-up, still there: nobody was waiting for it.
-        self._woke_myself = wake is not None and wake[1] in (self._handle, self._handle.encode())
-        return token, self._took(reply)
+        now = self.clock.monotonic()
+        if self._first_fail is None:
+            self._first_fail = now
+        overtakable = self._first_fail + self.handoff_after_s - now
+        if not self._queued and overtakable > 0:  # normal mode: look again at the bound
+            self.clock.sleep(min(overtakable, block_s))
+            block_s -= overtakable
+            if block_s < MIN_BLOCK_S:  # no time left to block: just look
+                return self._uuid, self._try_acquire(self._uuid)
+        # Starvation mode: join (ringing our own list if the lock is free, which the join
+        # takes), block, claim: one round trip, also for the look at the bound.
+        first = None
+        if not self._queued:
+            first, self._queued = self._queue_args("1"), True
+            scripts.loaded(self.client, "fair")  # a NOSCRIPT join would block in vain
+        _, reply = wake_and_try(self, self._queue_script, self.queue_keys, self._queue_args(),
+                                block_s, first_args=first)
+        return self._uuid, self._took(reply)
+
+    def _queue_args(self, ring: str = "0") -> list[Any]:
+        return ["acquire", self._uuid, self.ttl_ms, QUEUE_LEASE_MS, ring]
 
     def _took(self, reply: list[int]) -> bool:
-        ok, value = reply
-        if ok:
-            self.fencing_token = int(value)
+        if reply[0] == 1:
+            self.fencing_token = int(reply[1])
             return True
-        self.holder_ttl_ms = int(value)
+        self.holder_ttl_ms = int(reply[1])
+        if self._first_fail is None:
+            self._first_fail = self.clock.monotonic()
         return False
 
+    def _on_acquired(self, token: str) -> None:
+        super()._on_acquired(self._uuid)  # the value in Redis is the acquisition's uuid
+
     def _release(self, token: str) -> None:
-        done = self._release_script(keys=[self.key, self.signal_key],
-                                    args=[token, SIGNAL_TTL_MS, self._handle])
-        if done == scripts.NOT_OWNED:
+        done = self._queue_script(keys=self.queue_keys,
+                                  args=["release", token, self.ttl_ms, QUEUE_LEASE_MS])
+        if done not in (RELEASED, HANDED_ON):
             raise LockNotOwned("the lock expired or is held by someone else", self.name)
         self._released_at = self.clock.monotonic()
-        self.queue_first = (done == WOKE_A_WAITER and not self._woke_myself
-                            and self.waiter.name == "notify")
+        # Handed on: others are queued, so our next try could only fail.
+        self.queue_first = done == HANDED_ON and self.waiter.name == "notify"
 
     def _extend(self, token: str, ttl_ms: int) -> None:
         if self._extend_script(keys=[self.key], args=[token, ttl_ms]) != scripts.OK:
             raise LockNotOwned("cannot extend: the lock is no longer ours", self.name)
+
+    def _leave_queue(self) -> None:
+        """Giving up: leave the queue, or pass the lock on if it was handed to us meanwhile."""
+        if self._queued:
+            self._queued = False
+            try:
+                self._queue_script(keys=self.queue_keys,
+                                   args=["release", self._uuid, self.ttl_ms, QUEUE_LEASE_MS])
+            except Exception as exc:  # our lease runs out anyway
+                logger.warning("token lock %r: could not leave the queue: %s", self.name, exc)

@@ -1,0 +1,140 @@
+"""token with wait="notify": barging within ``handoff_after_ms``, a hand-off after it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import lockcore
+from lockcore import waiting
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def long_blocks(monkeypatch):
+    """A queued waiter's fallback wake-up is 5 s, so a quick wake-up proves a hand-off."""
+    monkeypatch.setattr(waiting, "MAX_BLOCK_S", 5.0)
+
+
+def notify_lock(client, handoff_after_ms=20):
+    return lockcore.create("token", client, "res", wait="notify",
+                           handoff_after_ms=handoff_after_ms)
+
+
+def in_background(lock, timeout=30.0):
+    got = threading.Event()
+    thread = threading.Thread(target=lambda: lock.acquire(timeout=timeout) and got.set())
+    thread.start()
+    return thread, got
+
+
+def wait_until_queued(client, lock):
+    deadline = time.monotonic() + 10
+    while client.zscore(f"{lock.key}:queue", lock._uuid) is None:
+        assert time.monotonic() < deadline, "the waiter never queued"
+        time.sleep(0.002)
+
+
+@pytest.mark.parametrize("bad", [-1, True, "20"])
+def test_handoff_after_ms_must_be_a_number_not_below_zero(redis_client, bad):
+    with pytest.raises(ValueError, match="handoff_after_ms"):
+        notify_lock(redis_client, bad)
+
+
+def test_a_releaser_that_comes_straight_back_barges_past_a_waiter_within_the_bound(
+        redis_client):
+    holder, waiter = notify_lock(redis_client), notify_lock(redis_client, 1_000)
+    assert holder.acquire()
+    thread, got = in_background(waiter)
+    time.sleep(0.05)  # the waiter's try failed: it looks again only at the bound
+    barged = 0
+    for _ in range(20):
+        holder.release()  # wakes nobody: the waiter is in normal mode
+        barged += holder.acquire(blocking=False)
+    assert barged == 20 and not got.is_set()
+    holder.release()
+    thread.join(timeout=30)
+    assert got.is_set(), "the waiter looked again at its bound and found the lock free"
+    waiter.release()
+
+
+def test_a_queued_waiter_is_handed_the_lock_and_nobody_can_barge_in_between(redis_client):
+    holder, waiter = notify_lock(redis_client), notify_lock(redis_client)
+    newcomer = notify_lock(redis_client)
+    assert holder.acquire()
+    thread, got = in_background(waiter)
+    wait_until_queued(redis_client, waiter)
+    holder.release()
+    assert holder.queue_first, "handed on: its next acquire skips the try that would fail"
+    assert holder.acquire(blocking=False) is False
+    assert newcomer.acquire(blocking=False) is False
+    thread.join(timeout=30)
+    assert got.is_set() and waiter.held()
+    waiter.release()
+
+
+def test_a_barging_holder_hands_over_at_its_first_release_after_the_waiter_starves(
+        redis_client):
+    holder, waiter = notify_lock(redis_client), notify_lock(redis_client, 30)
+    assert holder.acquire()
+    thread, got = in_background(waiter)
+    before = after = 0
+    for _ in range(100_000):
+        queued = redis_client.zscore(f"{waiter.key}:queue", waiter._uuid) is not None
+        holder.release()
+        assert holder.acquire(timeout=30)
+        if got.is_set():
+            break
+        if queued:
+            after += 1
+        elif waiter._first_fail is not None:  # the waiter has tried and failed
+            before += 1
+    assert got.is_set(), "the waiter never got the lock from a holder that kept barging"
+    assert before >= 5, "within the bound the releaser re-takes the lock (normal mode)"
+    assert after == 0, "once queued, the waiter gets the very next release"
+    holder.release()
+    thread.join(timeout=30)
+
+
+def test_a_release_nobody_takes_up_is_found_by_a_waiter_in_normal_mode(redis_client):
+    holder, waiter = notify_lock(redis_client), notify_lock(redis_client, 200)
+    assert holder.acquire()
+    thread, got = in_background(waiter)
+    time.sleep(0.05)
+    released_at = time.monotonic()
+    holder.release()  # wakes nobody, and never comes back
+    thread.join(timeout=30)
+    assert got.is_set()
+    assert time.monotonic() - released_at < 2.0, "at the 200 ms bound, not the 5 s fallback"
+    waiter.release()
+
+
+def test_handoff_after_zero_hands_every_contended_release_to_the_oldest_waiter(redis_client):
+    holder = notify_lock(redis_client, 0)
+    assert holder.acquire()
+    waiters = [notify_lock(redis_client, 0) for _ in range(3)]
+    order: list[int] = []
+    threads = []
+    for index, lock in enumerate(waiters):
+        threads.append(threading.Thread(
+            target=lambda i=index, lk=lock: lk.acquire(timeout=30) and (order.append(i),
+                                                                          lk.release())))
+        threads[-1].start()
+        wait_until_queued(redis_client, lock)
+    holder.release()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert order == [0, 1, 2]
+
+
+def test_a_waiter_that_times_out_in_the_queue_leaves_it(redis_client):
+    holder, waiter = notify_lock(redis_client), notify_lock(redis_client, 0)
+    assert holder.acquire()
+    assert waiter.acquire(timeout=0.3) is False
+    assert redis_client.zcard(f"{waiter.key}:queue") == 0
+    holder.release()
+    assert waiter.acquire(blocking=False), "nobody dead in the queue to hand it to"
+    waiter.release()
