@@ -65,30 +65,44 @@ def run(config: BenchConfig) -> dict[str, Any]:
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         pool = stack.enter_context(WorkerPool(config.processes))
         samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        # Round-robin, so a burst of outside load hurts every contender a little rather
-        # than one contender a lot.
-        for round_no in range(config.rounds):
-            for contender in runnable:
-                logger.info("benchmarking %s (round %d)", contender.name, round_no + 1)
-                for mode, workers, duration in [("uncontended", 1, config.uncontended),
-                                                ("contended", config.processes,
-                                                 config.duration)]:
-                    if contender.lock_free and mode == "uncontended":
-                        continue  # nothing to acquire
-                    try:
-                        sample = _measure(pool, contender, backends, mode, workers, duration)
-                    except WorkersStuck as exc:  # the others still deserve a run
-                        sample = {"reports": [], "errors": [f"{mode}: {exc}"], "commands": None,
-                                  "server_cpu_s": 0.0, "duration": duration}
-                        pool.close()
-                        pool = stack.enter_context(WorkerPool(config.processes))
-                    samples.setdefault((contender.name, mode), []).append(sample)
+        for contender, mode, workers, duration in schedule(runnable, config):
+            logger.info("benchmarking %s (%s, %.2fs)", contender.name, mode, duration)
+            try:
+                sample = _measure(pool, contender, backends, mode, workers, duration)
+            except WorkersStuck as exc:  # the others still deserve a run
+                sample = {"reports": [], "errors": [f"{mode}: {exc}"], "commands": None,
+                          "server_cpu_s": 0.0, "duration": duration}
+                pool.close()
+                pool = stack.enter_context(WorkerPool(config.processes))
+            samples.setdefault((contender.name, mode), []).append(sample)
         with redis.Redis.from_url(backends["redis"]) as client:
             version = client.info("server")["redis_version"]
     results = [stats.summarise(c, samples.get((c.name, "uncontended"), []),
                                samples[c.name, "contended"]) for c in runnable]
     return {"machine": _machine(version, load_before, started), "config": asdict(config),
             "results": results, "skipped": skipped}
+
+
+#: each round's solo window is cut into this many slices, taken in turn by every contender
+SOLO_SLICES = 4
+
+
+def schedule(contenders: list[Contender], config: BenchConfig
+             ) -> list[tuple[Contender, str, int, float]]:
+    """(contender, mode, workers, seconds) in the order they run.
+
+    Round-robin, so a burst of outside load hurts every contender a little rather than
+    one contender a lot. Solo figures differ by a few percent between locks, less than
+    a burst moves them, so each round's solo window is sliced and interleaved
+    (A B C A B C ...), then come the contended windows.
+    """
+    plan: list[tuple[Contender, str, int, float]] = []
+    solo = [c for c in contenders if not c.lock_free]
+    for _ in range(config.rounds):
+        for _ in range(SOLO_SLICES):
+            plan += [(c, "uncontended", 1, config.uncontended / SOLO_SLICES) for c in solo]
+        plan += [(c, "contended", config.processes, config.duration) for c in contenders]
+    return plan
 
 
 def _measure(pool: WorkerPool, contender: Contender, backends: dict[str, Any], mode: str,

@@ -122,7 +122,7 @@ class TokenLock(DistributedLock):
         return self._took(self._acquire_script(keys=[self.key, self.fence_key],
                                                args=[self._uuid, self.ttl_ms]))
 
-    def _block_then_try(self, block_s: float) -> tuple[str, bool]:
+    def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
         now = self.clock.monotonic()
         if self._first_fail is None:
             self._first_fail = now

@@ -172,3 +172,16 @@ def test_rounds_add_up_per_worker_and_keep_each_rounds_rate():
     assert hot["acq_per_s_by_round"] == [20.0, 20.0]
     assert hot["round_trips_per_acq"] == 2 and hot["redis_commands_per_acq"] == 9
     assert row["uncontended"]["ops_per_s"] == 50.0
+
+
+def test_solo_windows_are_sliced_and_interleaved_before_each_rounds_contended_ones():
+    from loadtest.bench.runner import SOLO_SLICES, BenchConfig, schedule
+
+    a, b = CONTENDERS[0], CONTENDERS[1]
+    atomic = next(c for c in CONTENDERS if c.lock_free)
+    plan = schedule([a, b, atomic], BenchConfig(rounds=2, uncontended=2.0, duration=5.0))
+    one_round = [(a.name, "uncontended"), (b.name, "uncontended")] * SOLO_SLICES + [
+        (a.name, "contended"), (b.name, "contended"), (atomic.name, "contended")]
+    assert [(c.name, mode) for c, mode, _, _ in plan] == one_round * 2
+    solo_seconds = sum(s for c, mode, _, s in plan if c is a and mode == "uncontended")
+    assert solo_seconds == pytest.approx(2 * 2.0)  # each round's full window, in slices
