@@ -10,10 +10,10 @@ share one: one UPDATE per sale by the sum of their units, one multi-row
 no one of its worker is writing, it leads: it takes every order queued (its own, and
 all those queued while the previous transaction ran), writes them in one transaction,
 gives each its id, and hands the lead to the oldest order still queued. The others wait
-on an Event. So a batch is exactly what piled up during the last commit: one order when
-the shop is quiet (no added latency), dozens under a spike. **Every request is answered
-only after its own row is committed**; a purchase never hears 201 for a row that a
-later failure could still roll back.
+on an Event. So a batch is what piled up since the last commit: one order when the
+shop is quiet (no added latency but one yield), a dozen or more under load. **Every
+request is answered only after its own row is committed**; a purchase never hears 201
+for a row that a later failure could still roll back.
 
 **Failures.** An ``IntegrityError`` (a UNIQUE violation: the same buyer or
 Idempotency-Key twice) rolls the whole batch back; then each order is written alone
@@ -24,6 +24,9 @@ locked past the busy timeout) is every order's error: each request gives its uni
 
 **SQLite under gevent.** The leader's transaction never yields: the queue's lock is
 taken before BEGIN and after COMMIT, and nothing in between talks to Redis or waits.
+That is also why a leader yields once *before* it takes its batch (``_lead``): with a
+transaction that never yields, nothing else ever runs while one commits, and without
+that yield no order would ever queue behind another.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 import weakref
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -89,6 +93,11 @@ class OrderWriter:
         return pending.order
 
     def _lead(self) -> None:
+        # Yield once before taking the batch. Under gevent the transaction below never
+        # yields, so nobody can queue behind it while it runs: without this, every
+        # batch held one order (measured: 1.00 orders per commit over 2600 commits).
+        # One round of the ready greenlets lets them queue: ~13 per commit.
+        time.sleep(0)
         with self._lock:
             batch = [self._queue.popleft()
                      for _ in range(min(len(self._queue), self._max_batch))]
