@@ -47,7 +47,7 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "PURCHASE_CONCURRENCY": int(os.environ.get("PURCHASE_CONCURRENCY", "64")),
         # lock cohorting (webapp/cohort.py): a worker passes a held safe lock to its own
         # next buyer, up to MAX_PASSES times within MAX_MS, instead of releasing it
-        "LOCK_COHORT": _flag(os.environ.get("SECKILL_LOCK_COHORT", "0")),
+        "LOCK_COHORT": _flag(os.environ.get("SECKILL_LOCK_COHORT", "1")),
         "LOCK_COHORT_MAX_PASSES": int(os.environ.get("SECKILL_LOCK_COHORT_MAX_PASSES", "64")),
         "LOCK_COHORT_MAX_MS": float(os.environ.get("SECKILL_LOCK_COHORT_MAX_MS", "20")),
         "MAX_USER_ID_LENGTH": 64,

@@ -22,6 +22,7 @@ from redis import BlockingConnectionPool, Redis
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from .cohort import Cohorts
 from .problems import Busy
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,12 @@ class Backends:
     def purchase_slots(self) -> threading.BoundedSemaphore:
         # made after the fork, so under gevent's patching it is a cooperative semaphore
         return threading.BoundedSemaphore(self.config["PURCHASE_CONCURRENCY"])
+
+    @functools.cached_property
+    def cohorts(self) -> Cohorts:
+        """This worker's local queues in front of the safe locks (``LOCK_COHORT``)."""
+        return Cohorts(self.config["LOCK_COHORT_MAX_PASSES"],
+                       self.config["LOCK_COHORT_MAX_MS"] / 1000)
 
     @functools.cached_property
     def redis(self) -> Redis:

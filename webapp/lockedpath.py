@@ -4,6 +4,11 @@ Lock, GET, simulated work, SET, order, release. The read-modify-write is deliber
 under a broken lock two buyers read the same stock, both write ``stock - 1`` and one
 update is lost: the sale oversells. The order row is written *inside* the section, so
 a reset, which waits for the sale's lock, never sees a purchase land after it.
+
+With ``LOCK_COHORT`` (the default) a safe lock comes from ``locks.lock_for`` as a
+``CohortLock``: this section is unchanged, but ``release`` may pass the still-held lock
+to the worker's next buyer instead of releasing it (``cohort.py``). Orders of one
+cohort then share a fencing token.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 import lockcore
+from lockcore.registry import lock_class
 
+from .cohort import CohortLock
 from .extensions import Backends
 from .problems import InvalidRequest
 from .services import SaleInfo
@@ -54,7 +56,22 @@ def stock_resource(sku: str, strategy: str) -> str:
     return f"stock:{sku}" if strategy == "token" else f"stock:{sku}:{strategy}"
 
 
-def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.DistributedLock:
+def cohorted(strategy: str) -> bool:
+    """Whether ``strategy``'s lock may be passed between the buyers of one worker: safe
+    locks on the stock key alone (``multi`` also locks the buyer)."""
+    return strategy != "multi" and bool(lock_class(strategy).safe)
+
+
+def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> Any:
+    """The lock for one purchase (or a reset): a ``lockcore`` lock, or with
+    ``LOCK_COHORT`` a handle that queues in this worker's cohort for it (``cohort.py``)."""
+    if backends.config["LOCK_COHORT"] and cohorted(sale.strategy):
+        cohort = backends.cohorts.for_key(stock_resource(sale.sku, sale.strategy))
+        return CohortLock(cohort, lambda: _new_lock(backends, sale, user_id))
+    return _new_lock(backends, sale, user_id)
+
+
+def _new_lock(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.DistributedLock:
     config = backends.config
     strategy = sale.strategy
     resource: Any = stock_resource(sale.sku, strategy)

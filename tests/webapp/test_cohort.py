@@ -1,0 +1,215 @@
+"""Lock cohorting (``webapp/cohort.py``): passes within a worker, exclusion across workers.
+
+The unit tests drive a ``Cohort`` with real threads and a recording lock; the last
+test runs two real processes, each with its own cohort, against one redis-server and
+one SQLite file, and checks the books and that both processes sold.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.webapp.conftest import ADMIN_TOKEN, SKU, empty_shop, make_app
+from webapp import sales
+from webapp.cohort import Cohort, CohortLock
+
+
+class RecordingLock:
+    """Stands in for a lockcore lock: counts acquisitions and releases."""
+
+    def __init__(self, log: list[str], grant: bool = True, fencing_token: int = 1) -> None:
+        self.log, self.grant, self.fencing_token = log, grant, fencing_token
+        self.lost = False
+        self.ttl_ms = 10_000
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        self.log.append("acquire")
+        return self.grant
+
+    def release(self) -> None:
+        self.log.append("release")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def queued_behind(cohort: Cohort, holder: CohortLock, n: int, log: list[str]):
+    """Start ``n`` threads that queue behind ``holder``; each records its fencing token."""
+    tokens: list[int | None] = []
+    started = threading.Barrier(n + 1)
+
+    def buyer() -> None:
+        handle = CohortLock(cohort, lambda: RecordingLock(log, fencing_token=len(log)))
+        started.wait()
+        assert handle.acquire(timeout=5)
+        tokens.append(handle.fencing_token)
+        handle.release()
+
+    threads = [threading.Thread(target=buyer) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    while len(cohort._queue) < n:  # every buyer is queued before the holder lets go
+        threading.Event().wait(0.001)
+    return threads, tokens
+
+
+def test_a_section_that_ends_with_a_buyer_queued_passes_the_lock_without_releasing_it():
+    log: list[str] = []
+    cohort = Cohort(max_passes=10, max_hold_s=60)
+    holder = CohortLock(cohort, lambda: RecordingLock(log, fencing_token=7))
+    assert holder.acquire(timeout=1)
+    threads, tokens = queued_behind(cohort, holder, 3, log)
+    holder.release()
+    for thread in threads:
+        thread.join(5)
+    assert log == ["acquire", "release"]  # one acquisition for four sections
+    assert tokens == [7, 7, 7]  # they share its fencing token
+    assert (cohort.acquisitions, cohort.passes) == (1, 3)
+
+
+def test_after_max_passes_the_cohort_releases_and_the_next_buyer_acquires_again():
+    log: list[str] = []
+    cohort = Cohort(max_passes=2, max_hold_s=60)
+    holder = CohortLock(cohort, lambda: RecordingLock(log))
+    assert holder.acquire(timeout=1)
+    threads, _ = queued_behind(cohort, holder, 4, log)
+    holder.release()
+    for thread in threads:
+        thread.join(5)
+    assert log == ["acquire", "release", "acquire", "release"]
+    assert (cohort.acquisitions, cohort.passes) == (2, 3)
+
+
+def test_a_hold_older_than_max_hold_is_released_not_passed():
+    log: list[str] = []
+    clock = Clock()
+    cohort = Cohort(max_passes=100, max_hold_s=0.02, monotonic=clock)
+    holder = CohortLock(cohort, lambda: RecordingLock(log))
+    assert holder.acquire(timeout=1)
+    threads, _ = queued_behind(cohort, holder, 1, log)
+    clock.now += 0.021
+    holder.release()
+    threads[0].join(5)
+    assert log == ["acquire", "release", "acquire", "release"] and cohort.passes == 0
+
+
+def test_a_lost_lock_is_released_not_passed():
+    log: list[str] = []
+    cohort = Cohort(max_passes=100, max_hold_s=60)
+    holder = CohortLock(cohort, lambda: RecordingLock(log))
+    assert holder.acquire(timeout=1)
+    threads, _ = queued_behind(cohort, holder, 1, log)
+    holder.held.lost = True  # the watchdog found it gone
+    holder.release()
+    threads[0].join(5)
+    assert cohort.passes == 0 and log.count("acquire") == 2
+
+
+def test_a_busy_cohort_refuses_a_non_blocking_acquire_and_times_out_a_blocking_one():
+    log: list[str] = []
+    cohort = Cohort(max_passes=10, max_hold_s=60)
+    holder = CohortLock(cohort, lambda: RecordingLock(log))
+    assert holder.acquire(timeout=1)
+    assert not CohortLock(cohort, lambda: RecordingLock(log)).acquire(blocking=False)
+    assert not CohortLock(cohort, lambda: RecordingLock(log)).acquire(timeout=0.05)
+    assert not cohort._queue  # the one that timed out left the queue
+    holder.release()
+    assert log == ["acquire", "release"]
+
+
+@pytest.mark.parametrize("failure", ["refused", "raised"])
+def test_a_head_that_cannot_get_the_lock_lets_the_next_buyer_lead(failure):
+    log: list[str] = []
+    cohort = Cohort(max_passes=10, max_hold_s=60)
+    gate = threading.Event()
+
+    def failing_lock() -> RecordingLock:
+        gate.wait(5)  # the second buyer queues while the first is still trying
+        if failure == "raised":
+            raise ConnectionError("redis down")
+        return RecordingLock(log, grant=False)
+
+    first = CohortLock(cohort, failing_lock)
+    second = CohortLock(cohort, lambda: RecordingLock(log))
+    with ThreadPoolExecutor(2) as pool:
+        tried = pool.submit(lambda: first.acquire(timeout=1))
+        while not cohort._busy:
+            threading.Event().wait(0.001)
+        waited = pool.submit(lambda: second.acquire(timeout=5))
+        while not cohort._queue:
+            threading.Event().wait(0.001)
+        gate.set()
+        if failure == "raised":
+            with pytest.raises(ConnectionError):
+                tried.result(5)
+        else:
+            assert tried.result(5) is False
+        assert waited.result(5) is True
+    second.release()
+    assert not cohort._busy
+
+
+def test_releasing_a_handle_that_holds_nothing_raises_like_a_lock():
+    from lockcore import LockNotOwned
+
+    with pytest.raises(LockNotOwned):
+        CohortLock(Cohort(1, 1), lambda: RecordingLock([])).release()
+
+
+# -- two real processes, one redis-server, one SQLite file ---------------------------
+BUYERS_PER_PROCESS, STOCK = 60, 100
+
+
+def _sell_in_a_process(database_url: str, redis_url: str, strategy: str, name: str,
+                       results: multiprocessing.Queue) -> None:
+    app = make_app(database_url, redis_url, LOCK_COHORT=True, LOCK_TIMEOUT_S=20.0)
+    with ThreadPoolExecutor(16) as pool:
+        def buy(n: int) -> int:
+            return app.test_client().post(f"/api/products/{SKU}/purchase",
+                                          json={"user_id": f"{name}-{n}"}).status_code
+        statuses = list(pool.map(buy, range(BUYERS_PER_PROCESS)))
+    cohort = app.extensions["seckill"].cohorts._by_key
+    results.put((name, statuses, sum(c.acquisitions for c in cohort.values()),
+                 sum(c.passes for c in cohort.values())))
+    app.extensions["seckill"].close()
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_two_worker_processes_with_cohorts_sell_exactly_the_stock_and_both_sell(
+        sqlite_url, redis_url, redis_client, strategy):
+    app = make_app(sqlite_url, redis_url)
+    empty_shop(app)
+    shop = app.extensions["seckill"]
+    sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=STOCK, strategy=strategy)
+    client = app.test_client()
+    # work inside the section widens the read-modify-write race: a broken exclusion oversells
+    assert client.put(f"/api/admin/sales/{SKU}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                      json={"stock": STOCK, "strategy": strategy, "work_ms": 3}).status_code == 200
+    spawn = multiprocessing.get_context("spawn")
+    results = spawn.Queue()
+    workers = [spawn.Process(target=_sell_in_a_process,
+                             args=(sqlite_url, redis_url, strategy, name, results))
+               for name in ("w1", "w2")]
+    for worker in workers:
+        worker.start()
+    got = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(30)
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    shop.close()
+    sold = {name: statuses.count(201) for name, statuses, _, _ in got}
+    assert all(set(statuses) <= {201, 409} for _, statuses, _, _ in got), got
+    assert sum(sold.values()) == audit["units_sold"] == STOCK, (sold, audit)
+    assert audit["consistent"] and audit["oversold"] == 0, audit
+    assert min(sold.values()) > 0, sold  # the bound let the other process in
+    assert sum(passes for *_, passes in got) > 0  # and the cohorts did pass the lock
