@@ -213,3 +213,22 @@ def test_two_worker_processes_with_cohorts_sell_exactly_the_stock_and_both_sell(
     assert audit["consistent"] and audit["oversold"] == 0, audit
     assert min(sold.values()) > 0, sold  # the bound let the other process in
     assert sum(passes for *_, passes in got) > 0  # and the cohorts did pass the lock
+
+
+@pytest.mark.parametrize("strategy, cohorted", [
+    ("token", True), ("fair", True), ("redlock", True),
+    ("multi", False),  # it also locks the buyer: its lock cannot go to another buyer
+    ("naive", False), ("setnx", False), ("local", False),  # must keep failing as taught
+])
+def test_only_safe_single_resource_locks_join_a_cohort_and_only_when_switched_on(
+        sqlite_url, redis_url, strategy, cohorted):
+    from webapp import locks
+    from webapp.saleinfo import SaleInfo
+
+    sale = SaleInfo(1, SKU, strategy, 0, 1, 10)
+    for switch in (True, False):
+        app = make_app(sqlite_url, redis_url, LOCK_COHORT=switch,
+                       REDLOCK_URLS=[redis_url] * 5)
+        lock = locks.lock_for(app.extensions["seckill"], sale, "ann")
+        assert isinstance(lock, CohortLock) is (switch and cohorted), (strategy, switch)
+        app.extensions["seckill"].close()
