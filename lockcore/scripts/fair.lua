@@ -19,8 +19,13 @@
 --                 2  we were only queued (giving up): we left the queue
 --                 0  neither holder nor queued: nothing done
 local op, uuid = ARGV[1], ARGV[2]
-local clock = redis.call('time')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+-- Redis's clock in ms; read only when a lease matters (a release with nobody queued,
+-- the uncontended case, needs none).
+local function now_ms()
+    local clock = redis.call('time')
+    return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+end
 
 local function forget(id)
     redis.call('zrem', KEYS[2], id)
@@ -31,7 +36,10 @@ end
 -- Hand the free lock to the oldest waiter whose lease is still running. It gets only a
 -- claim window (its lease) to take it up, so a waiter that died cannot hold it for a ttl.
 local function grant_next()
-    for _, dead in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) do
+    if redis.call('exists', KEYS[2]) == 0 then  -- nobody queued (leases go with the queue)
+        return nil
+    end
+    for _, dead in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now_ms())) do
         forget(dead)
         redis.call('del', KEYS[7] .. dead)
     end
@@ -86,7 +94,7 @@ end
 if not redis.call('zscore', KEYS[2], uuid) then
     redis.call('zadd', KEYS[2], redis.call('incr', KEYS[5]), uuid)
 end
-redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), uuid)
+redis.call('zadd', KEYS[3], now_ms() + tonumber(ARGV[4]), uuid)
 redis.call('hset', KEYS[4], uuid, ARGV[4])
 if redis.call('exists', KEYS[1]) == 0 and grant_next() == uuid then
     return claimed()

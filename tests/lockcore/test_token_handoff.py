@@ -24,9 +24,16 @@ def notify_lock(client, handoff_after_ms=20):
                            handoff_after_ms=handoff_after_ms)
 
 
-def in_background(lock, timeout=30.0):
+def in_background(lock, timeout=30.0, then_release=False):
     got = threading.Event()
-    thread = threading.Thread(target=lambda: lock.acquire(timeout=timeout) and got.set())
+
+    def take() -> None:
+        if lock.acquire(timeout=timeout):
+            got.set()
+            if then_release:
+                lock.release()
+
+    thread = threading.Thread(target=take)
     thread.start()
     return thread, got
 
@@ -80,7 +87,11 @@ def test_a_barging_holder_hands_over_at_its_first_release_after_the_waiter_starv
         redis_client):
     holder, waiter = notify_lock(redis_client), notify_lock(redis_client, 30)
     assert holder.acquire()
-    thread, got = in_background(waiter)
+    thread, got = in_background(waiter, then_release=True)
+    deadline = time.monotonic() + 10
+    while waiter._first_fail is None:  # its first try failed: it is waiting now
+        assert time.monotonic() < deadline, "the waiter never tried"
+        time.sleep(0.001)
     before = after = 0
     for _ in range(100_000):
         queued = redis_client.zscore(f"{waiter.key}:queue", waiter._uuid) is not None
@@ -93,8 +104,8 @@ def test_a_barging_holder_hands_over_at_its_first_release_after_the_waiter_starv
         elif waiter._first_fail is not None:  # the waiter has tried and failed
             before += 1
     assert got.is_set(), "the waiter never got the lock from a holder that kept barging"
-    assert before >= 5, "within the bound the releaser re-takes the lock (normal mode)"
     assert after == 0, "once queued, the waiter gets the very next release"
+    assert before >= 5, "within the bound the releaser re-takes the lock (normal mode)"
     holder.release()
     thread.join(timeout=30)
 
