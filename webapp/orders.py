@@ -52,10 +52,10 @@ def _new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None
 
 
 def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
-                   idempotency_key: str | None) -> Order:
-    """``insert_order`` for a purchase whose stock is already taken (no condition, no
-    fencing token), in a transaction shared with concurrent ones (``groupcommit.py``)."""
-    order, row = _new_order(sale, user_id, quantity, None, idempotency_key)
+                   idempotency_key: str | None, fencing_token: int | None = None) -> Order:
+    """``insert_order`` for a purchase whose stock is already taken (no condition), in a
+    transaction shared with concurrent ones (``groupcommit.py``)."""
+    order, row = _new_order(sale, user_id, quantity, fencing_token, idempotency_key)
     try:
         return writer_for(sessions).write(order, row)
     except IntegrityError:
@@ -112,12 +112,13 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
                  idempotency_key: str | None, *, grouped: bool = False) -> Order:
     """Insert the order after Redis stock was taken; on any failure give the units back.
 
-    :param grouped: share the transaction with concurrent purchases (lock-free paths
-        only: a lock path writes inside its critical section, one order at a time).
+    :param grouped: share the transaction with concurrent purchases (the lock-free
+        paths, and a combined batch's orders inside its section: ``combining.py``).
     """
     try:
         if grouped:
-            return insert_grouped(sessions, sale, user_id, quantity, idempotency_key)
+            return insert_grouped(sessions, sale, user_id, quantity, idempotency_key,
+                                  fencing_token)
         return insert_order(sessions, sale, user_id, quantity, fencing_token, idempotency_key)
     except BaseException:
         try:
