@@ -130,6 +130,17 @@ class Cohort:
         finally:
             self._next_leads()
 
+    def keep(self, lock: Any) -> bool:
+        """Whether the holder may run one more section itself (a combined batch,
+        ``combining.py``) on its hold: within the pass bounds, counted as a pass, and
+        only while nobody else of this worker queues here (they get the pass)."""
+        with self._mutex:
+            if self._queue or not self._may_pass(lock):
+                return False
+            self._passes += 1
+            self.passes += 1
+            return True
+
     def _may_pass(self, lock: Any) -> bool:
         if self._passes >= self.max_passes or getattr(lock, "lost", False):
             return False
@@ -174,6 +185,10 @@ class CohortLock:
             raise LockNotOwned("release of a lock this handle does not hold", "cohort")
         self.cohort.release(held)
 
+    def keep(self) -> bool:
+        """Whether this hold may serve one more combined batch (``Cohort.keep``)."""
+        return self.held is not None and self.cohort.keep(self.held)
+
     @property
     def fencing_token(self) -> int | None:
         return None if self.held is None else self.held.fencing_token
@@ -192,6 +207,7 @@ class Cohorts:
         self.max_hold_s = max_hold_s
         self._mutex = threading.Lock()
         self._by_key: dict[str, Cohort] = {}
+        self._combiners: dict[str, Any] = {}
 
     def for_key(self, key: str) -> Cohort:
         with self._mutex:
@@ -199,3 +215,13 @@ class Cohorts:
             if cohort is None:
                 cohort = self._by_key[key] = Cohort(self.max_passes, self.max_hold_s)
             return cohort
+
+    def combiner_for(self, key: str, max_batch: int) -> Any:
+        """The ``combining.Combiner`` of one lock resource in this process."""
+        from .combining import Combiner  # it builds on this module's handles
+
+        with self._mutex:
+            combiner = self._combiners.get(key)
+            if combiner is None:
+                combiner = self._combiners[key] = Combiner(max_batch)
+            return combiner

@@ -9,6 +9,10 @@ With ``LOCK_COHORT`` (the default) a safe lock comes from ``locks.lock_for`` as 
 ``CohortLock``: this section is unchanged, but ``release`` may pass the still-held lock
 to the worker's next buyer instead of releasing it (``cohort.py``). Orders of one
 cohort then share a fencing token.
+
+With ``LOCK_COMBINE`` the lock comes wrapped with the worker's combiner and the
+purchase goes to it instead: the holder serves every buyer queued in its worker in one
+section (``combining.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from lockcore import LockNotOwned
 from lockcore.registry import lock_class
 
+from .combining import CombinableLock, stock_if_still
 from .orders import record_order
 from .paths import StockPath
 from .problems import Busy, SoldOut
@@ -51,11 +56,13 @@ class LockedPath(StockPath):
 
     def _locked_purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         lock = deps.lock_for(sale, request.user_id)
+        if isinstance(lock, CombinableLock):  # LOCK_COMBINE: one section for the batch
+            return lock.combiner.purchase(deps, sale, request, lock)
         if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
             raise Busy(f"the stock lock for {sale.sku} was not free within "
                        f"{deps.lock_timeout_s:g}s", retry_after_s=1)
         try:
-            stock = self._stock_if_still(deps, sale)
+            stock = stock_if_still(deps, sale)
             if stock < request.quantity:
                 if stock <= 0:
                     deps.redis.set(sale.keys.soldout, 1)
@@ -72,17 +79,3 @@ class LockedPath(StockPath):
                 logger.warning("%s lock on %s expired before release", sale.strategy, sale.sku)
             except Exception:
                 logger.exception("releasing the %s lock on %s failed", sale.strategy, sale.sku)
-
-
-    def _stock_if_still(self, deps: Checkout, sale: SaleInfo) -> int:
-        """The stock, read in the same round trip as the sale's current strategy. A buyer
-        who looked the sale up before a reset switched its strategy holds the *old*
-        strategy's lock, which no longer excludes anyone: it must not touch the stock."""
-        pipe = deps.redis.pipeline(transaction=False)
-        pipe.get(sale.keys.stock)
-        pipe.hget(sale.keys.info, "strategy")
-        stock, strategy = pipe.execute()
-        if strategy is not None and strategy.decode() != sale.strategy:
-            raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
-                       retry_after_s=1)
-        return int(stock or 0)

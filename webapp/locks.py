@@ -20,6 +20,7 @@ import lockcore
 from lockcore.registry import lock_class
 
 from .cohort import CohortLock
+from .combining import CombinableLock
 from .extensions import Backends
 from .problems import InvalidRequest
 from .services import SaleInfo
@@ -64,11 +65,19 @@ def cohorted(strategy: str) -> bool:
 
 def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> Any:
     """The lock for one purchase (or a reset): a ``lockcore`` lock, or with
-    ``LOCK_COHORT`` a handle that queues in this worker's cohort for it (``cohort.py``)."""
-    if backends.config["LOCK_COHORT"] and cohorted(sale.strategy):
-        cohort = backends.cohorts.for_key(stock_resource(sale.sku, sale.strategy))
-        return CohortLock(cohort, lambda: _new_lock(backends, sale, user_id))
-    return _new_lock(backends, sale, user_id)
+    ``LOCK_COHORT`` a handle that queues in this worker's cohort for it (``cohort.py``),
+    or with ``LOCK_COMBINE`` either one with this worker's combiner (``combining.py``)."""
+    config = backends.config
+    if not cohorted(sale.strategy):
+        return _new_lock(backends, sale, user_id)
+    key = stock_resource(sale.sku, sale.strategy)
+    lock: Any = (CohortLock(backends.cohorts.for_key(key),
+                            lambda: _new_lock(backends, sale, user_id))
+                 if config["LOCK_COHORT"] else _new_lock(backends, sale, user_id))
+    if config["LOCK_COMBINE"]:
+        combiner = backends.cohorts.combiner_for(key, config["LOCK_COMBINE_MAX_BATCH"])
+        lock = CombinableLock(lock, combiner)
+    return lock
 
 
 def _new_lock(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.DistributedLock:

@@ -1,0 +1,234 @@
+"""Flat combining (``webapp/combining.py``): one section serves a worker's queued buyers.
+
+Real threads buy through the app against a real redis-server and SQLite. To make a
+batch deterministic, a test holds the sale's lock itself, lets buyers queue behind
+the combiner (which is blocked acquiring it), then lets go: the queued buyers are
+served in one section, in arrival order. The last test runs two real processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+import lockcore
+from tests.webapp.conftest import SKU, backends, empty_shop, make_app
+from webapp import sales
+from webapp.combining import CombinableLock
+from webapp.locks import stock_resource
+from webapp.models import Order
+from webapp.saleinfo import load_sale
+
+
+def combining_shop(sqlite_url: str, redis_url: str, *, stock: int, strategy: str = "token",
+                   limit: int = 1, work_ms: int = 0, timeout_s: float = 20.0):
+    app = make_app(sqlite_url, redis_url, LOCK_COMBINE=True, LOCK_TIMEOUT_S=timeout_s)
+    empty_shop(app)
+    shop = backends(app)
+    sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=stock, strategy=strategy)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=stock, strategy=strategy,
+                     work_ms=work_ms, limit=limit)
+    return app
+
+
+def post(app, user: str, quantity: int = 1) -> tuple[int, dict[str, Any]]:
+    resp = app.test_client().post(f"/api/products/{SKU}/purchase",
+                                  json={"user_id": user, "quantity": quantity})
+    return resp.status_code, resp.get_json()
+
+
+def orders_of(app) -> list[Order]:
+    with backends(app).sessions() as session:
+        return list(session.scalars(select(Order).where(Order.sku == SKU)))
+
+
+def combiner_of(app, strategy: str = "token"):
+    return backends(app).cohorts.combiner_for(stock_resource(SKU, strategy), 64)
+
+
+
+def queued_while_held(app, redis_client, buyers: list[Callable[[], Any]],
+                      before_release: Callable[[], Any] = lambda: None) -> list[Any]:
+    """Hold the token lock, start ``buyers`` one by one (each queued before the next
+    starts), let go, and return their results in order."""
+    combiner = combiner_of(app)
+    held = lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=20_000)
+    assert held.acquire(blocking=False)
+    with ThreadPoolExecutor(len(buyers)) as pool:
+        futures = []
+        for n, buyer in enumerate(buyers, start=1):
+            futures.append(pool.submit(buyer))
+            while len(combiner._queue) < n:  # the first leads, blocked on our lock
+                threading.Event().wait(0.001)
+        before_release()
+        held.release()
+        return [future.result(20) for future in futures]
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_many_concurrent_buyers_get_exactly_the_stock_one_order_row_per_success(
+        sqlite_url, redis_url, redis_client, strategy):
+    app = combining_shop(sqlite_url, redis_url, stock=50, strategy=strategy, work_ms=1)
+    with ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(lambda n: post(app, f"u{n}"), range(120)))
+    statuses = [status for status, _ in answers]
+    audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
+    rows = orders_of(app)
+    assert statuses.count(201) == 50 and statuses.count(409) == 70, statuses
+    assert {body["error"] for status, body in answers if status == 409} == {"sold_out"}
+    assert len(rows) == len({row.user_id for row in rows}) == 50
+    assert audit["consistent"] and audit["remaining"] == 0 and audit["units_sold"] == 50
+    assert all(row.fencing_token is not None for row in rows)  # the holder's token
+    combiner = combiner_of(app, strategy)
+    assert combiner.served > combiner.batches  # some section served more than one buyer
+    backends(app).close()
+
+
+def test_a_batch_allocates_in_arrival_order_and_refuses_exactly_at_the_boundary(
+        sqlite_url, redis_url, redis_client):
+    app = combining_shop(sqlite_url, redis_url, stock=5, limit=3)
+    wanted = [("a", 3), ("b", 3), ("c", 2), ("d", 1)]
+    answers = queued_while_held(app, redis_client,
+                                [lambda u=u, q=q: post(app, u, q) for u, q in wanted])
+    assert [status for status, _ in answers] == [201, 409, 201, 409]
+    assert answers[1][1] == {"error": "sold_out", "detail": f"only 2 left of {SKU}"}
+    assert answers[3][1] == {"error": "sold_out", "detail": f"{SKU} is sold out"}
+    assert combiner_of(app).batches == 1  # all four in one section
+    assert {(row.user_id, row.quantity) for row in orders_of(app)} == {("a", 3), ("c", 2)}
+    assert len({row.fencing_token for row in orders_of(app)}) == 1
+    buyers = backends(app).redis.smembers(f"sale:{{{SKU}}}:buyers")
+    assert buyers == {b"a", b"c"}  # the refused buyers' reservations were dropped
+    backends(app).close()
+
+
+def test_a_failed_order_row_in_a_batch_gives_its_units_back_before_the_lock_goes(
+        sqlite_url, redis_url, redis_client):
+    app = combining_shop(sqlite_url, redis_url, stock=10, limit=2)
+    shop = backends(app)
+    sale = load_sale(shop.sessions, SKU)
+    with shop.sessions.begin() as session:  # "b" has a row but no reservation in Redis
+        session.add(Order(sale_id=sale.id, sku=SKU, user_id="b", quantity=1, strategy="token"))
+    answers = queued_while_held(app, redis_client,
+                                [lambda u=u: post(app, u, 2) for u in ("a", "b", "c")])
+    assert [status for status, _ in answers] == [201, 409, 201]
+    assert answers[1][1]["error"] == "already_purchased"
+    assert int(shop.redis.get(f"sale:{{{SKU}}}:stock")) == 10 - 4  # b's two units came back
+    assert sorted(row.user_id for row in orders_of(app)) == ["a", "b", "c"]
+    shop.close()
+
+
+def test_a_database_failure_in_a_batch_is_503_for_its_winners_and_every_unit_comes_back(
+        sqlite_url, redis_url, redis_client, monkeypatch):
+    from sqlalchemy.exc import OperationalError
+
+    from webapp import orders
+
+    def broken_insert(*args, **kwargs):
+        raise OperationalError("INSERT INTO orders", {}, Exception("database is locked"))
+
+    app = combining_shop(sqlite_url, redis_url, stock=3)
+    monkeypatch.setattr(orders, "insert_grouped", broken_insert)
+    answers = queued_while_held(app, redis_client,
+                                [lambda u=u: post(app, u) for u in ("a", "b", "c", "d")])
+    assert [(status, body["error"]) for status, body in answers] == \
+        [(503, "busy")] * 3 + [(409, "sold_out")]
+    audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (3, 0, True)
+    monkeypatch.undo()
+    assert post(app, "a")[0] == 201
+    backends(app).close()
+
+
+def test_a_buyer_not_served_in_time_hears_busy_and_leaves_the_queue(
+        sqlite_url, redis_url, redis_client):
+    app = combining_shop(sqlite_url, redis_url, stock=10, timeout_s=0.2)
+    held = lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=20_000)
+    assert held.acquire(blocking=False)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            answers = list(pool.map(lambda u: post(app, u), ("a", "b", "c")))
+    finally:
+        held.release()
+    assert [status for status, _ in answers] == [503, 503, 503]
+    assert {body["error"] for _, body in answers} == {"busy"}
+    combiner = combiner_of(app)
+    assert not combiner._queue and not combiner._busy
+    assert post(app, "a")[0] == 201  # the lead was given up: the next buyer combines
+    backends(app).close()
+
+
+def test_a_batch_whose_sale_was_reset_to_another_strategy_hears_busy_and_takes_nothing(
+        sqlite_url, redis_url, redis_client):
+    app = combining_shop(sqlite_url, redis_url, stock=10)
+    shop = backends(app)
+    answers = queued_while_held(  # they looked the sale up before the reset's write
+        app, redis_client, [lambda u=u: post(app, u) for u in ("a", "b")],
+        before_release=lambda: shop.redis.hset(f"sale:{{{SKU}}}:info", "strategy", "fair"))
+    assert [body["error"] for _, body in answers] == ["busy", "busy"]
+    assert int(shop.redis.get(f"sale:{{{SKU}}}:stock")) == 10 and orders_of(app) == []
+    assert not shop.redis.smembers(f"sale:{{{SKU}}}:buyers")
+    shop.close()
+
+
+@pytest.mark.parametrize("strategy, combined", [
+    ("token", True), ("fair", True), ("redlock", True),
+    ("multi", False), ("naive", False), ("setnx", False), ("local", False),
+])
+def test_only_safe_single_resource_locks_combine_and_only_when_switched_on(
+        sqlite_url, redis_url, strategy, combined):
+    from webapp import locks
+    from webapp.saleinfo import SaleInfo
+
+    sale = SaleInfo(1, SKU, strategy, 0, 1, 10)
+    for switch in (True, False):
+        app = make_app(sqlite_url, redis_url, LOCK_COMBINE=switch, REDLOCK_URLS=[redis_url] * 5)
+        lock = locks.lock_for(backends(app), sale, "ann")
+        assert isinstance(lock, CombinableLock) is (switch and combined), (strategy, switch)
+        backends(app).close()
+
+
+# -- two real processes, one redis-server, one SQLite file ---------------------------
+BUYERS_PER_PROCESS, STOCK = 40, 100  # two units each: neither process alone sells out
+
+
+def _sell_in_a_process(database_url: str, redis_url: str, strategy: str, name: str,
+                       ready: Any, results: multiprocessing.Queue) -> None:
+    app = make_app(database_url, redis_url, LOCK_COMBINE=True, LOCK_TIMEOUT_S=20.0)
+    ready.wait(60)  # both processes start buying together
+    with ThreadPoolExecutor(16) as pool:
+        statuses = list(pool.map(lambda n: post(app, f"{name}-{n}", 2)[0],
+                                 range(BUYERS_PER_PROCESS)))
+    combiner = combiner_of(app, strategy)
+    results.put((name, statuses, combiner.batches, combiner.served))
+    backends(app).close()
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_two_worker_processes_combining_sell_exactly_the_stock_and_both_sell(
+        sqlite_url, redis_url, redis_client, strategy):
+    app = combining_shop(sqlite_url, redis_url, stock=STOCK, strategy=strategy, limit=2,
+                         work_ms=2)  # work inside the section widens a broken exclusion
+    spawn = multiprocessing.get_context("spawn")
+    results, ready = spawn.Queue(), spawn.Barrier(2)
+    workers = [spawn.Process(target=_sell_in_a_process,
+                             args=(sqlite_url, redis_url, strategy, name, ready, results))
+               for name in ("w1", "w2")]
+    for worker in workers:
+        worker.start()
+    got = [results.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(30)
+    audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
+    backends(app).close()
+    sold = {name: statuses.count(201) for name, statuses, _, _ in got}
+    assert all(set(statuses) <= {201, 409} for _, statuses, _, _ in got), got
+    assert 2 * sum(sold.values()) == audit["units_sold"] == STOCK, (sold, audit)
+    assert audit["consistent"] and audit["oversold"] == 0, audit
+    assert min(sold.values()) > 0, sold
+    assert sum(served for *_, served in got) > sum(batches for *_, batches, _ in got)
