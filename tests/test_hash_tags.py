@@ -122,6 +122,7 @@ def test_every_purchase_path_of_the_shop_stays_in_one_hash_slot_per_call(
         strategy, cluster_clients, tmp_path, monkeypatch):
     from webapp import locks, paths, sales
     from webapp.extensions import Backends, make_engine
+    from webapp.config import from_env
     from webapp.models import Base
     from webapp.problems import SoldOut
     from webapp.services import Checkout, PurchaseRequest, checkout
@@ -137,7 +138,7 @@ def test_every_purchase_path_of_the_shop_stays_in_one_hash_slot_per_call(
         pass  # a lock-free path (atomic, sql, atomic-sharded)
     engine = make_engine(f"sqlite:///{tmp_path / 'shop.sqlite'}")
     Base.metadata.create_all(engine)
-    backends = Backends({"LOCK_TTL_MS": 5_000})
+    backends = Backends({**from_env(str(tmp_path)), "LOCK_TTL_MS": 5_000})
     backends.__dict__.update(redis=cluster_clients[0], redlock=cluster_clients, engine=engine)
     deps = Checkout(sessions=backends.sessions, redis=cluster_clients[0], lock_timeout_s=2,
                     lock_for=lambda sale, user: locks.lock_for(backends, sale, user))
