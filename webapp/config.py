@@ -52,7 +52,7 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "LOCK_COHORT_MAX_MS": float(os.environ.get("SECKILL_LOCK_COHORT_MAX_MS", "20")),
         # flat combining (webapp/combining.py): the holder of a safe lock serves the
         # batch of its worker's queued buyers (at most MAX_BATCH) in one section
-        "LOCK_COMBINE": _flag(os.environ.get("SECKILL_LOCK_COMBINE", "0")),
+        "LOCK_COMBINE": _flag(os.environ.get("SECKILL_LOCK_COMBINE", "1")),
         "LOCK_COMBINE_MAX_BATCH": int(os.environ.get("SECKILL_LOCK_COMBINE_MAX_BATCH", "64")),
         "MAX_USER_ID_LENGTH": 64,
         # a purchase is a few dozen bytes; anything far larger is refused with 413
