@@ -79,7 +79,7 @@ class _Writes:
     """Counts a batch's order rows down; the combiner keeps the lock until zero."""
 
     def __init__(self, rows: int) -> None:
-        self._left = rows
+        self.rows = self._left = rows
         self._mutex = threading.Lock()
         self.done = threading.Event()
 
@@ -236,11 +236,11 @@ class Combiner:
         writes, buyer.writes = buyer.writes, None
         if writes is None:
             return
-        try:
+        try:  # a lone winner writes as the plain path does: no group to wait for
             buyer.order = record_order(deps.sessions, deps.redis, buyer.sale,
                                        buyer.request.user_id, buyer.request.quantity,
                                        buyer.fencing_token, buyer.request.idempotency_key,
-                                       grouped=True)
+                                       grouped=writes.rows > 1)
         except BaseException as exc:  # its units are back (record_order): its own answer
             buyer.error = exc
         finally:

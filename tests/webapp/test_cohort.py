@@ -172,7 +172,8 @@ BUYERS_PER_PROCESS, STOCK = 60, 100
 
 def _sell_in_a_process(database_url: str, redis_url: str, strategy: str, name: str,
                        results: multiprocessing.Queue) -> None:
-    app = make_app(database_url, redis_url, LOCK_COHORT=True, LOCK_TIMEOUT_S=20.0)
+    app = make_app(database_url, redis_url, LOCK_COHORT=True, LOCK_COMBINE=False,
+                   LOCK_TIMEOUT_S=20.0)
     with ThreadPoolExecutor(16) as pool:
         def buy(n: int) -> int:
             return app.test_client().post(f"/api/products/{SKU}/purchase",
@@ -227,7 +228,7 @@ def test_only_safe_single_resource_locks_join_a_cohort_and_only_when_switched_on
 
     sale = SaleInfo(1, SKU, strategy, 0, 1, 10)
     for switch in (True, False):
-        app = make_app(sqlite_url, redis_url, LOCK_COHORT=switch,
+        app = make_app(sqlite_url, redis_url, LOCK_COHORT=switch, LOCK_COMBINE=False,
                        REDLOCK_URLS=[redis_url] * 5)
         lock = locks.lock_for(app.extensions["seckill"], sale, "ann")
         assert isinstance(lock, CohortLock) is (switch and cohorted), (strategy, switch)
