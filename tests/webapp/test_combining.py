@@ -123,6 +123,30 @@ def test_a_failed_order_row_in_a_batch_gives_its_units_back_before_the_lock_goes
     shop.close()
 
 
+def test_the_lock_is_held_until_every_winner_of_the_batch_has_written_its_row(
+        sqlite_url, redis_url, redis_client, monkeypatch):
+    from webapp import orders
+
+    app = combining_shop(sqlite_url, redis_url, stock=10)
+    lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
+    held_while_writing: dict[str, bool] = {}
+    real_insert = orders.insert_grouped
+
+    def slow_insert(sessions, sale, user_id, *args, **kwargs):
+        if user_id != "a":  # "a" combines; the others write late, after their wake-up
+            threading.Event().wait(0.2)
+        held_while_writing[user_id] = bool(redis_client.exists(lock_key))
+        return real_insert(sessions, sale, user_id, *args, **kwargs)
+
+    monkeypatch.setattr(orders, "insert_grouped", slow_insert)
+    answers = queued_while_held(app, redis_client,
+                                [lambda u=u: post(app, u) for u in ("a", "b", "c")])
+    assert [status for status, _ in answers] == [201, 201, 201]
+    assert held_while_writing == {"a": True, "b": True, "c": True}
+    assert not redis_client.exists(lock_key)  # and released after
+    backends(app).close()
+
+
 def test_a_database_failure_in_a_batch_is_503_for_its_winners_and_every_unit_comes_back(
         sqlite_url, redis_url, redis_client, monkeypatch):
     from sqlalchemy.exc import OperationalError
