@@ -163,8 +163,8 @@ class Combiner:
             raise Busy(f"the stock lock for {me.sale.sku} was not free within "
                        f"{deps.lock_timeout_s:g}s", retry_after_s=1)
         try:
-            while True:
-                self._serve(self._take_batch(), me, deps, lock)
+            while batch := self._take_batch():  # empty: the queued ones timed out
+                self._serve(batch, me, deps, lock)
                 with self._mutex:
                     more = bool(self._queue)
                 # the cohort's bound (passes, hold time, a lost lock) ends a hold
@@ -184,8 +184,8 @@ class Combiner:
 
     def _take_batch(self) -> list[_Buyer]:
         with self._mutex:
-            head = self._queue[0].sale
             batch: list[_Buyer] = []
+            head = self._queue[0].sale if self._queue else None
             while self._queue and len(batch) < self.max_batch and self._queue[0].sale == head:
                 batch.append(self._queue.popleft())
             return batch
