@@ -48,6 +48,9 @@ def main(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop_on_term)
+    # A shell starts a background job with SIGINT ignored, and Python then leaves it
+    # ignored: "Ctrl-C stops everything" must also hold for `seckill serve &` + kill -INT
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     served = ServedApp(args.host, args.port, args.workers, os.environ.get("REDIS_URL"),
                        database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"))
     with served:

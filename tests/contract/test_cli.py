@@ -176,6 +176,14 @@ def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_p
         assert answer.status == 200, answer.body
     finally:
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=60)  # reads, closes the pipe, waits
+        try:
+            rest, _ = proc.communicate(timeout=60)  # reads, closes the pipe, waits
+        except subprocess.TimeoutExpired:
+            for pid in [*descendants(proc.pid), *started]:  # clean up by pid, then report
+                if running(pid):
+                    os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+            raise
     assert proc.returncode == 0 and "Traceback" not in rest, rest[-1000:]
     assert started and not [pid for pid in started if running(pid)]

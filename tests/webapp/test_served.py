@@ -148,7 +148,11 @@ def test_seckill_serve_prints_the_url_and_token_and_stops_everything_on_ctrl_c(t
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # it did not stop: clean up what it started, by pid
+            import psutil
+
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
             proc.kill()
             proc.wait()
         proc.stdout.close()
