@@ -14,14 +14,25 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import delete
+from sqlalchemy.orm import Session, sessionmaker
 
 from tests.support import scratch_postgres
 from webapp import create_app, db, sales
-from webapp.extensions import Backends
+from webapp.extensions import Backends, make_engine
 from webapp.models import Order, Product, Sale
 
 ADMIN_TOKEN = "test-admin-token"
 SKU = "sku-1"
+
+
+@pytest.fixture
+def sessions(tmp_path) -> Iterator[sessionmaker[Session]]:
+    """A scratch SQLite shop migrated with Alembic, for the service-layer tests."""
+    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    db.upgrade(url)
+    engine = make_engine(url)
+    yield sessionmaker(engine, expire_on_commit=False)
+    engine.dispose()
 
 
 @pytest.fixture(scope="session")

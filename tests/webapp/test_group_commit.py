@@ -4,31 +4,18 @@ request still gets its own correct answer, and only after its row is committed."
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session, sessionmaker
 
-from webapp import db, groupcommit, orders, sales
+from webapp import groupcommit, orders, sales
 from webapp.models import Order
 from webapp.problems import AlreadyPurchased
 from webapp.saleinfo import load_sale
 from webapp.services import Checkout, PurchaseRequest, checkout
 
 SKU = "sku-1"
-
-
-@pytest.fixture
-def sessions(tmp_path) -> Iterator[sessionmaker[Session]]:
-    from webapp.extensions import make_engine
-
-    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
-    db.upgrade(url)
-    engine = make_engine(url)
-    yield sessionmaker(engine, expire_on_commit=False)
-    engine.dispose()
 
 
 @pytest.fixture

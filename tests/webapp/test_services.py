@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session, sessionmaker
 
-from webapp import db, orders, sales
-from webapp.extensions import make_engine
+from webapp import orders, sales
 from webapp.problems import AlreadyPurchased, Busy, SoldOut
 from webapp.services import Checkout, PurchaseRequest, checkout
 
@@ -30,15 +26,6 @@ class FakeLock:
 
     def release(self) -> None:
         self.calls.append("release")
-
-
-@pytest.fixture
-def sessions(tmp_path) -> Iterator[sessionmaker[Session]]:
-    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
-    db.upgrade(url)
-    engine = make_engine(url)
-    yield sessionmaker(engine, expire_on_commit=False)
-    engine.dispose()
 
 
 @pytest.fixture
