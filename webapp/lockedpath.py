@@ -23,11 +23,12 @@ from typing import Any
 from lockcore import LockNotOwned
 from lockcore.registry import lock_class
 
-from .combining import CombinableLock, stock_if_still
+from .combining import CombinableLock
 from .orders import record_order
 from .paths import StockPath
 from .problems import Busy, SoldOut
 from .services import Checkout, PurchaseRequest, SaleInfo
+from .stockread import stock_if_still
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,41 @@
+"""The stock read of a lock section, refused when a reset switched the sale's strategy.
+
+Each strategy locks a key of its own (``locks.stock_resource``), so two buyers exclude
+each other only while they use the same strategy. A buyer carries the strategy it
+looked up when its request began; a reset may switch the sale to another strategy
+before that buyer gets its lock.
+
+**Failure timeline** the guard prevents::
+
+    buyer:  looks the sale up (``token``), waits for the token lock, held by a reset
+    reset:  switches the sale to ``fair``, sets stock 100, releases the token lock
+    buyer:  gets the token lock: it excludes nobody now, the fair buyers hold another
+    buyer:  GET 100 while a fair buyer also reads 100; both SET 99 and write an
+            order: two orders, one unit off the stock, the sale oversells
+    guard:  the read fetches the sale's strategy in the same round trip; it is not
+            ``token`` any more, so the buyer leaves with 503 busy and takes nothing
+
+The check costs no extra round trip: GET and HGET go in one pipeline. The plain
+locked path (``lockedpath.py``) and a combined batch (``allocation.py``) both read the
+stock through here.
+"""
+
+from __future__ import annotations
+
+from .problems import Busy
+from .services import Checkout, SaleInfo
+
+
+def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
+    """The stock, read in one round trip with the sale's current strategy.
+
+    :raises Busy: the sale was reset to another strategy since ``sale`` was looked up.
+    """
+    pipe = deps.redis.pipeline(transaction=False)
+    pipe.get(sale.keys.stock)
+    pipe.hget(sale.keys.info, "strategy")
+    stock, strategy = pipe.execute()
+    if strategy is not None and strategy.decode() != sale.strategy:
+        raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
+                   retry_after_s=1)
+    return int(stock or 0)
