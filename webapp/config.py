@@ -54,6 +54,9 @@ def from_env(instance_path: str) -> dict[str, Any]:
         # batch of its worker's queued buyers (at most MAX_BATCH) in one section
         "LOCK_COMBINE": _flag(os.environ.get("SECKILL_LOCK_COMBINE", "1")),
         "LOCK_COMBINE_MAX_BATCH": int(os.environ.get("SECKILL_LOCK_COMBINE_MAX_BATCH", "64")),
+        # auto-pipelining (webapp/pipelining.py): the first script of every purchase
+        # waiting at the same moment in a worker goes to Redis in one round trip
+        "REDIS_AUTOPIPELINE": _flag(os.environ.get("SECKILL_REDIS_AUTOPIPELINE", "1")),
         "MAX_USER_ID_LENGTH": 64,
         # a purchase is a few dozen bytes; anything far larger is refused with 413
         "MAX_CONTENT_LENGTH": 64 * 1024,

@@ -23,6 +23,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from .cohort import Cohorts
+from .pipelining import ScriptPipeline
 from .problems import Busy
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,11 @@ class Backends:
             timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=2,
             socket_timeout=10, health_check_interval=30)
         return Redis(connection_pool=pool)
+
+    @functools.cached_property
+    def script_pipeline(self) -> ScriptPipeline | None:
+        """This worker's auto-pipeline for purchase scripts (``REDIS_AUTOPIPELINE``)."""
+        return ScriptPipeline(self.redis) if self.config["REDIS_AUTOPIPELINE"] else None
 
     @functools.cached_property
     def health_redis(self) -> Redis:

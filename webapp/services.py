@@ -36,6 +36,7 @@ from . import scripts
 from .keys import SaleKeys
 from .models import Order
 from .orders import find_order
+from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
 from .saleinfo import SaleInfo, cached_sale, load_sale
 
@@ -67,6 +68,8 @@ class Checkout:
     lock_slots: Any = None
     #: how long a duplicate Idempotency-Key waits for the first request's order
     replay_wait_s: float = 10.0
+    #: sends the first script of concurrent purchases in one round trip; None: alone
+    script_pipeline: ScriptPipeline | None = None
     sleep: Callable[[float], None] = field(default=time.sleep)
     monotonic: Callable[[], float] = field(default=time.monotonic)
 
@@ -122,9 +125,13 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     before sold_out); the sale's cached row; for an ``atomic`` sale the whole purchase
     but its order row."""
     keys = SaleKeys(request.sku)
-    code, _, *rest = scripts.script(deps.redis, "atomic_checkout")(
-        keys=[keys.soldout, keys.buyers, keys.info, keys.stock],
-        args=[request.user_id, request.quantity])
+    script_keys = [keys.soldout, keys.buyers, keys.info, keys.stock]
+    script_args = [request.user_id, request.quantity]
+    if deps.script_pipeline is not None:
+        reply = deps.script_pipeline.run("atomic_checkout", script_keys, script_args)
+    else:
+        reply = scripts.script(deps.redis, "atomic_checkout")(keys=script_keys, args=script_args)
+    code, _, *rest = reply
     flat = rest[0] if rest else []
     info = dict(zip(flat[::2], flat[1::2], strict=True))
     if code == -3:

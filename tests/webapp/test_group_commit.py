@@ -120,4 +120,4 @@ def test_the_lead_passes_on_when_the_leader_leaves_nothing_queued(deps):
     writer = groupcommit.writer_for(deps.sessions)
     for user in ("ann", "bob"):  # one after the other: each leads its own commit
         assert checkout(deps, PurchaseRequest(SKU, user)).created
-    assert (writer.commits, writer.orders, writer._writing) == (2, 2, False)
+    assert (writer.commits, writer.orders, writer._serving) == (2, 2, False)

@@ -1,0 +1,128 @@
+"""Leader and followers: the concurrent calls of one worker served as one batch.
+
+Group commit (``groupcommit.py``: many orders, one transaction) and auto-pipelining
+(``pipelining.py``: many Redis scripts, one round trip) are the same idea: a request
+that has to pay a fixed cost (a COMMIT, a round trip) shares it with every request that
+arrived while the previous one was being paid. Both are built on ``Batcher``.
+
+**How (no thread of its own).** A call queues its item. If nobody of its worker is
+serving a batch, it leads: it yields once, takes every item queued (its own and all
+that queued meanwhile, up to ``max_batch``), serves them in one go (``_serve``), and
+hands the lead to the oldest item still queued. The others wait on an Event. So a
+batch is what piled up since the last one: one item when the shop is quiet (no added
+latency but one yield), dozens under load. **Each call returns only once its own item
+is served**, with its own result or its own error.
+
+**Why the leader yields first.** Under gevent a batch that never yields (a SQLite
+transaction) lets nothing else run while it is served, so nobody could queue behind it.
+One round of the ready greenlets lets them queue (measured on group commit: 1.00 orders
+per commit without the yield, ~13 with it).
+
+**Failures.** A follower killed while waiting leaves the queue (and passes the lead if
+it had just been given it). A leader killed mid-batch gives that exception to every
+item of its batch that has no answer yet, and still passes the lead.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+Item = TypeVar("Item")
+
+_UNSET: Any = object()
+
+
+@dataclass(eq=False)
+class Pending(Generic[Item]):
+    """One call: its item, and once served its ``result`` or its ``error``."""
+
+    item: Item
+    result: Any = _UNSET
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    lead: bool = False
+
+    @property
+    def answered(self) -> bool:
+        return self.result is not _UNSET or self.error is not None
+
+
+class Batcher(Generic[Item]):
+    """Subclasses implement ``_serve``: give every ``Pending`` a result or an error."""
+
+    def __init__(self, max_batch: int) -> None:
+        self._max_batch = max_batch
+        self._lock = threading.Lock()  # gevent-patched in a gevent worker
+        self._queue: deque[Pending[Item]] = deque()
+        self._serving = False
+        #: batches served and items in them, for tests and the curious
+        self.batches = self.items = 0
+
+    def submit(self, item: Item) -> Any:
+        """Queue ``item``; return its result once its batch is served, or raise its error."""
+        pending = Pending(item)
+        with self._lock:
+            self._queue.append(pending)
+            lead, self._serving = not self._serving, True
+        if not lead:
+            try:
+                pending.done.wait()  # served, failed, or handed the lead
+            except BaseException:  # killed while waiting: leave the queue, pass the lead
+                self._withdraw(pending)
+                raise
+        if lead or pending.lead:
+            self._lead()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def _serve(self, batch: list[Pending[Item]]) -> None:
+        raise NotImplementedError
+
+    def _lead(self) -> None:
+        time.sleep(0)  # let the ready greenlets queue behind us (module docstring)
+        with self._lock:
+            batch = [self._queue.popleft()
+                     for _ in range(min(len(self._queue), self._max_batch))]
+        try:
+            self._serve(batch)
+            self.batches, self.items = self.batches + 1, self.items + len(batch)
+        except BaseException as exc:  # e.g. the leader's greenlet killed mid-batch
+            for pending in batch:
+                if not pending.answered:
+                    pending.error = exc
+            raise
+        finally:
+            with self._lock:
+                self._pass_lead()
+            for pending in batch:
+                pending.done.set()
+
+    def _pass_lead(self) -> None:
+        """To the oldest item still queued (it serves its own batch), or to nobody."""
+        if self._queue:
+            self._queue[0].lead = True
+            self._queue[0].done.set()
+        else:
+            self._serving = False
+
+    def _withdraw(self, pending: Pending[Item]) -> None:
+        with self._lock:
+            if pending in self._queue:  # not in a batch yet: it will not be served
+                self._queue.remove(pending)
+            if pending.lead:
+                self._pass_lead()
+
+
+def own_copy(exc: Exception) -> BaseException:
+    """A copy per caller: one exception object raised in many greenlets at once would
+    collect all their tracebacks."""
+    try:
+        return copy.copy(exc)
+    except Exception:  # noqa: BLE001 - an exception that cannot be copied is shared
+        return exc
