@@ -14,8 +14,9 @@ The steps every strategy shares, in order, each cheaper than the next:
 
 Steps 1-3 run as one script, ``atomic_checkout.lua``, which for an ``atomic`` sale
 also does step 4's decrement: such a purchase costs one Redis round trip, then its
-order row (written with concurrent ones: ``groupcommit.py``). Round trips, not Redis,
-are what a purchase waits for under gevent.
+order row (written with concurrent ones: ``groupcommit.py``). The scripts of
+concurrent purchases share that round trip too (``pipelining.py``). Round trips, not
+Redis, are what a purchase waits for under gevent.
 
 Everything the function needs comes in ``Checkout`` so the tests can hand it a
 ``FakeLock`` and a fake clock (cosmicpython's service layer with a fake UoW).
@@ -85,18 +86,24 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     from .paths import path_for  # paths imports this module's dataclasses
 
     fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
-    sale = cached_sale(deps.redis, deps.sessions, request.sku,
-                       None if fast is None else fast.info)
-    path = path_for(sale.strategy)
+    try:
+        sale = cached_sale(deps.redis, deps.sessions, request.sku,
+                           None if fast is None else fast.info)
+        path = path_for(sale.strategy)
+    except BaseException:
+        if fast is not None and fast.reserved and not fast.taken:
+            _unreserve(deps, SaleKeys(request.sku).buyers, request.user_id)
+        raise
     if fast is not None and fast.taken:  # reserved and taken by the script: write the order
         buy = functools.partial(path.record_taken, deps, sale, request)
     else:
-        if request.quantity > sale.per_user_limit:
-            raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} "
-                                 "for this sale")
-        earlier = _reserve(deps, sale, request, soldout_checked=fast is not None)
-        if earlier is not None:
-            return PurchaseResult(earlier, created=False)
+        if fast is None or not fast.reserved:  # a replayable request, or a reloaded sale
+            if request.quantity > sale.per_user_limit:
+                raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} "
+                                     "for this sale")
+            earlier = _reserve(deps, sale, request, soldout_checked=fast is not None)
+            if earlier is not None:
+                return PurchaseResult(earlier, created=False)
         buy = functools.partial(path.purchase, deps, sale, request)
     try:
         order = buy()
@@ -105,7 +112,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     except AlreadyPurchased:  # the database has the user's order: keep them reserved
         raise
     except BaseException:
-        _unreserve(deps, sale, request.user_id)
+        _unreserve(deps, sale.keys.buyers, request.user_id)
         raise
     logger.info("order %s: %s x%d for %r (%s)", order.id, sale.sku, request.quantity,
                 request.user_id, sale.strategy)
@@ -116,14 +123,16 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
 class _Fast:
     #: the sale's cached row (empty: Redis lost it, ``cached_sale`` reloads it)
     info: dict[bytes, bytes]
+    #: the buyer is reserved (any strategy)
+    reserved: bool
     #: an ``atomic`` sale: the buyer is reserved and the units are taken
     taken: bool
 
 
 def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     """One round trip (``atomic_checkout.lua``): after the sale, 409 (already_purchased
-    before sold_out); the sale's cached row; for an ``atomic`` sale the whole purchase
-    but its order row."""
+    before sold_out); the sale's cached row; the buyer's reservation; for an ``atomic``
+    sale the whole purchase but its order row."""
     keys = SaleKeys(request.sku)
     script_keys = [keys.soldout, keys.buyers, keys.info, keys.stock]
     script_args = [request.user_id, request.quantity]
@@ -141,7 +150,7 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     if code == -2:
         raise InvalidRequest(f"quantity must be between 1 and {int(info[b'per_user_limit'])} "
                              "for this sale")
-    return _Fast(info, taken=code == 1)
+    return _Fast(info, reserved=code in (1, 2), taken=code == 1)
 
 
 def _replay(earlier: Order, request: PurchaseRequest) -> Order:
@@ -178,8 +187,8 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
         deps.sleep(0.02)
 
 
-def _unreserve(deps: Checkout, sale: SaleInfo, user_id: str) -> None:
+def _unreserve(deps: Checkout, buyers_key: str, user_id: str) -> None:
     try:
-        deps.redis.srem(sale.keys.buyers, user_id)
+        deps.redis.srem(buyers_key, user_id)
     except Exception:  # Redis down: the reservation dies with the next reset
-        logger.exception("could not drop the reservation of %r on %s", user_id, sale.sku)
+        logger.exception("could not drop the reservation of %r (%s)", user_id, buyers_key)

@@ -37,9 +37,14 @@ _JOINERS = {"\u200c", "\u200d"}
 def is_clean_text(value: str) -> bool:
     """Printable: no control (C0, C1), format (bidi overrides, zero-width space, BOM),
     surrogate, private-use or unassigned characters, so no invisible or look-alike ids."""
+    if value.isascii():  # the usual id, without a lookup per character: in ASCII only
+        return value.isprintable()  # the C0 controls and DEL are category C
     return not any(unicodedata.category(ch).startswith("C") and ch not in _JOINERS
                    for ch in value)
 
+
+#: the ASCII characters of categories Z and C: space, the C0 controls, DEL
+_INVISIBLE_ASCII = "".join(map(chr, range(0x21))) + "\x7f"
 
 #: letters that draw nothing (the Hangul fillers, the blank Braille pattern)
 _BLANK_LETTERS = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"}
@@ -48,6 +53,8 @@ _BLANK_LETTERS = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"}
 def has_something_to_see(value: str) -> bool:
     """At least one character that draws: not a space, a format character (the joiners
     are allowed only between others), a lone combining mark or a blank letter."""
+    if value.isascii():  # in ASCII only the space and the controls draw nothing
+        return bool(value.strip(_INVISIBLE_ASCII))
     return any(not unicodedata.category(ch).startswith(("Z", "C", "M"))
                and ch not in _BLANK_LETTERS for ch in value)
 

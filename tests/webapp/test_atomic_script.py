@@ -37,7 +37,7 @@ def test_a_quantity_above_the_limit_is_refused_before_the_stock_is_read(redis_cl
 
 # atomic_checkout.lua: the atomic path's refusal checks, reservation and decrement at once
 
-TAKEN, NOT_ATOMIC, SOLD_OUT, OVER_LIMIT, ALREADY, NO_INFO = 1, 0, -1, -2, -3, -4
+TAKEN, RESERVED, SOLD_OUT, OVER_LIMIT, ALREADY, NO_INFO = 1, 2, -1, -2, -3, -4
 
 
 def checkout(redis_client, user: str, quantity: int = 1) -> tuple[int, int, dict]:
@@ -92,11 +92,14 @@ def test_checkout_refuses_a_quantity_above_the_limit_before_reserving(redis_clie
     assert not redis_client.exists(KEYS.buyers) and redis_client.get(KEYS.stock) == b"100"
 
 
-def test_checkout_of_another_strategy_only_checks_and_returns_the_sale(redis_client):
-    sale(redis_client, 5, strategy="token")
+def test_checkout_of_another_strategy_reserves_the_buyer_but_takes_nothing(redis_client):
+    sale(redis_client, 5, strategy="token", limit=2)
     code, _, info = checkout(redis_client, "ann")
-    assert (code, info[b"strategy"]) == (NOT_ATOMIC, b"token")
-    assert not redis_client.exists(KEYS.buyers) and redis_client.get(KEYS.stock) == b"5"
+    assert (code, info[b"strategy"]) == (RESERVED, b"token")
+    assert redis_client.sismember(KEYS.buyers, "ann") and redis_client.get(KEYS.stock) == b"5"
+    assert checkout(redis_client, "ann")[0] == ALREADY  # one order per buyer, as for atomic
+    assert checkout(redis_client, "bob", 3)[0] == OVER_LIMIT
+    assert not redis_client.sismember(KEYS.buyers, "bob")
 
 
 def test_checkout_without_the_sale_row_asks_the_caller_to_reload_it(redis_client):

@@ -6,7 +6,8 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from webapp import orders, sales
-from webapp.problems import AlreadyPurchased, Busy, SoldOut
+from webapp.keys import SaleKeys
+from webapp.problems import AlreadyPurchased, Busy, InvalidRequest, SoldOut
 from webapp.services import Checkout, PurchaseRequest, checkout
 
 SKU = "sku-1"
@@ -59,6 +60,14 @@ def test_a_lock_not_granted_is_busy_and_frees_the_buyer_reservation(deps, lock):
     assert lock.calls == ["acquire"]
     lock.grant = True
     assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+
+
+def test_a_sale_whose_strategy_this_worker_lacks_drops_the_reservation(deps, lock):
+    """The first script reserves the buyer before Python looks at the sale's strategy."""
+    deps.redis.hset(SaleKeys(SKU).info, "strategy", "registered-elsewhere")
+    with pytest.raises(InvalidRequest):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert not deps.redis.sismember(SaleKeys(SKU).buyers, "ann") and lock.calls == []
 
 
 def test_selling_out_sets_the_flag_so_later_buyers_never_touch_the_lock(deps, lock):

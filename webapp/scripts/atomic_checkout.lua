@@ -2,8 +2,8 @@
 --
 -- The refusal checks, the per-user reservation and the decrement, which cost a
 -- pipeline, an SADD and an EVALSHA (3 round trips) when done one by one. A sale of
--- another strategy only gets its refusal checks here and its row back, and goes on
--- the usual way (services.py); nothing is reserved or taken for it.
+-- another strategy gets its refusal checks and its reservation here, and its row back,
+-- and takes its units the usual way (its lock, its SQL: services.py, paths.py).
 --
 -- KEYS[1]  sale:{sku}:soldout   flag: the sale is over (set here when the stock is 0)
 -- KEYS[2]  sale:{sku}:buyers    set of users with an order or a purchase in flight
@@ -15,7 +15,7 @@
 -- Returns {code, units, info}: `info` is the HGETALL reply of KEYS[3] (absent for
 -- codes -1 and -3 when the sale is over, and for -4), `units` the units left:
 --    1  taken: the user is reserved and `quantity` units are gone; units = left
---    0  not an atomic sale: checks passed, nothing reserved or taken
+--    2  not an atomic sale: the user is reserved, nothing taken
 --   -1  sold out (not enough units; the user is not reserved)
 --   -2  quantity above the sale's per-user limit (nothing changed)
 --   -3  already purchased (the user is in KEYS[2])
@@ -42,15 +42,15 @@ for i = 1, #info, 2 do
     limit = tonumber(info[i + 1])
   end
 end
-if strategy ~= 'atomic' then
-  return {0, 0, info}
-end
 local quantity = tonumber(ARGV[2])
 if quantity > limit then
   return {-2, 0, info}
 end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return {-3, 0, info}
+end
+if strategy ~= 'atomic' then
+  return {2, 0, info}
 end
 local stock = tonumber(redis.call('GET', KEYS[4]) or '0')
 if stock < quantity then
