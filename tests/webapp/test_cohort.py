@@ -1,21 +1,25 @@
 """Lock cohorting (``webapp/cohort.py``): passes within a worker, exclusion across workers.
 
-The unit tests drive a ``Cohort`` with real threads and a recording lock; the last
-test runs two real processes, each with its own cohort, against one redis-server and
-one SQLite file, and checks the books and that both processes sold.
+The unit tests drive a ``Cohort`` (``lockpassing.py``, bounded by ``holdbound.py``)
+with real threads and a recording lock; the two-process test runs two real processes
+(``twoprocesses.py``), each with its own cohort, against one redis-server and one
+SQLite file, and checks the books and that both processes sold.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from tests.webapp.conftest import ADMIN_TOKEN, SKU, empty_shop, make_app
+from tests.webapp.twoprocesses import sell_in_two_processes
 from webapp import sales
-from webapp.cohort import Cohort, CohortLock
+from webapp.cohort import CohortLock
+from webapp.lockpassing import Cohort
 
 
 class RecordingLock:
@@ -170,19 +174,20 @@ def test_releasing_a_handle_that_holds_nothing_raises_like_a_lock():
 BUYERS_PER_PROCESS, STOCK = 60, 100
 
 
-def _sell_in_a_process(database_url: str, redis_url: str, strategy: str, name: str,
-                       results: multiprocessing.Queue) -> None:
+def _sell_in_a_process(database_url: str, redis_url: str, name: str,
+                       ready: Callable[[], None]) -> tuple[Any, ...]:
     app = make_app(database_url, redis_url, LOCK_COHORT=True, LOCK_COMBINE=False,
                    LOCK_TIMEOUT_S=20.0)
+    ready()
     with ThreadPoolExecutor(16) as pool:
         def buy(n: int) -> int:
             return app.test_client().post(f"/api/products/{SKU}/purchase",
                                           json={"user_id": f"{name}-{n}"}).status_code
         statuses = list(pool.map(buy, range(BUYERS_PER_PROCESS)))
     cohort = app.extensions["seckill"].cohorts._by_key
-    results.put((name, statuses, sum(c.acquisitions for c in cohort.values()),
-                 sum(c.passes for c in cohort.values())))
     app.extensions["seckill"].close()
+    return (name, statuses, sum(c.acquisitions for c in cohort.values()),
+            sum(c.passes for c in cohort.values()))
 
 
 @pytest.mark.parametrize("strategy", ["token", "fair"])
@@ -196,16 +201,7 @@ def test_two_worker_processes_with_cohorts_sell_exactly_the_stock_and_both_sell(
     # work inside the section widens the read-modify-write race: a broken exclusion oversells
     assert client.put(f"/api/admin/sales/{SKU}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
                       json={"stock": STOCK, "strategy": strategy, "work_ms": 3}).status_code == 200
-    spawn = multiprocessing.get_context("spawn")
-    results = spawn.Queue()
-    workers = [spawn.Process(target=_sell_in_a_process,
-                             args=(sqlite_url, redis_url, strategy, name, results))
-               for name in ("w1", "w2")]
-    for worker in workers:
-        worker.start()
-    got = [results.get(timeout=120) for _ in workers]
-    for worker in workers:
-        worker.join(30)
+    got = sell_in_two_processes(_sell_in_a_process, sqlite_url, redis_url)
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     shop.close()
     sold = {name: statuses.count(201) for name, statuses, _, _ in got}

@@ -3,12 +3,12 @@
 Real threads buy through the app against a real redis-server and SQLite. To make a
 batch deterministic, a test holds the sale's lock itself, lets buyers queue behind
 the combiner (which is blocked acquiring it), then lets go: the queued buyers are
-served in one section, in arrival order. The last test runs two real processes.
+served in one section (``allocation.py``), in arrival order. The last test runs two
+real processes (``twoprocesses.py``).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 import lockcore
 from tests.webapp.conftest import SKU, backends, empty_shop, make_app
+from tests.webapp.twoprocesses import sell_in_two_processes
 from webapp import sales
 from webapp.combining import CombinableLock
 from webapp.locks import stock_resource
@@ -222,15 +223,15 @@ BUYERS_PER_PROCESS, STOCK = 40, 100  # two units each: neither process alone sel
 
 
 def _sell_in_a_process(database_url: str, redis_url: str, strategy: str, name: str,
-                       ready: Any, results: multiprocessing.Queue) -> None:
+                       ready: Callable[[], None]) -> tuple[Any, ...]:
     app = make_app(database_url, redis_url, LOCK_COMBINE=True, LOCK_TIMEOUT_S=20.0)
-    ready.wait(60)  # both processes start buying together
+    ready()
     with ThreadPoolExecutor(16) as pool:
         statuses = list(pool.map(lambda n: post(app, f"{name}-{n}", 2)[0],
                                  range(BUYERS_PER_PROCESS)))
     combiner = combiner_of(app, strategy)
-    results.put((name, statuses, combiner.batches, combiner.served))
     backends(app).close()
+    return name, statuses, combiner.batches, combiner.served
 
 
 @pytest.mark.parametrize("strategy", ["token", "fair"])
@@ -238,16 +239,8 @@ def test_two_worker_processes_combining_sell_exactly_the_stock_and_both_sell(
         sqlite_url, redis_url, redis_client, strategy):
     app = combining_shop(sqlite_url, redis_url, stock=STOCK, strategy=strategy, limit=2,
                          work_ms=2)  # work inside the section widens a broken exclusion
-    spawn = multiprocessing.get_context("spawn")
-    results, ready = spawn.Queue(), spawn.Barrier(2)
-    workers = [spawn.Process(target=_sell_in_a_process,
-                             args=(sqlite_url, redis_url, strategy, name, ready, results))
-               for name in ("w1", "w2")]
-    for worker in workers:
-        worker.start()
-    got = [results.get(timeout=120) for _ in workers]
-    for worker in workers:
-        worker.join(30)
+    got = sell_in_two_processes(_sell_in_a_process, sqlite_url, redis_url, strategy,
+                                together=True)
     audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
     backends(app).close()
     sold = {name: statuses.count(201) for name, statuses, _, _ in got}
