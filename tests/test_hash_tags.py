@@ -121,8 +121,8 @@ def webapp_paths() -> list[str]:
 def test_every_purchase_path_of_the_shop_stays_in_one_hash_slot_per_call(
         strategy, cluster_clients, tmp_path, monkeypatch):
     from webapp import locks, paths, sales
-    from webapp.extensions import Backends, make_engine
     from webapp.config import from_env
+    from webapp.extensions import Backends, make_engine
     from webapp.models import Base
     from webapp.problems import SoldOut
     from webapp.services import Checkout, PurchaseRequest, checkout
