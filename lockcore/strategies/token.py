@@ -19,10 +19,11 @@ its fair mode). Go bounds the unfairness, and so do we:
    ``SET NX``. Release wakes nobody: every normal-mode waiter is awake (on a timer, like
    Go's ``mutexWoken`` spinner) and looks again by itself. The price: a lock released
    for good may sit free until the first waiter's bound (never a lost wake-up).
-2. *Starvation mode.* At its bound the waiter joins ``fair``'s FIFO queue (``fair.lua``;
-   the join takes the lock if it is free). A release with anyone queued *hands* the
-   lock to the oldest live waiter (no ``SET NX`` can take it in between) and wakes only
-   it; its claim is pipelined behind its BLPOP. Nobody barges until the queue drains.
+2. *Starvation mode.* At its bound the waiter joins ``fair``'s FIFO queue (``fair.lua``,
+   shared through ``handoff.py``; the join takes the lock if it is free). A release
+   with anyone queued *hands* the lock to the oldest live waiter (no ``SET NX`` can
+   take it in between) and wakes only it; its claim is pipelined behind its BLPOP.
+   Nobody barges until the queue drains.
 
 Every acquisition is still a real ``SET``/release in Redis; what is traded is order, for
 at most the bound. ``handoff_after_ms=0`` queues at once: strict FIFO hand-off.
@@ -44,81 +45,48 @@ throughput, lower it (0: FIFO) for tail latency; ``fair`` when order is the poin
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from .. import scripts
-from ..base import DistributedLock, new_token
-from ..errors import LockNotOwned
-from ..waiting import wake_and_try
-
-logger = logging.getLogger(__name__)
+from .handoff import HandOffLock
 
 #: how long a notify-waiter may be overtaken by bargers before a release hands it the lock
 DEFAULT_HANDOFF_AFTER_MS = 20
 #: a shorter BLPOP is not worth sending (and 0 would mean "forever")
 MIN_BLOCK_S = 0.01
-#: fair.lua: released; released and handed to a queued waiter
-RELEASED, HANDED_ON = 1, 3
 #: a queued waiter calls at least every second; skipped once silent this long
 QUEUE_LEASE_MS = 3_000
 #: how long after a hand-off the next acquire still skips the try that would fail
 QUEUE_FIRST_S = 10.0
 
 
-class TokenLock(DistributedLock):
+class TokenLock(HandOffLock):
     strategy = "token"
     safe = True
     origin = "seeds 000, 002"
     summary = "SET NX PX with a random token, Lua compare-and-delete release, fencing tokens"
-    signals_on_release = True
 
     def __init__(self, client: Any, name: str, *,
                  handoff_after_ms: float = DEFAULT_HANDOFF_AFTER_MS, **options: Any) -> None:
-        super().__init__(client, name, **options)
-        if self.ttl_ms is None:
-            raise ValueError("the token lock needs a ttl_ms: it is what frees a crashed holder")
+        super().__init__(client, name, lease_ms=QUEUE_LEASE_MS, **options)
         if isinstance(handoff_after_ms, bool) or not isinstance(handoff_after_ms, (int, float)) \
                 or handoff_after_ms < 0:
             raise ValueError("handoff_after_ms must be a number >= 0")
         self.handoff_after_s = handoff_after_ms / 1000
-        self.fence_key = f"{self.key}:fence"
-        # fair.lua's keys: the starvation-mode queue is fair's, on the same fence
-        self.queue_keys = [self.key, f"{self.key}:queue", f"{self.key}:leases",
-                           f"{self.key}:lease_ms", f"{self.key}:seq", self.fence_key,
-                           f"{self.key}:wake:"]
-        self._uuid = new_token()  # this acquisition's token, also its name in the queue
-        self._queued = False
+        self._queued = False  # in starvation mode: our turn comes from the queue
         self._first_fail: float | None = None
         self._released_at = 0.0
         self._acquire_script = scripts.script(client, "token_acquire")
-        self._queue_script = scripts.script(client, "fair")
-        self._extend_script = scripts.script(client, "token_extend")
 
-    @property
-    def signal_key(self) -> str:
-        """Our own wake list: a hand-off wakes only the waiter it hands the lock to."""
-        return f"{self.key}:wake:{self._uuid}"
-
-    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """As ``DistributedLock.acquire``; leaves the queue if it gives up while queued."""
-        if self._token is not None:
-            return super().acquire(blocking, timeout)  # raises: locks are not reentrant
+    def _new_acquisition(self) -> None:
+        super()._new_acquisition()
         if self.queue_first and self.clock.monotonic() - self._released_at > QUEUE_FIRST_S:
             self.queue_first = False
-        self._uuid, self._queued, self._first_fail = new_token(), False, None
-        try:
-            gotten = super().acquire(blocking, timeout)
-        except BaseException:
-            self._leave_queue()
-            raise
-        if not gotten:
-            self._leave_queue()
-        return gotten
+        self._queued, self._first_fail = False, None
 
     def _try_acquire(self, token: str) -> bool:
         if self._queued:  # our turn comes from the queue now, not from SET NX
-            return self._took(self._queue_script(keys=self.queue_keys, args=self._queue_args()))
+            return self._took(self._queue_try())
         return self._took(self._acquire_script(keys=[self.key, self.fence_key],
                                                args=[self._uuid, self.ttl_ms]))
 
@@ -134,16 +102,8 @@ class TokenLock(DistributedLock):
                 return self._uuid, self._try_acquire(self._uuid)
         # Starvation mode: join (ringing our own list if the lock is free, which the join
         # takes), block, claim: one round trip, also for the look at the bound.
-        first = None
-        if not self._queued:
-            first, self._queued = self._queue_args("1"), True
-            scripts.loaded(self.client, "fair")  # a NOSCRIPT join would block in vain
-        _, reply = wake_and_try(self, self._queue_script, self.queue_keys, self._queue_args(),
-                                block_s, first_args=first)
-        return self._uuid, self._took(reply)
-
-    def _queue_args(self, ring: str = "0") -> list[Any]:
-        return ["acquire", self._uuid, self.ttl_ms, QUEUE_LEASE_MS, ring]
+        join, self._queued = not self._queued, True
+        return self._uuid, self._took(self.join_block_claim(block_s, join=join))
 
     def _took(self, reply: list[int]) -> bool:
         if reply[0] == 1:
@@ -154,28 +114,11 @@ class TokenLock(DistributedLock):
             self._first_fail = self.clock.monotonic()
         return False
 
-    def _on_acquired(self, token: str) -> None:
-        super()._on_acquired(self._uuid)  # the value in Redis is the acquisition's uuid
-
     def _release(self, token: str) -> None:
-        done = self._queue_script(keys=self.queue_keys,
-                                  args=["release", token, self.ttl_ms, QUEUE_LEASE_MS])
-        if done not in (RELEASED, HANDED_ON):
-            raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        super()._release(token)
         self._released_at = self.clock.monotonic()
-        # Handed on: others are queued, so our next try could only fail.
-        self.queue_first = done == HANDED_ON and self.waiter.name == "notify"
-
-    def _extend(self, token: str, ttl_ms: int) -> None:
-        if self._extend_script(keys=[self.key], args=[token, ttl_ms]) != scripts.OK:
-            raise LockNotOwned("cannot extend: the lock is no longer ours", self.name)
 
     def _leave_queue(self) -> None:
-        """Giving up: leave the queue, or pass the lock on if it was handed to us meanwhile."""
-        if self._queued:
+        if self._queued:  # a normal-mode waiter never joined: nothing to leave
             self._queued = False
-            try:
-                self._queue_script(keys=self.queue_keys,
-                                   args=["release", self._uuid, self.ttl_ms, QUEUE_LEASE_MS])
-            except Exception as exc:  # our lease runs out anyway
-                logger.warning("token lock %r: could not leave the queue: %s", self.name, exc)
+            super()._leave_queue()

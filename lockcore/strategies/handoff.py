@@ -1,0 +1,122 @@
+"""The FIFO hand-off queue that ``fair`` waits in, and ``token`` in starvation mode.
+
+Not a strategy: the machinery two strategies share (``fair.lua``), so that each of
+their modules can teach its own idea. Whoever uses it gets:
+
+* **One identity per acquisition.** ``acquire`` draws a uuid that every attempt of
+  that acquisition reuses: it is the waiter's name in the queue, the value of the
+  lock key once held, and the suffix of its own wake list ``lock:{name}:wake:<uuid>``
+  (``signal_key``). A retry after a lost reply therefore finds its old ticket.
+* **A lease.** Every call renews the waiter's lease (``lease_ms``); a waiter that stops
+  calling is skipped once it runs out, and a lock handed to it is only lent for one
+  lease (the claim window).
+* **Hand-off on release.** A release with anyone queued sets the lock to the oldest
+  live waiter and pushes one element onto that waiter's list. Nobody else wakes, and no
+  ``SET NX`` can take the lock in between.
+* **Join, block, claim: one round trip** (``join_block_claim``). The join rings our
+  own list if it found the lock free, so the BLPOP behind it returns at once; the
+  claim behind the BLPOP runs inside Redis the moment a hand-off wakes us.
+* **Leaving.** An acquisition that gives up (timeout, exception) leaves the queue, or
+  passes the lock on if it was handed to it meanwhile.
+
+A release that handed the lock on sets ``queue_first``: others are queued, so the
+handle's next blocking acquire skips the try that could only fail (notify only).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .. import scripts
+from ..base import DistributedLock, new_token
+from ..errors import LockNotOwned
+from ..waiting import wake_and_try
+
+logger = logging.getLogger(__name__)
+
+#: fair.lua's release replies
+RELEASED, LEFT_QUEUE, HANDED_ON = 1, 2, 3
+
+
+class HandOffLock(DistributedLock):
+    """A lock on one Redis whose waiters may queue in ``fair.lua`` and be handed it."""
+
+    signals_on_release = True
+
+    def __init__(self, client: Any, name: str, *, lease_ms: int, **options: Any) -> None:
+        super().__init__(client, name, **options)
+        if self.ttl_ms is None:
+            raise ValueError(f"the {self.strategy} lock needs a ttl_ms: "
+                             "it is what frees a crashed holder")
+        self.lease_ms = lease_ms
+        self.fence_key = f"{self.key}:fence"
+        self.queue_keys = [self.key, f"{self.key}:queue", f"{self.key}:leases",
+                           f"{self.key}:lease_ms", f"{self.key}:seq", self.fence_key,
+                           f"{self.key}:wake:"]
+        self._uuid = new_token()  # this acquisition's name: in the queue and in the key
+        self._queue_script = scripts.script(client, "fair")
+        self._extend_script = scripts.script(client, "token_extend")
+
+    @property
+    def signal_key(self) -> str:
+        """Our own wake list: a hand-off wakes only the waiter it hands the lock to."""
+        return f"{self.key}:wake:{self._uuid}"
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """As ``DistributedLock.acquire``; leaves the queue if it gives up while queued."""
+        if self._token is not None:
+            return super().acquire(blocking, timeout)  # raises: locks are not reentrant
+        self._new_acquisition()
+        try:
+            gotten = super().acquire(blocking, timeout)
+        except BaseException:
+            self._leave_queue()
+            raise
+        if not gotten:
+            self._leave_queue()
+        return gotten
+
+    def _new_acquisition(self) -> None:
+        self._uuid = new_token()  # one identity for every attempt of this acquisition
+
+    def _queue_args(self, ring: str = "0") -> list[Any]:
+        return ["acquire", self._uuid, self.ttl_ms, self.lease_ms, ring]
+
+    def _queue_try(self) -> Any:
+        """Join the queue (or renew our lease), taking the lock if it is our turn."""
+        return self._queue_script(keys=self.queue_keys, args=self._queue_args())
+
+    def join_block_claim(self, block_s: float, *, join: bool) -> Any:
+        """(Join,) BLPOP our wake list and claim: one round trip; the claim's reply."""
+        first = None
+        if join:
+            scripts.loaded(self.client, "fair")  # a NOSCRIPT join would block in vain
+            first = self._queue_args("1")
+        _, reply = wake_and_try(self, self._queue_script, self.queue_keys, self._queue_args(),
+                                block_s, first_args=first)
+        return reply
+
+    def _on_acquired(self, token: str) -> None:
+        super()._on_acquired(self._uuid)  # the value in Redis is the acquisition's uuid
+
+    def _release(self, token: str) -> None:
+        done = self._queue_script(keys=self.queue_keys,
+                                  args=["release", token, self.ttl_ms, self.lease_ms])
+        if done not in (RELEASED, HANDED_ON):
+            raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        # Handed on: others are queued, so our next try could only fail.
+        self.queue_first = done == HANDED_ON and self.waiter.name == "notify"
+
+    def _extend(self, token: str, ttl_ms: int) -> None:
+        if self._extend_script(keys=[self.key], args=[token, ttl_ms]) != scripts.OK:
+            raise LockNotOwned("cannot extend: the lock is no longer ours", self.name)
+
+    def _leave_queue(self) -> None:
+        """Giving up: leave the queue, or pass the lock on if it was handed to us meanwhile."""
+        try:
+            self._queue_script(keys=self.queue_keys,
+                               args=["release", self._uuid, self.ttl_ms, self.lease_ms])
+        except Exception as exc:  # our lease runs out anyway
+            logger.warning("%s lock %r: could not leave the queue: %s", self.strategy,
+                           self.name, exc)
