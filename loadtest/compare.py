@@ -94,9 +94,17 @@ def _flash_cells(r: StrategyResult) -> list[str]:
 
 
 def baseline_rates(results: list[StrategyResult]) -> tuple[float | None, float | None]:
-    """The rates of the POST and the GET no-op baselines of a sustained run, if any."""
-    found = {r.mode: r.rate for r in results if r.mode in NOOP_MODES and not r.error}
-    return found.get("noop"), found.get("noop-get")
+    """The rates of the POST and the GET no-op baselines of a sustained run, if any.
+
+    A mode measured more than once (the POST baseline runs first and last, so that a
+    machine whose speed drifts during the run moves both sides of the ratio) gives
+    the mean of its phases."""
+    found: dict[str, list[float]] = {}
+    for r in results:
+        if r.mode in NOOP_MODES and not r.error and r.rate is not None:
+            found.setdefault(r.mode, []).append(r.rate)
+    post, get = found.get("noop"), found.get("noop-get")
+    return (sum(post) / len(post) if post else None, sum(get) / len(get) if get else None)
 
 
 def _share(rate: float | None, of: float | None) -> str:

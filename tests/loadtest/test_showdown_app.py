@@ -57,5 +57,6 @@ def test_sustained_mode_measures_purchases_per_second_beside_a_no_op_baseline(tm
     assert results["no-op baseline"]["mode"] == "noop"  # POSTed like a purchase
     assert results["no-op baseline"]["purchases_per_s"] > 0
     assert results["no-op GET (old)"]["rps"] > 0  # the old bare GET, still shown
+    assert results["no-op baseline (end)"]["mode"] == "noop"  # again last: drift shows
     atomic = results["atomic"]
     assert atomic["purchases_per_s"] > 0 and atomic["consistent"], atomic

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadtest import locust_csv, svg
-from loadtest.compare import FAIL, OK, TAUGHT, StrategyResult, failed, format_table
+from loadtest.compare import FAIL, OK, TAUGHT, StrategyResult, baseline_rates, failed, format_table
 from loadtest.report import render, write_report
 from loadtest.verdict import PURCHASE_NAME
 
@@ -94,6 +94,18 @@ def test_sustained_rows_give_each_rate_as_a_share_of_both_no_op_baselines():
     # the POST baseline's good answers/s, not its req/s, is the denominator
     assert [row[post_at] for row in cells] == ["100%", "400%", "50%"]
     assert [row[get_at] for row in cells] == ["25%", "100%", "12%"]
+
+
+def test_the_post_baseline_run_first_and_last_divides_by_its_mean():
+    first = StrategyResult("no-op baseline", True, mode="noop", rps=900.0,
+                           purchases_per_s=900.0)
+    last = StrategyResult("no-op baseline (end)", True, mode="noop", rps=1100.0,
+                          purchases_per_s=1100.0)
+    atomic = result("atomic", True, mode="sustained", purchases_per_s=800.0)
+    assert baseline_rates([first, atomic, last]) == (1000.0, None)
+    header, rule, *rows = format_table([first, atomic, last]).splitlines()
+    post_at = re.split(r"\s{2,}", header.strip()).index("% POST no-op")
+    assert [re.split(r"\s{2,}", row.strip())[post_at] for row in rows] == ["90%", "80%", "110%"]
 
 
 def test_bar_heights_are_proportional_to_the_values():
