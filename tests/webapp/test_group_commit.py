@@ -3,12 +3,11 @@ request still gets its own correct answer, and only after its row is committed."
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
+from tests.webapp.heldbatch import run_behind_a_held_batch
 from webapp import groupcommit, orders, sales
 from webapp.models import Order
 from webapp.problems import AlreadyPurchased
@@ -26,46 +25,11 @@ def deps(sessions, redis_client) -> Checkout:
                     sleep=lambda seconds: None)
 
 
-def hold_first_commit(monkeypatch, writer: groupcommit.OrderWriter) -> tuple[threading.Event,
-                                                                               threading.Event]:
-    """Make the first transaction wait until released, so that others queue behind it."""
-    entered, release = threading.Event(), threading.Event()
-    real = writer._insert
-
-    def held(batch):
-        if not entered.is_set():
-            entered.set()
-            assert release.wait(10)
-        return real(batch)
-
-    monkeypatch.setattr(writer, "_insert", held)
-    return entered, release
-
-
 def buy_concurrently(deps: Checkout, users: list[str], monkeypatch) -> dict[str, object]:
     """Each user buys in a thread of their own; the first commit waits until all queued."""
-    writer = groupcommit.writer_for(deps.sessions)
-    entered, release = hold_first_commit(monkeypatch, writer)
-    answers: dict[str, object] = {}
-
-    def buy(user: str) -> None:
-        try:
-            answers[user] = checkout(deps, PurchaseRequest(SKU, user)).order
-        except Exception as exc:  # noqa: BLE001 - the answer under test
-            answers[user] = exc
-
-    first = threading.Thread(target=buy, args=(users[0],))
-    first.start()
-    assert entered.wait(10)
-    rest = [threading.Thread(target=buy, args=(user,)) for user in users[1:]]
-    for thread in rest:
-        thread.start()
-    while len(writer._queue) < len(rest):  # every other order is queued behind the first
-        threading.Event().wait(0.01)
-    release.set()
-    for thread in [first, *rest]:
-        thread.join(10)
-    return answers
+    return run_behind_a_held_batch(
+        monkeypatch, groupcommit.writer_for(deps.sessions), "_insert",
+        lambda user: checkout(deps, PurchaseRequest(SKU, user)).order, users)
 
 
 def test_orders_queued_during_a_commit_are_written_together_in_the_next_one(deps, monkeypatch):

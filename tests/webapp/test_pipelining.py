@@ -4,7 +4,6 @@ and each caller still gets its own reply or its own error."""
 from __future__ import annotations
 
 import socket
-import threading
 
 import pytest
 import redis
@@ -13,6 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
+from tests.webapp.heldbatch import run_behind_a_held_batch
 from webapp import sales
 from webapp.keys import SaleKeys
 from webapp.pipelining import ScriptPipeline
@@ -28,46 +28,12 @@ def atomic_sale(sessions, redis_client) -> None:
     sales.reset_sale(sessions, redis_client, SKU, stock=20, strategy="atomic")
 
 
-def hold_first_batch(monkeypatch, pipeline: ScriptPipeline) -> tuple[threading.Event,
-                                                                     threading.Event]:
-    entered, release = threading.Event(), threading.Event()
-    real = pipeline._round_trip
-
-    def held(batch):
-        if not entered.is_set():
-            entered.set()
-            assert release.wait(10)
-        return real(batch)
-
-    monkeypatch.setattr(pipeline, "_round_trip", held)
-    return entered, release
-
-
 def run_concurrently(monkeypatch, pipeline: ScriptPipeline,
                      calls: dict[str, list]) -> dict[str, object]:
     """One thread per call; the first batch waits until every other call has queued."""
-    entered, release = hold_first_batch(monkeypatch, pipeline)
-    answers: dict[str, object] = {}
-
-    def call(user: str) -> None:
-        try:
-            answers[user] = pipeline.run("atomic_checkout", SCRIPT_KEYS, calls[user])
-        except Exception as exc:  # noqa: BLE001 - the answer under test
-            answers[user] = exc
-
-    users = list(calls)
-    first = threading.Thread(target=call, args=(users[0],))
-    first.start()
-    assert entered.wait(10)
-    rest = [threading.Thread(target=call, args=(user,)) for user in users[1:]]
-    for thread in rest:
-        thread.start()
-    while len(pipeline._queue) < len(rest):
-        threading.Event().wait(0.01)
-    release.set()
-    for thread in [first, *rest]:
-        thread.join(10)
-    return answers
+    return run_behind_a_held_batch(
+        monkeypatch, pipeline, "_round_trip",
+        lambda user: pipeline.run("atomic_checkout", SCRIPT_KEYS, calls[user]), list(calls))
 
 
 def test_concurrent_scripts_share_one_round_trip_and_each_gets_its_own_reply(
