@@ -44,6 +44,11 @@ class StockPath:
     def read_stock(self, redis: Any, sale: SaleInfo) -> int:
         return int(redis.get(sale.keys.stock) or 0)
 
+    def restore_stock(self, redis: Any, sale: SaleInfo, stock: int) -> bool:
+        """Put ``stock`` back after Redis lost it, unless someone already did (``NX``):
+        of many buyers arriving at once, only the first restores, before anyone buys."""
+        return bool(redis.set(sale.keys.stock, stock, nx=True))
+
     def _work(self, deps: Checkout, sale: SaleInfo) -> None:
         if sale.work_ms > 0:  # simulated business work: widens any race to see it
             deps.sleep(sale.work_ms / 1000)

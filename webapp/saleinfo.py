@@ -74,7 +74,9 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo) 
         remaining = session.scalar(select(Sale.remaining).where(Sale.id == sale.id))
     if remaining is None:
         return
-    if redis.set(sale.keys.stock, max(remaining, 0), nx=True):
+    from .paths import path_for  # paths imports services, which imports this module
+
+    if path_for(sale.strategy).restore_stock(redis, sale, max(remaining, 0)):
         logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
                        remaining)
     if remaining <= 0:

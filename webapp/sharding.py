@@ -73,6 +73,14 @@ class ShardedPath(StockPath):
             pipe.set(key, units)
         pipe.execute()
 
+    def restore_stock(self, redis: Any, sale: SaleInfo, stock: int) -> bool:
+        """Each shard its share of the database's ``remaining``, each only if absent
+        (``NX``, shard by shard: a cluster keeps them on different nodes)."""
+        pipe = redis.pipeline(transaction=False)
+        for key, units in zip(self.keys(sale), split(stock, self.shards), strict=True):
+            pipe.set(key, units, nx=True)
+        return any(pipe.execute())
+
     def read_shards(self, redis: Any, sale: SaleInfo) -> list[int]:
         """Units left in each shard (what the unsold remainder is made of)."""
         pipe = redis.pipeline(transaction=False)

@@ -135,3 +135,20 @@ def test_a_failed_order_write_returns_the_unit_to_the_shard_it_came_from(deps, m
         buy(deps, "alice")  # the UNIQUE (sale, user) constraint refuses the second row
     assert path.read_shards(deps.redis, sale) == before
     assert sales.audit(deps.sessions, deps.redis, SKU)["consistent"]
+
+
+def test_after_redis_loses_its_data_the_shards_are_rebuilt_from_the_database(
+        deps, monkeypatch):
+    path = open_sale(deps, monkeypatch, stock=8)
+    for n in range(3):
+        buy(deps, f"early-{n}")
+    # Redis restarted without persistence: every key of the sale is gone
+    deps.redis.delete(*deps.redis.keys(f"sale:{{{SKU}*"))
+    for n in range(5):
+        buy(deps, f"late-{n}")  # the first one rebuilds the shards from `remaining`
+    with pytest.raises(SoldOut):
+        buy(deps, "one-too-many")
+    assert path.read_shards(deps.redis, load_sale(deps.sessions, SKU)) == [0, 0, 0, 0]
+    report = sales.audit(deps.sessions, deps.redis, SKU)
+    assert report["consistent"], report
+    assert (report["units_sold"], report["remaining"], report["oversold"]) == (8, 0, 0)
