@@ -90,9 +90,9 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         sale = cached_sale(deps.redis, deps.sessions, request.sku,
                            None if fast is None else fast.info)
         path = path_for(sale.strategy)
-    except BaseException:
-        if fast is not None and fast.reserved and not fast.taken:
-            _unreserve(deps, SaleKeys(request.sku).buyers, request.user_id)
+    except BaseException:  # the script reserved (and for atomic took): undo it
+        if fast is not None and fast.reserved:
+            _undo_fast(deps, request, fast)
         raise
     if fast is not None and fast.taken:  # reserved and taken by the script: write the order
         buy = functools.partial(path.record_taken, deps, sale, request)
@@ -185,6 +185,17 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
         if deps.monotonic() > deadline:
             raise Busy("an earlier request with this Idempotency-Key is still running")
         deps.sleep(0.02)
+
+
+def _undo_fast(deps: Checkout, request: PurchaseRequest, fast: _Fast) -> None:
+    keys = SaleKeys(request.sku)
+    if fast.taken:
+        try:
+            deps.redis.incrby(keys.stock, request.quantity)
+        except Exception:  # Redis down: the audit shows the mismatch
+            logger.exception("could not return %d unit(s) of %s", request.quantity,
+                             request.sku)
+    _unreserve(deps, keys.buyers, request.user_id)
 
 
 def _unreserve(deps: Checkout, buyers_key: str, user_id: str) -> None:

@@ -70,6 +70,15 @@ def test_a_sale_whose_strategy_this_worker_lacks_drops_the_reservation(deps, loc
     assert not deps.redis.sismember(SaleKeys(SKU).buyers, "ann") and lock.calls == []
 
 
+def test_an_atomic_sale_row_that_cannot_be_read_gives_the_taken_unit_back(deps, lock):
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=3, strategy="atomic")
+    deps.redis.hset(SaleKeys(SKU).info, "work_ms", "not-a-number")  # a damaged copy
+    with pytest.raises(ValueError):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert deps.redis.get(SaleKeys(SKU).stock) == b"3"
+    assert not deps.redis.sismember(SaleKeys(SKU).buyers, "ann")
+
+
 def test_selling_out_sets_the_flag_so_later_buyers_never_touch_the_lock(deps, lock):
     for user in ("a", "b", "c"):
         checkout(deps, PurchaseRequest(SKU, user))
