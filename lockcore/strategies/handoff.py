@@ -1,26 +1,21 @@
 """The FIFO hand-off queue that ``fair`` waits in, and ``token`` in starvation mode.
 
-Not a strategy: the machinery two strategies share (``fair.lua``), so that each of
-their modules can teach its own idea. Whoever uses it gets:
+Not a strategy: what two strategies share, so each of their modules teaches one idea.
 
 * **One identity per acquisition.** ``acquire`` draws a uuid that every attempt of
   that acquisition reuses: it is the waiter's name in the queue, the value of the
   lock key once held, and the suffix of its own wake list ``lock:{name}:wake:<uuid>``
   (``signal_key``). A retry after a lost reply therefore finds its old ticket.
-* **A lease.** Every call renews the waiter's lease (``lease_ms``); a waiter that stops
-  calling is skipped once it runs out, and a lock handed to it is only lent for one
-  lease (the claim window).
+* **A lease.** Every call renews it (``lease_ms``); a waiter that stops calling is
+  skipped once it runs out, and a lock handed to it is lent for one lease at most.
 * **Hand-off on release.** A release with anyone queued sets the lock to the oldest
-  live waiter and pushes one element onto that waiter's list. Nobody else wakes, and no
-  ``SET NX`` can take the lock in between.
+  live waiter and pushes onto its list only: no herd, no ``SET NX`` in between.
 * **Join, block, claim: one round trip** (``join_block_claim``). The join rings our
   own list if it found the lock free, so the BLPOP behind it returns at once; the
-  claim behind the BLPOP runs inside Redis the moment a hand-off wakes us.
-* **Leaving.** An acquisition that gives up (timeout, exception) leaves the queue, or
-  passes the lock on if it was handed to it meanwhile.
-
-A release that handed the lock on sets ``queue_first``: others are queued, so the
-handle's next blocking acquire skips the try that could only fail (notify only).
+  claim behind the BLPOP runs inside Redis the moment a hand-off wakes us. The join
+  is sent with ``CLIENT REPLY SKIP``: the releaser that joins right after handing the
+  lock on is not woken by a reply nobody reads while the new holder needs the CPU.
+* **Leaving.** Giving up leaves the queue, or passes on a lock handed over meanwhile.
 """
 
 from __future__ import annotations
@@ -28,10 +23,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from redis.exceptions import NoScriptError, ResponseError
+
 from .. import scripts
 from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
-from ..waiting import wake_and_try
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +85,21 @@ class HandOffLock(DistributedLock):
 
     def join_block_claim(self, block_s: float, *, join: bool) -> Any:
         """(Join,) BLPOP our wake list and claim: one round trip; the claim's reply."""
-        first = None
+        sha, keys = self._queue_script.sha, self.queue_keys
+        commands: list[tuple[Any, ...]] = []
         if join:
             scripts.loaded(self.client, "fair")  # a NOSCRIPT join would block in vain
-            first = self._queue_args("1")
-        _, reply = wake_and_try(self, self._queue_script, self.queue_keys, self._queue_args(),
-                                block_s, first_args=first)
+            # No reply for the join: the claim's reply says it all (module docstring).
+            commands += [("CLIENT", "REPLY", "SKIP"),
+                         ("EVALSHA", sha, len(keys), *keys, *self._queue_args("1"))]
+        commands += [("BLPOP", self.signal_key, block_s),
+                     ("EVALSHA", sha, len(keys), *keys, *self._queue_args())]
+        wake, reply = _round_trip(self.client, commands, replies=2)
+        if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
+            reply = self._queue_try()
+        for answer in (wake, reply):
+            if isinstance(answer, Exception):
+                raise answer
         return reply
 
     def _on_acquired(self, token: str) -> None:
@@ -120,3 +125,26 @@ class HandOffLock(DistributedLock):
         except Exception as exc:  # our lease runs out anyway
             logger.warning("%s lock %r: could not leave the queue: %s", self.strategy,
                            self.name, exc)
+
+
+def _round_trip(client: Any, commands: list[tuple[Any, ...]], replies: int) -> list[Any]:
+    """Write ``commands`` at once, read ``replies`` answers (errors as values).
+
+    redis-py's ``Pipeline`` reads one reply per command; after ``CLIENT REPLY SKIP``
+    the next command answers nothing."""
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        connection.send_packed_command(connection.pack_commands(commands))
+        answers: list[Any] = []
+        for _ in range(replies):
+            try:
+                answers.append(connection.read_response())
+            except ResponseError as exc:  # read whole: the next reply is still in step
+                answers.append(exc)
+    except BaseException:
+        connection.disconnect()  # replies may still be on their way: never reuse it
+        raise
+    finally:
+        pool.release(connection)
+    return answers

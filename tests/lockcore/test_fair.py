@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 import lockcore
 from lockcore import LockNotOwned
@@ -216,3 +217,18 @@ def test_a_releaser_that_handed_on_queues_first_and_rings_itself_when_free(
     assert time.monotonic() - started < 2.5
     assert redis_client.llen(releaser.signal_key) == 0  # the ring was consumed
     releaser.release()
+
+
+def test_a_join_sent_without_its_reply_leaves_the_connection_in_step(redis_client) -> None:
+    # join + BLPOP + claim go out in one write, the join with CLIENT REPLY SKIP, and two
+    # replies are read back. One reply too many or too few and every later command on
+    # that connection would read another command's answer.
+    pool = redis.BlockingConnectionPool(max_connections=1,
+                                        **redis_client.connection_pool.connection_kwargs)
+    one = redis.Redis(connection_pool=pool)  # so the next commands reuse that connection
+    lock = fair(one, wait="notify")
+    assert lock.join_block_claim(0.5, join=True)[0] == 1  # free: joined, took it, rang
+    one.set("probe", "in step")
+    assert one.get("probe") == b"in step"
+    assert one.get(lock.key).decode() == lock._uuid
+    pool.disconnect()
