@@ -1,28 +1,25 @@
 """Group commit: the orders of concurrent purchases written in one transaction.
 
 An ``atomic`` purchase has taken its units in Redis before it writes its order; what
-is left is an UPDATE of ``sales.remaining``, an INSERT and a COMMIT. Under load a worker
-has many such writes waiting at once, and each paid its own transaction. Here they
-share one: one UPDATE per sale by the sum of their units, one multi-row
-``INSERT ... RETURNING id``, one COMMIT.
+is left is an UPDATE of ``sales.remaining``, an INSERT and a COMMIT, and under load a
+worker has many waiting at once. Here they share one transaction: one UPDATE per sale
+by the sum of their units, one multi-row ``INSERT ... RETURNING id``, one COMMIT. The
+``sql`` strategy's orders (``ConditionalOrderWriter``) keep one conditional UPDATE each
+(the database is their stock) but share the INSERT and the COMMIT.
 
-**How.** ``batching.Batcher``'s leader and followers: a purchase queues its order; if
-no one of its worker is writing, it leads and writes every order queued since the last
-commit in one transaction, then hands the lead on. So a batch is what piled up since
-the last commit: one order when the shop is quiet, a dozen or more under load. **Every
-request is answered only after its own row is committed**; a purchase never hears 201
-for a row that a later failure could still roll back.
+**How.** ``batching.Batcher``'s leader and followers: the leader writes every order
+queued since the last commit, then hands the lead on: one order when the shop is
+quiet, a dozen or more under load. **Every request is answered only after its own row
+is committed**; nobody hears 201 for a row that a later failure could roll back.
 
-**Failures.** An ``IntegrityError`` (a UNIQUE violation: the same buyer or
-Idempotency-Key twice) rolls the whole batch back; then each order is written alone
-(``insert_order``), so each request gets the answer a transaction of its own would have
-given it (201, ``Replay``, ``AlreadyPurchased``...). Any other error (database down,
-locked past the busy timeout) is every order's error: each request gives its units back
-(``record_order``'s rule) and answers as before.
+**Failures.** An ``IntegrityError`` (the same buyer or Idempotency-Key twice) rolls the
+whole batch back, and each order is written alone, so each request gets the answer a
+transaction of its own would have given it (201, ``Replay``, ``AlreadyPurchased``,
+``SoldOut``). Any other error (database down, locked past the busy timeout) is every
+order's error: each request gives its units back (``record_order``'s rule).
 
-**SQLite under gevent.** The leader's transaction never yields: the queue's lock is
-taken before BEGIN and after COMMIT, and nothing in between talks to Redis or waits.
-That is also why the leader yields once before it takes its batch (``batching.py``).
+**SQLite under gevent.** The leader's transaction never yields: nothing between BEGIN
+and COMMIT talks to Redis or waits (``batching.py`` says why the leader yields first).
 """
 
 from __future__ import annotations
@@ -33,12 +30,13 @@ import weakref
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import insert, update
+from sqlalchemy import Connection, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .batching import Batcher, Pending, own_copy
 from .models import Order, Sale
+from .problems import SoldOut
 
 logger = logging.getLogger(__name__)
 
@@ -56,14 +54,6 @@ class OrderWriter(Batcher[_Write]):
         super().__init__(max_batch)
         self._sessions = sessions
 
-    @property
-    def commits(self) -> int:
-        return self.batches
-
-    @property
-    def orders(self) -> int:
-        return self.items
-
     def write(self, order: Order, row: dict[str, Any]) -> Order:
         """Insert ``row`` (the columns of ``order``); return ``order`` with its id once
         committed, or raise what its own transaction would have raised."""
@@ -72,7 +62,7 @@ class OrderWriter(Batcher[_Write]):
 
     def _serve(self, batch: list[Pending[_Write]]) -> None:
         try:
-            ids = self._insert(batch)
+            written = self._transaction(batch)
         except IntegrityError:
             logger.info("a batch of %d orders hit a UNIQUE constraint; writing them one by one",
                         len(batch))
@@ -83,41 +73,77 @@ class OrderWriter(Batcher[_Write]):
             for pending in batch:
                 pending.error = own_copy(exc)
             return
-        for pending, order_id in zip(batch, ids, strict=True):
-            pending.item[0].id = order_id
-            pending.result = pending.item[0]
+        _give_ids(written)
 
-    def _insert(self, batch: list[Pending[_Write]]) -> list[int]:
+    def _transaction(self, batch: list[Pending[_Write]]) -> list[tuple[Pending[_Write], int]]:
+        """Count the units off ``sales.remaining``, insert the rows, commit; each row
+        written with its id (a row refused by ``_take_units`` has its error instead)."""
+        with self._sessions.begin() as session:
+            connection = session.connection()
+            taken = self._take_units(connection, batch)
+            if not taken:
+                return []
+            inserted = connection.execute(
+                insert(Order).returning(Order.id, sort_by_parameter_order=True),
+                [pending.item[1] for pending in taken])
+            return list(zip(taken, (row[0] for row in inserted), strict=True))
+
+    def _take_units(self, connection: Connection,
+                    batch: list[Pending[_Write]]) -> list[Pending[_Write]]:
+        """The stock is already taken in Redis: one UPDATE per sale, by the sum."""
         units: Counter[int] = Counter()
         for pending in batch:
             units[pending.item[1]["sale_id"]] += pending.item[1]["quantity"]
-        with self._sessions.begin() as session:
-            connection = session.connection()
-            for sale_id, sold in units.items():
-                connection.execute(update(Sale).where(Sale.id == sale_id)
-                                   .values(remaining=Sale.remaining - sold))
-            inserted = connection.execute(
-                insert(Order).returning(Order.id, sort_by_parameter_order=True),
-                [pending.item[1] for pending in batch])
-            return [row[0] for row in inserted]
+        for sale_id, sold in units.items():
+            connection.execute(update(Sale).where(Sale.id == sale_id)
+                               .values(remaining=Sale.remaining - sold))
+        return batch
 
     def _alone(self, pending: Pending[_Write]) -> None:
+        pending.error = None  # what the shared transaction decided was rolled back with it
         try:
-            pending.item[0].id = self._insert([pending])[0]
-            pending.result = pending.item[0]
+            _give_ids(self._transaction([pending]))
         except Exception as exc:  # its own answer (orders.py explains an IntegrityError)
             pending.error = exc
 
 
-_WRITERS: weakref.WeakKeyDictionary[sessionmaker[Session], OrderWriter] = \
+class ConditionalOrderWriter(OrderWriter):
+    """The ``sql`` strategy's orders: the database is the stock. Each order keeps its own
+    ``UPDATE ... WHERE remaining >= quantity``, in the order they queued; one that
+    finds too little gets ``SoldOut`` and the others go on, in the same transaction."""
+
+    def _take_units(self, connection: Connection,
+                    batch: list[Pending[_Write]]) -> list[Pending[_Write]]:
+        taken = []
+        for pending in batch:
+            row = pending.item[1]
+            decrement = (update(Sale)
+                         .where(Sale.id == row["sale_id"], Sale.remaining >= row["quantity"])
+                         .values(remaining=Sale.remaining - row["quantity"]))
+            if connection.execute(decrement).rowcount == 0:
+                pending.error = SoldOut(f"{row['sku']} is sold out")
+            else:
+                taken.append(pending)
+        return taken
+
+
+def _give_ids(written: list[tuple[Pending[_Write], int]]) -> None:
+    for pending, order_id in written:
+        pending.item[0].id = order_id
+        pending.result = pending.item[0]
+
+
+_WRITERS: weakref.WeakKeyDictionary[sessionmaker[Session], dict[type, OrderWriter]] = \
     weakref.WeakKeyDictionary()
 _WRITERS_LOCK = threading.Lock()
 
 
-def writer_for(sessions: sessionmaker[Session]) -> OrderWriter:
-    """The ``OrderWriter`` of ``sessions`` (made on first use, so after a worker's fork)."""
+def writer_for(sessions: sessionmaker[Session], conditional: bool = False) -> OrderWriter:
+    """The writer of ``sessions`` (made on first use, so after a worker's fork); with
+    ``conditional`` the ``sql`` strategy's."""
+    kind = ConditionalOrderWriter if conditional else OrderWriter
     with _WRITERS_LOCK:
-        writer = _WRITERS.get(sessions)
-        if writer is None:
-            writer = _WRITERS[sessions] = OrderWriter(sessions)
-        return writer
+        writers = _WRITERS.setdefault(sessions, {})
+        if kind not in writers:
+            writers[kind] = kind(sessions)
+        return writers[kind]

@@ -52,12 +52,14 @@ def _new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None
 
 
 def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
-                   idempotency_key: str | None, fencing_token: int | None = None) -> Order:
-    """``insert_order`` for a purchase whose stock is already taken (no condition), in a
-    transaction shared with concurrent ones (``groupcommit.py``)."""
+                   idempotency_key: str | None, fencing_token: int | None = None,
+                   *, conditional: bool = False) -> Order:
+    """``insert_order`` in a transaction shared with concurrent ones (``groupcommit.py``):
+    for a purchase whose stock is already taken, or with ``conditional`` (the ``sql``
+    strategy) taking it from ``sales.remaining`` (else ``SoldOut``)."""
     order, row = _new_order(sale, user_id, quantity, fencing_token, idempotency_key)
     try:
-        return writer_for(sessions).write(order, row)
+        return writer_for(sessions, conditional).write(order, row)
     except IntegrityError:
         _explain_conflict(sessions, sale, user_id, idempotency_key)
         raise

@@ -19,7 +19,7 @@ from typing import Any
 import lockcore
 
 from . import scripts
-from .orders import insert_order, record_order
+from .orders import insert_grouped, record_order
 from .problems import InvalidRequest, SoldOut
 from .services import Checkout, PurchaseRequest, SaleInfo
 
@@ -88,9 +88,9 @@ class SqlPath(StockPath):
         # the work happens before the transaction: under gevent a SQLite transaction
         # must not yield (see orders.py)
         self._work(deps, sale)
-        try:
-            order = insert_order(deps.sessions, sale, request.user_id, request.quantity,
-                                 None, request.idempotency_key, conditional=True)
+        try:  # with concurrent ones: each its own conditional UPDATE, one COMMIT
+            order = insert_grouped(deps.sessions, sale, request.user_id, request.quantity,
+                                   request.idempotency_key, conditional=True)
         except SoldOut:
             if self.read_stock(deps.redis, sale) <= 0:
                 deps.redis.set(sale.keys.soldout, 1)

@@ -10,7 +10,7 @@ from sqlalchemy.exc import OperationalError
 from tests.webapp.heldbatch import run_behind_a_held_batch
 from webapp import groupcommit, orders, sales
 from webapp.models import Order
-from webapp.problems import AlreadyPurchased
+from webapp.problems import AlreadyPurchased, SoldOut
 from webapp.saleinfo import load_sale
 from webapp.services import Checkout, PurchaseRequest, checkout
 
@@ -28,7 +28,7 @@ def deps(sessions, redis_client) -> Checkout:
 def buy_concurrently(deps: Checkout, users: list[str], monkeypatch) -> dict[str, object]:
     """Each user buys in a thread of their own; the first commit waits until all queued."""
     return run_behind_a_held_batch(
-        monkeypatch, groupcommit.writer_for(deps.sessions), "_insert",
+        monkeypatch, groupcommit.writer_for(deps.sessions), "_transaction",
         lambda user: checkout(deps, PurchaseRequest(SKU, user)).order, users)
 
 
@@ -36,7 +36,7 @@ def test_orders_queued_during_a_commit_are_written_together_in_the_next_one(deps
     users = [f"user-{i}" for i in range(12)]
     answers = buy_concurrently(deps, users, monkeypatch)
     writer = groupcommit.writer_for(deps.sessions)
-    assert (writer.commits, writer.orders) == (2, 12)  # the first alone, then eleven at once
+    assert (writer.batches, writer.items) == (2, 12)  # the first alone, then eleven at once
     ids = {user: answer.id for user, answer in answers.items()}  # type: ignore[union-attr]
     assert len(set(ids.values())) == 12 and None not in ids.values()
     with deps.sessions() as session:
@@ -65,7 +65,7 @@ def test_a_failed_batch_fails_every_request_and_returns_every_unit(deps, monkeyp
     def broken(batch):
         raise OperationalError("INSERT", {}, Exception("disk full"))
 
-    monkeypatch.setattr(writer, "_insert", broken)
+    monkeypatch.setattr(writer, "_transaction", broken)
     with pytest.raises(OperationalError):
         checkout(deps, PurchaseRequest(SKU, "ann"))
     audit = sales.audit(deps.sessions, deps.redis, SKU)
@@ -84,4 +84,46 @@ def test_the_lead_passes_on_when_the_leader_leaves_nothing_queued(deps):
     writer = groupcommit.writer_for(deps.sessions)
     for user in ("ann", "bob"):  # one after the other: each leads its own commit
         assert checkout(deps, PurchaseRequest(SKU, user)).created
-    assert (writer.commits, writer.orders, writer._serving) == (2, 2, False)
+    assert (writer.batches, writer.items, writer._serving) == (2, 2, False)
+
+
+# the sql strategy: the database is the stock; each order its own conditional UPDATE
+
+
+def sql_sale(deps: Checkout, stock: int) -> Checkout:
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=stock, strategy="sql")
+    return deps
+
+
+def sql_buy_concurrently(deps: Checkout, users: list[str], monkeypatch) -> dict[str, object]:
+    return run_behind_a_held_batch(
+        monkeypatch, groupcommit.writer_for(deps.sessions, conditional=True), "_transaction",
+        lambda user: checkout(deps, PurchaseRequest(SKU, user)).order, users)
+
+
+def test_sql_orders_share_a_transaction_and_the_database_stops_at_its_stock(deps, monkeypatch):
+    sql_sale(deps, stock=3)
+    users = [f"user-{i}" for i in range(6)]
+    answers = sql_buy_concurrently(deps, users, monkeypatch)
+    writer = groupcommit.writer_for(deps.sessions, conditional=True)
+    assert (writer.batches, writer.items) == (2, 6)  # the first alone, then five at once
+    won = [user for user in users if isinstance(answers[user], Order)]
+    assert len(won) == 3 and users[0] in won  # the first alone, then the first two queued
+    assert all(isinstance(answers[user], SoldOut) for user in users if user not in won)
+    audit = sales.audit(deps.sessions, deps.redis, SKU)
+    assert (audit["orders"], audit["oversold"], audit["database_remaining"]) == (3, 0, 0)
+    assert audit["consistent"], audit
+
+
+def test_a_sql_batch_rolled_back_by_a_duplicate_decides_sold_out_again_alone(
+        deps, monkeypatch):
+    sql_sale(deps, stock=3)
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+    deps.redis.srem("sale:{sku-1}:buyers", "ann")  # the reservation forgot her
+    answers = sql_buy_concurrently(deps, ["bob", "ann", "cy", "dee"], monkeypatch)
+    assert isinstance(answers["ann"], AlreadyPurchased)
+    assert isinstance(answers["bob"], Order)  # alone in the first batch
+    # 3 units: ann's earlier, bob's, and one of the two who queued behind ann
+    assert {type(answers["cy"]), type(answers["dee"])} == {Order, SoldOut}
+    audit = sales.audit(deps.sessions, deps.redis, SKU)
+    assert (audit["orders"], audit["database_remaining"], audit["consistent"]) == (3, 0, True)
