@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -34,15 +35,22 @@ def names() -> list[str]:
 
 def script(client: Any, name: str) -> Any:
     """The ``Script`` for ``name`` registered on ``client`` (cached per client)."""
+    return registered(client, name, lambda: source(name))
+
+
+def registered(client: Any, name: str, text: Callable[[], str]) -> Any:
+    """The ``Script`` of ``text()`` on ``client``, made once per client and name:
+    making one hashes the text (SHA-1). Other packages' scripts use it with a name of
+    their own (the web app's: ``webapp/<name>``)."""
     try:
         per_client = _registered[client]
     except KeyError:
         per_client = _registered[client] = {}
     except TypeError:  # a client that cannot be weakly referenced: no cache
-        return client.register_script(source(name))
+        return client.register_script(text())
     found = per_client.get(name)
     if found is None:
-        found = per_client[name] = client.register_script(source(name))
+        found = per_client[name] = client.register_script(text())
     return found
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import functools
-import weakref
 from importlib import resources
 from typing import Any
 
-_registered: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+from lockcore import scripts as lockcore_scripts
 
 
 @functools.cache
@@ -17,13 +16,5 @@ def source(name: str) -> str:
 
 def script(client: Any, name: str) -> Any:
     """A redis-py ``Script`` (EVALSHA, SCRIPT LOAD on NOSCRIPT) for ``name`` on ``client``,
-    made once per client: making one hashes the script's text (SHA-1), per purchase it
-    showed in the profile."""
-    try:
-        per_client = _registered.setdefault(client, {})
-    except TypeError:  # a client that cannot be weakly referenced: no cache
-        return client.register_script(source(name))
-    found = per_client.get(name)
-    if found is None:
-        found = per_client[name] = client.register_script(source(name))
-    return found
+    made once per client (``lockcore.scripts.registered``)."""
+    return lockcore_scripts.registered(client, f"webapp/{name}", lambda: source(name))
