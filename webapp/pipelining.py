@@ -6,8 +6,9 @@ blocking pool (with a poll of the socket to make sure it is clean), a ``send``, 
 in the hub, a read. The last profile put that at about a fifth of a worker for an
 ``atomic`` purchase, more than Redis running the script. Here the scripts of every
 purchase waiting at the same moment share one checkout, one ``send`` and one read of
-all their replies (``batching.Batcher``'s leader and followers), the way ioredis's
-``enableAutoPipelining`` does it for Node.
+all their replies (``batching.Batcher``'s leader and followers; the bytes go through
+``lockcore.wire.round_trip``), the way ioredis's ``enableAutoPipelining`` does it for
+Node.
 
 **What does not change.** Redis still runs each script on its own and to its end: a
 pipeline is only how the bytes travel, not a transaction, so one buyer's check-and-take
@@ -35,6 +36,8 @@ from typing import Any
 
 from redis import Redis
 from redis.exceptions import NoScriptError, ResponseError
+
+from lockcore.wire import round_trip
 
 from . import scripts
 from .batching import Batcher, Pending, own_copy
@@ -75,19 +78,11 @@ class ScriptPipeline(Batcher[_Call]):
                     pending.error = own_copy(exc)
 
     def _round_trip(self, batch: list[Pending[_Call]]) -> None:
-        pool = self._redis.connection_pool
-        connection: Any = pool.get_connection()  # redis-py leaves Connection untyped
-        try:
-            connection.send_packed_command(connection.pack_commands(
-                [("EVALSHA", _sha(name), len(keys), *keys, *args)
-                 for name, keys, args in (pending.item for pending in batch)]))
-            for pending in batch:
-                try:
-                    pending.result = connection.read_response()
-                except ResponseError as exc:  # this script's own error; the rest follow
-                    pending.error = exc
-        except BaseException:
-            connection.disconnect()  # replies may be left unread: never reuse it
-            raise
-        finally:
-            pool.release(connection)
+        answers = round_trip(self._redis, [("EVALSHA", _sha(name), len(keys), *keys, *args)
+                                           for name, keys, args in (p.item for p in batch)],
+                             replies=len(batch))
+        for pending, answer in zip(batch, answers, strict=True):
+            if isinstance(answer, ResponseError):  # this script's own error
+                pending.error = answer
+            else:
+                pending.result = answer

@@ -23,11 +23,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from .. import scripts
 from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
+from ..wire import round_trip
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class HandOffLock(DistributedLock):
                          ("EVALSHA", sha, len(keys), *keys, *self._queue_args("1"))]
         commands += [("BLPOP", self.signal_key, block_s),
                      ("EVALSHA", sha, len(keys), *keys, *self._queue_args())]
-        wake, reply = _round_trip(self.client, commands, replies=2)
+        wake, reply = round_trip(self.client, commands, replies=2)
         if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
             reply = self._queue_try()
         for answer in (wake, reply):
@@ -126,25 +127,3 @@ class HandOffLock(DistributedLock):
             logger.warning("%s lock %r: could not leave the queue: %s", self.strategy,
                            self.name, exc)
 
-
-def _round_trip(client: Any, commands: list[tuple[Any, ...]], replies: int) -> list[Any]:
-    """Write ``commands`` at once, read ``replies`` answers (errors as values).
-
-    redis-py's ``Pipeline`` reads one reply per command; after ``CLIENT REPLY SKIP``
-    the next command answers nothing."""
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
-        connection.send_packed_command(connection.pack_commands(commands))
-        answers: list[Any] = []
-        for _ in range(replies):
-            try:
-                answers.append(connection.read_response())
-            except ResponseError as exc:  # read whole: the next reply is still in step
-                answers.append(exc)
-    except BaseException:
-        connection.disconnect()  # replies may still be on their way: never reuse it
-        raise
-    finally:
-        pool.release(connection)
-    return answers
