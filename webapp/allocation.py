@@ -11,7 +11,7 @@ the read or the SET fails, every buyer of the batch hears that error.
 
 **Algorithm**::
 
-    GET stock + HGET strategy in one round trip (``stockread.py``; a reset to
+    GET stock + HGET strategy in one round trip (``section.py``; a reset to
     another strategy: everyone 503), allocate in order, simulated work of every
     winner, SET the new stock once, wake the batch; the winners write their rows
     through group commit (one shared transaction, ``groupcommit.py``), a failed row
@@ -36,8 +36,8 @@ from typing import Any
 
 from .orders import record_order
 from .problems import SoldOut
+from .section import stock_if_still
 from .services import Checkout, PurchaseRequest, SaleInfo
-from .stockread import stock_if_still
 
 
 class CountedWrites:

@@ -36,18 +36,14 @@ trips: the batch pays them once. Not for the unsafe seeds (they must oversell) n
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections import deque
 from typing import Any
 
-from lockcore import LockNotOwned
-
 from .allocation import Buyer, serve_batch, take_batch, write_order
 from .problems import Busy
+from .section import release_after_section
 from .services import Checkout, PurchaseRequest, SaleInfo
-
-logger = logging.getLogger(__name__)
 
 
 class CombinableLock:
@@ -120,12 +116,7 @@ class Combiner:
                 if not more or not getattr(lock, "keep", lambda: False)():
                     break
         finally:
-            try:
-                lock.release()
-            except LockNotOwned:  # the TTL ran out inside the section: the seed 004 lesson
-                logger.warning("%s lock on %s expired before release", sale.strategy, sale.sku)
-            except Exception:
-                logger.exception("releasing the %s lock on %s failed", sale.strategy, sale.sku)
+            release_after_section(lock, sale)
             with self._mutex:
                 self._pass_lead()
 

@@ -17,20 +17,16 @@ section (``combining.py``).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from lockcore import LockNotOwned
 from lockcore.registry import lock_class
 
 from .combining import CombinableLock
 from .orders import record_order
 from .paths import StockPath
 from .problems import Busy, SoldOut
+from .section import release_after_section, stock_if_still
 from .services import Checkout, PurchaseRequest, SaleInfo
-from .stockread import stock_if_still
-
-logger = logging.getLogger(__name__)
 
 
 class LockedPath(StockPath):
@@ -74,9 +70,4 @@ class LockedPath(StockPath):
             return record_order(deps.sessions, deps.redis, sale, request.user_id,
                                 request.quantity, lock.fencing_token, request.idempotency_key)
         finally:
-            try:
-                lock.release()
-            except LockNotOwned:  # the TTL ran out inside the section: the seed 004 lesson
-                logger.warning("%s lock on %s expired before release", sale.strategy, sale.sku)
-            except Exception:
-                logger.exception("releasing the %s lock on %s failed", sale.strategy, sale.sku)
+            release_after_section(lock, sale)

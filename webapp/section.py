@@ -1,4 +1,5 @@
-"""The stock read of a lock section, refused when a reset switched the sale's strategy.
+"""The two ends every lock section shares: the stock read, refused when a reset
+switched the sale's strategy, and the release, which says when the lock ran out first.
 
 Each strategy locks a key of its own (``locks.stock_resource``), so two buyers exclude
 each other only while they use the same strategy. A buyer carries the strategy it
@@ -17,13 +18,22 @@ before that buyer gets its lock.
 
 The check costs no extra round trip: GET and HGET go in one pipeline. The plain
 locked path (``lockedpath.py``) and a combined batch (``allocation.py``) both read the
-stock through here.
+stock through here, and both release through ``release_after_section``: a lock whose
+TTL ran out inside the section is logged (seed 004's lesson), never raised over the
+buyer's answer.
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+from lockcore import LockNotOwned
+
 from .problems import Busy
 from .services import Checkout, SaleInfo
+
+logger = logging.getLogger(__name__)
 
 
 def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
@@ -39,3 +49,13 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
         raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
                    retry_after_s=1)
     return int(stock or 0)
+
+
+def release_after_section(lock: Any, sale: SaleInfo) -> None:
+    """Release ``lock``; a failure is logged, not raised: the section's answer stands."""
+    try:
+        lock.release()
+    except LockNotOwned:  # the TTL ran out inside the section: the seed 004 lesson
+        logger.warning("%s lock on %s expired before release", sale.strategy, sale.sku)
+    except Exception:
+        logger.exception("releasing the %s lock on %s failed", sale.strategy, sale.sku)
