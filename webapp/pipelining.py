@@ -30,8 +30,6 @@ loads the script (``SCRIPT LOAD``) and sends its own again, alone.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from typing import Any
 
 from redis import Redis
@@ -49,11 +47,6 @@ MAX_BATCH = 256
 _Call = tuple[str, list[Any], list[Any]]
 
 
-@functools.cache
-def _sha(name: str) -> str:
-    return hashlib.sha1(scripts.source(name).encode("utf-8")).hexdigest()
-
-
 class ScriptPipeline(Batcher[_Call]):
     """One per Redis client (per worker process): see the module docstring."""
 
@@ -65,9 +58,8 @@ class ScriptPipeline(Batcher[_Call]):
         """EVALSHA ``webapp/scripts/<name>.lua``; its reply, or raise its error."""
         try:
             return self.submit((name, keys, args))
-        except NoScriptError:
-            self._redis.script_load(scripts.source(name))
-            return self._redis.evalsha(_sha(name), len(keys), *keys, *args)
+        except NoScriptError:  # redis-py's Script loads it and sends this one again
+            return scripts.script(self._redis, name)(keys=keys, args=args)
 
     def _serve(self, batch: list[Pending[_Call]]) -> None:
         try:
@@ -78,9 +70,9 @@ class ScriptPipeline(Batcher[_Call]):
                     pending.error = own_copy(exc)
 
     def _round_trip(self, batch: list[Pending[_Call]]) -> None:
-        answers = round_trip(self._redis, [("EVALSHA", _sha(name), len(keys), *keys, *args)
-                                           for name, keys, args in (p.item for p in batch)],
-                             replies=len(batch))
+        commands = [("EVALSHA", scripts.script(self._redis, name).sha, len(keys), *keys, *args)
+                    for name, keys, args in (pending.item for pending in batch)]
+        answers = round_trip(self._redis, commands, replies=len(batch))
         for pending, answer in zip(batch, answers, strict=True):
             if isinstance(answer, ResponseError):  # this script's own error
                 pending.error = answer
