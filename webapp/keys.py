@@ -16,6 +16,11 @@ class SaleKeys:
         return f"sale:{{{self.sku}}}:stock"
 
     @property
+    def stock_gen(self) -> str:
+        """The sale generation the stock copy belongs to (``sql``: ``mirror_stock.lua``)."""
+        return f"sale:{{{self.sku}}}:stockgen"
+
+    @property
     def soldout(self) -> str:
         """Set once the stock is gone, so late buyers get 409 without touching the lock."""
         return f"sale:{{{self.sku}}}:soldout"
@@ -31,4 +36,4 @@ class SaleKeys:
         return f"sale:{{{self.sku}}}:info"
 
     def all(self) -> list[str]:
-        return [self.stock, self.soldout, self.buyers, self.info]
+        return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info]

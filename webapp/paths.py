@@ -14,11 +14,15 @@ so a sharded path can be added with ``register("atomic-sharded", ShardedPath())`
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from sqlalchemy import bindparam, select
 
 import lockcore
 
 from . import scripts
+from .models import Sale
 from .orders import insert_grouped, record_order
 from .problems import InvalidRequest, SoldOut
 from .services import Checkout, PurchaseRequest, SaleInfo
@@ -40,6 +44,15 @@ class StockPath:
 
     def load_stock(self, redis: Any, sale: SaleInfo, stock: int) -> None:
         redis.set(sale.keys.stock, stock)
+
+    def reset_stock(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
+                    generation: int) -> None:
+        """A reset's Redis side, after the reset committed the database's (its keys
+        deleted). The generation is written for every strategy, so that an ``sql``
+        purchase still in flight when its sale moved to another strategy leaves the
+        new stock alone (``mirror_stock.lua``)."""
+        self.load_stock(redis, sale, stock)
+        redis.set(sale.keys.stock_gen, generation)
 
     def read_stock(self, redis: Any, sale: SaleInfo) -> int:
         return int(redis.get(sale.keys.stock) or 0)
@@ -83,7 +96,40 @@ class AtomicPath(StockPath):
                             request.quantity, None, request.idempotency_key, grouped=True)
 
 
+#: what ``mirror_stock.lua`` needs, read after a commit
+_REMAINING_AND_GENERATION = select(Sale.remaining, Sale.started_at).where(
+    Sale.id == bindparam("b_sale_id"))
+_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def generation(started_at: datetime) -> int:
+    """A sale's generation: its ``started_at`` (set by every reset) in microseconds
+    since the epoch, the same whether the database hands it back aware or naive UTC."""
+    if started_at.tzinfo is not None:
+        started_at = started_at.astimezone(UTC).replace(tzinfo=None)
+    return (started_at - _EPOCH) // _MICROSECOND
+
+
 class SqlPath(StockPath):
+    """The database is the stock; Redis holds a copy, kept in step by
+    ``mirror_stock.lua`` from what the database says after each commit (a DECRBY was
+    lost or misplaced when a reset came between the commit and the decrement)."""
+
+    def reset_stock(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
+                    generation: int) -> None:
+        self._mirror(redis, sessions, sale)  # what the database says now, its generation
+
+    def _mirror(self, redis: Any, sessions: Any, sale: SaleInfo) -> None:
+        with sessions() as session:
+            row = session.execute(_REMAINING_AND_GENERATION, {"b_sale_id": sale.id}).first()
+        if row is None:  # the sale is gone
+            return
+        remaining, started_at = row
+        scripts.script(redis, "mirror_stock")(
+            keys=[sale.keys.stock, sale.keys.stock_gen],
+            args=[remaining, generation(started_at)])
+
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         # the work happens before the transaction: under gevent a SQLite transaction
         # must not yield (see orders.py)
@@ -95,7 +141,7 @@ class SqlPath(StockPath):
             if self.read_stock(deps.redis, sale) <= 0:
                 deps.redis.set(sale.keys.soldout, 1)
             raise
-        deps.redis.decrby(sale.keys.stock, request.quantity)  # keep the storefront in step
+        self._mirror(deps.redis, deps.sessions, sale)  # keep the storefront in step
         return order
 
 

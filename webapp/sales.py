@@ -17,7 +17,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from .models import Order, Product, Sale, utcnow
-from .paths import path_for
+from .paths import generation, path_for
 from .problems import UnknownSku
 from .saleinfo import SaleInfo, cache_sale
 
@@ -68,9 +68,9 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
         sale.initial_stock = sale.remaining = stock
         sale.strategy, sale.work_ms, sale.per_user_limit = strategy, work_ms, limit
         sale.started_at = utcnow()
-        info = _info(sale)
+        info, started = _info(sale), generation(sale.started_at)
     redis.delete(*info.keys.all())
-    path.load_stock(redis, info, stock)
+    path.reset_stock(redis, sessions, info, stock, started)
     cache_sale(redis, info)
     logger.info("sale %s reset: stock %d, strategy %s, work %d ms", sku, stock, strategy, work_ms)
     return {"sku": sku, "stock": stock, "strategy": strategy, "work_ms": work_ms, "limit": limit}

@@ -14,7 +14,8 @@ import pytest
 from tests.contract.shop import Shop, served_shop
 
 #: skus added to the shared shop, one family per test module
-SKUS = [f"qa-{family}-{n}" for family in ("input", "idem", "auth", "api", "race", "spec", "strat")
+SKUS = [f"qa-{family}-{n}" for family in ("input", "idem", "auth", "api", "race", "spec", "strat",
+                                                 "sweep")
         for n in range(1, 5)]
 
 

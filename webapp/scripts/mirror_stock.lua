@@ -1,0 +1,35 @@
+-- mirror_stock: keep Redis's copy of a `sql` sale's stock in step with the database.
+--
+-- The database is an `sql` sale's stock; Redis holds a copy (the storefront, the
+-- sold-out flag, the audit). Each purchase, once its UPDATE is committed, reads the
+-- sale's `remaining` and `started_at` and sends them here; so does a reset, after its
+-- commit. A DECRBY instead would be lost when it lands between a reset's commit and the
+-- reset's rewrite of Redis (a purchase committed after the reset, counted in the new
+-- sale, and its decrement wiped), and would wrongly count against the new sale when it
+-- comes from a purchase committed before the reset (its order deleted with the old sale).
+--
+-- Within one generation of the sale (one reset: its `started_at`) `remaining` only
+-- goes down, and every read is made after its own commit: the smallest value read is
+-- the database's, whatever order the replies arrive in. A newer generation replaces
+-- the copy; an older one is ignored.
+--
+-- KEYS[1]  sale:{sku}:stock      the copy (integer string)
+-- KEYS[2]  sale:{sku}:stockgen   the generation the copy belongs to (integer string)
+-- ARGV[1]  remaining             read from the database after a commit
+-- ARGV[2]  generation            the sale's started_at, in microseconds since the epoch
+--
+-- Returns the copy's value after the call.
+local remaining = tonumber(ARGV[1])
+local generation = tonumber(ARGV[2])
+local current = tonumber(redis.call('GET', KEYS[2]) or '-1')
+if generation > current then
+  redis.call('SET', KEYS[1], remaining)
+  redis.call('SET', KEYS[2], ARGV[2])
+  return remaining
+end
+local stock = tonumber(redis.call('GET', KEYS[1]) or '')
+if generation == current and (stock == nil or remaining < stock) then
+  redis.call('SET', KEYS[1], remaining)
+  return remaining
+end
+return stock or remaining
