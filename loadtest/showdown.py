@@ -15,6 +15,8 @@ import argparse
 import json
 import logging
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -128,11 +130,47 @@ def _summary(r: StrategyResult) -> str:
             f"{r.rps:.0f} req/s, verdict {r.verdict} ({r.seconds:.0f}s)")
 
 
+def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
+    """Why the report could not be written, found before the run rather than after it."""
+    if report_dir is not None:
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"--report {report_dir}: {exc.strerror or exc}"
+        if not os.access(report_dir, os.W_OK):
+            return f"--report {report_dir}: not writable"
+    if json_file is not None:
+        parent = Path(json_file).resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            return f"--json {json_file}: {parent} is not a writable directory"
+    return None
+
+
+def _stop_on_term(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
     plan = plan_from(args)
     report_dir = Path(args.report) if args.report else None
+    problem = _unwritable(report_dir, args.json)
+    if problem is not None:
+        print(f"seckill showdown: error: {problem}", file=sys.stderr)
+        return 2
+    # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C, so the shop, its Redis nodes and
+    # ZooKeeper are stopped instead of left running with no parent
+    signal.signal(signal.SIGTERM, _stop_on_term)
+    try:
+        return _run(args, plan, report_dir, started)
+    except KeyboardInterrupt:
+        print("showdown interrupted; everything it started is stopped", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
+         started: float) -> int:
     requested = [n.strip() for n in args.strategies.split(",") if n.strip()]
     with serve_target(args, requested or strategy_names()) as target:
         names = target.strategies

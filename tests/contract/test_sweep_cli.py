@@ -1,0 +1,89 @@
+"""``seckill showdown`` as a user scripts it (found by the contract sweep).
+
+* An unwritable ``--report`` directory (or ``--json`` file) was found only after every
+  phase had run, and ended the run in a ``FileNotFoundError`` traceback: now a usage
+  error before anything starts.
+* A showdown stopped with SIGTERM (``timeout``, ``kill``, a CI job's cancel) left the
+  shop it served running with no parent: gunicorn, six redis-servers and, for
+  ``zookeeper``, a JVM. SIGTERM now unwinds like Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.contract.test_cli import SECKILL, seckill
+
+
+def test_an_unwritable_report_dir_is_a_usage_error_before_the_run():
+    started = time.monotonic()
+    done = seckill("showdown", "--report", "/proc/no-such-dir/report", "--users", "1",
+                   "--strategies", "token", timeout=60)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "--report" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "serving the shop" not in done.stdout
+    assert time.monotonic() - started < 30
+
+
+def test_an_unwritable_json_file_is_a_usage_error_before_the_run():
+    done = seckill("showdown", "--json", "/no-such-dir/out.json", "--users", "1",
+                   "--strategies", "token", timeout=60)
+    assert done.returncode == 2 and "--json" in done.stderr, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+
+
+def _children() -> dict[int, int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def _descendants(root: int) -> set[int]:
+    parents, found, frontier = _children(), set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_sigterm_stops_everything_the_showdown_started(tmp_path):
+    out = (tmp_path / "out.txt").open("w")
+    proc = subprocess.Popen([str(SECKILL), "showdown", "--users", "200", "--stock", "20",
+                             "--strategies", "token", "--work-ms", "50"],
+                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    started: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while "[1/1]" not in (tmp_path / "out.txt").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                (tmp_path / "out.txt").read_text()
+            time.sleep(0.2)
+        started = _descendants(proc.pid)
+        assert started, "the showdown started no processes?"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 20
+        while (left := started & set(_children())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"left running after SIGTERM: {sorted(left)}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in started & set(_children()):  # only what this showdown started
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out.close()
