@@ -233,9 +233,23 @@ def serve_forever(nodes: int = 1) -> int:
     return 0
 
 
+MAX_NODES = 100
+
+
+def _node_count(text: str) -> int:
+    """``--nodes``: a usage error, not a ``ValueError`` traceback, outside 1..MAX_NODES."""
+    try:
+        nodes = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= nodes <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_NODES}, not {nodes}")
+    return nodes
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", type=int, default=1,
-                        help="how many independent servers (5 for RedLock)")
+    parser.add_argument("--nodes", type=_node_count, default=1,
+                        help=f"how many independent servers, 1-{MAX_NODES} (5 for RedLock)")
 
 
 def cli_main(args: argparse.Namespace) -> int:

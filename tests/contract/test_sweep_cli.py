@@ -16,7 +16,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.contract.test_cli import SECKILL, seckill
+import pytest
+
+from tests.contract.test_cli import SECKILL, parse, seckill
 
 
 def test_an_unwritable_report_dir_is_a_usage_error_before_the_run():
@@ -87,3 +89,10 @@ def test_sigterm_stops_everything_the_showdown_started(tmp_path):
             except ProcessLookupError:
                 pass
         out.close()
+
+
+@pytest.mark.parametrize("nodes", ["0", "-3", "abc", "101"])
+def test_seckill_redis_with_an_impossible_node_count_is_a_usage_error(capsys, nodes):
+    # README's `seckill redis --nodes 5`: --nodes 0 was a ValueError traceback (exit 1)
+    code, _, err = parse(capsys, ["redis", "--nodes", nodes])
+    assert code == 2 and "usage: seckill redis" in err and "--nodes" in err, err
