@@ -7,6 +7,11 @@ by the sum of their units, one multi-row ``INSERT ... RETURNING id``, one COMMIT
 ``sql`` strategy's orders (``ConditionalOrderWriter``) keep one conditional UPDATE each
 (the database is their stock) but share the INSERT and the COMMIT.
 
+Each row's id comes back with its ``(sale_id, user_id)``, which is UNIQUE, and is
+matched on it: had we asked for the ids in parameter order (``sort_by_parameter_order``)
+SQLAlchemy, which cannot rely on SQLite returning a multi-row INSERT's rows in order,
+would have sent one INSERT per row (measured: 530 us for 13 rows, 300 us as one).
+
 **How.** ``batching.Batcher``'s leader and followers: the leader writes every order
 queued since the last commit, then hands the lead on: one order when the shop is
 quiet, a dozen or more under load. **Every request is answered only after its own row
@@ -30,13 +35,14 @@ import weakref
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .batching import Batcher, Pending, own_copy
-from .models import Order, Sale
+from .models import PlacedOrder
 from .problems import SoldOut
+from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +50,7 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = 200
 
 #: what a purchase queues: its Order (gets its id) and the row's columns
-_Write = tuple[Order, dict[str, Any]]
+_Write = tuple[PlacedOrder, dict[str, Any]]
 
 
 class OrderWriter(Batcher[_Write]):
@@ -54,10 +60,10 @@ class OrderWriter(Batcher[_Write]):
         super().__init__(max_batch)
         self._sessions = sessions
 
-    def write(self, order: Order, row: dict[str, Any]) -> Order:
+    def write(self, order: PlacedOrder, row: dict[str, Any]) -> PlacedOrder:
         """Insert ``row`` (the columns of ``order``); return ``order`` with its id once
         committed, or raise what its own transaction would have raised."""
-        written: Order = self.submit((order, row))
+        written: PlacedOrder = self.submit((order, row))
         return written
 
     def _serve(self, batch: list[Pending[_Write]]) -> None:
@@ -83,10 +89,10 @@ class OrderWriter(Batcher[_Write]):
             taken = self._take_units(connection, batch)
             if not taken:
                 return []
-            inserted = connection.execute(
-                insert(Order).returning(Order.id, sort_by_parameter_order=True),
-                [pending.item[1] for pending in taken])
-            return list(zip(taken, (row[0] for row in inserted), strict=True))
+            inserted = connection.execute(INSERT_ORDERS, [pending.item[1] for pending in taken])
+            ids = {(sale_id, user_id): order_id for order_id, sale_id, user_id in inserted}
+            return [(pending, ids[pending.item[1]["sale_id"], pending.item[1]["user_id"]])
+                    for pending in taken]
 
     def _take_units(self, connection: Connection,
                     batch: list[Pending[_Write]]) -> list[Pending[_Write]]:
@@ -95,8 +101,7 @@ class OrderWriter(Batcher[_Write]):
         for pending in batch:
             units[pending.item[1]["sale_id"]] += pending.item[1]["quantity"]
         for sale_id, sold in units.items():
-            connection.execute(update(Sale).where(Sale.id == sale_id)
-                               .values(remaining=Sale.remaining - sold))
+            connection.execute(TAKE_UNITS, {"b_sale_id": sale_id, "b_units": sold})
         return batch
 
     def _alone(self, pending: Pending[_Write]) -> None:
@@ -117,10 +122,8 @@ class ConditionalOrderWriter(OrderWriter):
         taken = []
         for pending in batch:
             row = pending.item[1]
-            decrement = (update(Sale)
-                         .where(Sale.id == row["sale_id"], Sale.remaining >= row["quantity"])
-                         .values(remaining=Sale.remaining - row["quantity"]))
-            if connection.execute(decrement).rowcount == 0:
+            decrement = {"b_sale_id": row["sale_id"], "b_units": row["quantity"]}
+            if connection.execute(TAKE_UNITS_IF_LEFT, decrement).rowcount == 0:
                 pending.error = SoldOut(f"{row['sku']} is sold out")
             else:
                 taken.append(pending)

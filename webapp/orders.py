@@ -16,19 +16,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .groupcommit import writer_for
 from .keys import SaleKeys
-from .models import Order, Sale, utcnow
+from .models import Order, PlacedOrder, utcnow
 from .problems import AlreadyPurchased, InvalidRequest, Replay, SoldOut
+from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT
 
 logger = logging.getLogger(__name__)
 
-_INSERTED = ("sale_id", "sku", "user_id", "quantity", "strategy", "fencing_token",
-             "idempotency_key", "created_at")
 
 
 def find_order(sessions: sessionmaker[Session], sale_id: int, user_id: str) -> Order | None:
@@ -44,16 +43,16 @@ def _find_by_key(sessions: sessionmaker[Session], key: str) -> Order | None:
 
 
 def _new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None,
-               idempotency_key: str | None) -> tuple[Order, dict[str, Any]]:
-    order = Order(sale_id=sale.id, sku=sale.sku, user_id=user_id, quantity=quantity,
-                  strategy=sale.strategy, fencing_token=fencing_token,
-                  idempotency_key=idempotency_key, created_at=utcnow())
-    return order, {column: getattr(order, column) for column in _INSERTED}
+               idempotency_key: str | None) -> tuple[PlacedOrder, dict[str, Any]]:
+    row = {"sale_id": sale.id, "sku": sale.sku, "user_id": user_id, "quantity": quantity,
+           "strategy": sale.strategy, "fencing_token": fencing_token,
+           "idempotency_key": idempotency_key, "created_at": utcnow()}
+    return PlacedOrder(**row), row
 
 
 def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
                    idempotency_key: str | None, fencing_token: int | None = None,
-                   *, conditional: bool = False) -> Order:
+                   *, conditional: bool = False) -> PlacedOrder:
     """``insert_order`` in a transaction shared with concurrent ones (``groupcommit.py``):
     for a purchase whose stock is already taken, or with ``conditional`` (the ``sql``
     strategy) taking it from ``sales.remaining`` (else ``SoldOut``)."""
@@ -67,7 +66,7 @@ def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, qua
 
 def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
                  fencing_token: int | None, idempotency_key: str | None,
-                 *, conditional: bool = False) -> Order:
+                 *, conditional: bool = False) -> PlacedOrder:
     """One transaction: count the units off ``sales.remaining`` and insert the order.
 
     :param conditional: the ``sql`` strategy: only if ``remaining >= quantity``, else
@@ -75,22 +74,17 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
         up as a negative ``remaining`` in the database.
     """
     order, row = _new_order(sale, user_id, quantity, fencing_token, idempotency_key)
-    decrement = update(Sale).where(Sale.id == sale.id)
-    if conditional:
-        decrement = decrement.where(Sale.remaining >= quantity)
-    decrement = decrement.values(remaining=Sale.remaining - quantity)
+    decrement = TAKE_UNITS_IF_LEFT if conditional else TAKE_UNITS
     try:
         # Core statements on the session's connection: writing the order was a third of
         # a purchase's CPU in the profile, much of it the ORM's unit of work (identity
         # map, flush ordering, events) for one UPDATE and one INSERT of a fixed shape
         with sessions.begin() as session:
             connection = session.connection()
-            if connection.execute(decrement).rowcount == 0:
+            taken = connection.execute(decrement, {"b_sale_id": sale.id, "b_units": quantity})
+            if taken.rowcount == 0:
                 raise SoldOut(f"{sale.sku} is sold out")
-            key = connection.execute(insert(Order), row).inserted_primary_key
-            if key is None:  # every backend we support returns the new row's id
-                raise RuntimeError("the database did not return the new order's id")
-            order.id = key[0]
+            order.id = connection.execute(INSERT_ORDERS, row).scalar_one()
     except IntegrityError:
         _explain_conflict(sessions, sale, user_id, idempotency_key)
         raise
@@ -111,7 +105,7 @@ def _explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
 
 def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
                  quantity: int, fencing_token: int | None,
-                 idempotency_key: str | None, *, grouped: bool = False) -> Order:
+                 idempotency_key: str | None, *, grouped: bool = False) -> PlacedOrder:
     """Insert the order after Redis stock was taken; on any failure give the units back.
 
     :param grouped: share the transaction with concurrent purchases (the lock-free

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
 from .keys import SaleKeys
-from .models import Order
+from .models import OrderLike
 from .orders import find_order
 from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
@@ -77,7 +77,7 @@ class Checkout:
 
 @dataclass(frozen=True)
 class PurchaseResult:
-    order: Order
+    order: OrderLike
     created: bool
 
 
@@ -153,14 +153,14 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     return _Fast(info, reserved=code in (1, 2), taken=code == 1)
 
 
-def _replay(earlier: Order, request: PurchaseRequest) -> Order:
+def _replay(earlier: OrderLike, request: PurchaseRequest) -> OrderLike:
     if earlier.quantity != request.quantity:
         raise InvalidRequest("this Idempotency-Key was used with another quantity")
     return earlier
 
 
 def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
-             soldout_checked: bool = False) -> Order | None:
+             soldout_checked: bool = False) -> OrderLike | None:
     """Reserve the user's single order; return an earlier order for a replayed key.
 
     :param soldout_checked: ``_fast_refusal`` just read the flag: skip the first GET.

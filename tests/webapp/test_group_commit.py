@@ -9,7 +9,7 @@ from sqlalchemy.exc import OperationalError
 
 from tests.webapp.heldbatch import run_behind_a_held_batch
 from webapp import groupcommit, orders, sales
-from webapp.models import Order
+from webapp.models import Order, PlacedOrder
 from webapp.problems import AlreadyPurchased, SoldOut
 from webapp.saleinfo import load_sale
 from webapp.services import Checkout, PurchaseRequest, checkout
@@ -53,7 +53,7 @@ def test_a_duplicate_in_a_batch_gets_its_own_409_and_the_rest_their_orders(deps,
     deps.redis.srem("sale:{sku-1}:buyers", "ann")
     answers = buy_concurrently(deps, ["bob", "ann", "cy", "dee"], monkeypatch)
     assert isinstance(answers["ann"], AlreadyPurchased)
-    assert all(isinstance(answers[user], Order) for user in ("bob", "cy", "dee"))
+    assert all(isinstance(answers[user], PlacedOrder) for user in ("bob", "cy", "dee"))
     audit = sales.audit(deps.sessions, deps.redis, SKU)
     assert (audit["orders"], audit["remaining"], audit["consistent"]) == (4, 46, True)
     assert deps.redis.sismember("sale:{sku-1}:buyers", "ann")  # she did buy
@@ -107,7 +107,7 @@ def test_sql_orders_share_a_transaction_and_the_database_stops_at_its_stock(deps
     answers = sql_buy_concurrently(deps, users, monkeypatch)
     writer = groupcommit.writer_for(deps.sessions, conditional=True)
     assert (writer.batches, writer.items) == (2, 6)  # the first alone, then five at once
-    won = [user for user in users if isinstance(answers[user], Order)]
+    won = [user for user in users if isinstance(answers[user], PlacedOrder)]
     assert len(won) == 3 and users[0] in won  # the first alone, then the first two queued
     assert all(isinstance(answers[user], SoldOut) for user in users if user not in won)
     audit = sales.audit(deps.sessions, deps.redis, SKU)
@@ -122,8 +122,8 @@ def test_a_sql_batch_rolled_back_by_a_duplicate_decides_sold_out_again_alone(
     deps.redis.srem("sale:{sku-1}:buyers", "ann")  # the reservation forgot her
     answers = sql_buy_concurrently(deps, ["bob", "ann", "cy", "dee"], monkeypatch)
     assert isinstance(answers["ann"], AlreadyPurchased)
-    assert isinstance(answers["bob"], Order)  # alone in the first batch
+    assert isinstance(answers["bob"], PlacedOrder)  # alone in the first batch
     # 3 units: ann's earlier, bob's, and one of the two who queued behind ann
-    assert {type(answers["cy"]), type(answers["dee"])} == {Order, SoldOut}
+    assert {type(answers["cy"]), type(answers["dee"])} == {PlacedOrder, SoldOut}
     audit = sales.audit(deps.sessions, deps.redis, SKU)
     assert (audit["orders"], audit["database_remaining"], audit["consistent"]) == (3, 0, True)

@@ -1,0 +1,24 @@
+"""The statements a purchase runs, built once.
+
+Building ``update(Sale).where(...).values(...)`` anew cost about 90 us a time on this
+machine, more than running it: SQLAlchemy caches the *compiled* SQL of a statement
+whose shape it has seen, but a new construct is still built and its cache key computed
+every time. Built here once, with their parameters bound at each execution, they cost
+only the execution (docs/performance.md, session 4).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import bindparam, insert, update
+
+from .models import Order, Sale
+
+#: count units off ``sales.remaining`` (the lock and ``atomic`` paths: unconditionally)
+TAKE_UNITS = (update(Sale).where(Sale.id == bindparam("b_sale_id"))
+              .values(remaining=Sale.remaining - bindparam("b_units")))
+#: the ``sql`` strategy's: only while enough are left (rowcount 0: sold out)
+TAKE_UNITS_IF_LEFT = TAKE_UNITS.where(Sale.remaining >= bindparam("b_units"))
+#: insert order rows; each comes back with what identifies it, (sale_id, user_id) being
+#: UNIQUE, so a multi-row INSERT need not return its rows in parameter order (asking
+#: for that order makes SQLAlchemy send SQLite one INSERT per row)
+INSERT_ORDERS = insert(Order).returning(Order.id, Order.sale_id, Order.user_id)
