@@ -127,7 +127,7 @@ class SqlPath(StockPath):
             return
         remaining, started_at = row
         scripts.script(redis, "mirror_stock")(
-            keys=[sale.keys.stock, sale.keys.stock_gen],
+            keys=[sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout],
             args=[remaining, generation(started_at)])
 
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
@@ -137,9 +137,8 @@ class SqlPath(StockPath):
         try:  # with concurrent ones: each its own conditional UPDATE, one COMMIT
             order = insert_grouped(deps.sessions, sale, request.user_id, request.quantity,
                                    request.idempotency_key, conditional=True)
-        except SoldOut:
-            if self.read_stock(deps.redis, sale) <= 0:
-                deps.redis.set(sale.keys.soldout, 1)
+        except SoldOut:  # the flag is set if the database has none left (mirror_stock.lua)
+            self._mirror(deps.redis, deps.sessions, sale)
             raise
         self._mirror(deps.redis, deps.sessions, sale)  # keep the storefront in step
         return order

@@ -105,11 +105,32 @@ class ShardedPath(StockPath):
                 return self._record(deps, sale, request, key)
             seen.append(-1 - left)
         if self.probes == self.shards and not any(seen):
-            deps.redis.set(sale.keys.soldout, 1)  # every shard is empty: stop the queue
+            self._flag_sold_out(deps.redis, sale)  # every shard is empty: stop the queue
             raise SoldOut(f"{sale.sku} is sold out")
         logger.info("%s: %s found no shard with %d unit(s) in %d probe(s); shards seen %s",
                     sale.sku, request.user_id, request.quantity, self.probes, seen)
         raise SoldOut(f"{sale.sku}: no shard had {request.quantity} unit(s) left")
+
+    def _flag_sold_out(self, redis: Any, sale: SaleInfo) -> None:
+        """Set the sold-out flag if every shard of the sale as it is now is empty.
+
+        The probes above may have met a reset between its deleting the keys (a missing
+        shard reads as 0) and its loading the new stock: a plain SET then outlived the
+        reset and answered ``sold_out`` to every buyer of the new sale. So: read the
+        generation the reset writes after the shards, read the shards again (all there,
+        all 0), and set the flag only while that generation stands (``flag_soldout.lua``).
+        Only on the way out of a sale, so the extra round trips are rare."""
+        generation = redis.get(sale.keys.stock_gen)
+        if generation is None:  # mid-reset, or Redis lost the sale: leave the flag alone
+            return
+        pipe = redis.pipeline(transaction=False)
+        for key in self.keys(sale):
+            pipe.get(key)
+        shards = pipe.execute()
+        if any(value is None or int(value) > 0 for value in shards):
+            return
+        scripts.script(redis, "flag_soldout")(keys=[sale.keys.soldout, sale.keys.stock_gen],
+                                              args=[generation])
 
     def _record(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                 key: str) -> Any:

@@ -15,9 +15,12 @@ local quantity = tonumber(ARGV[1])
 if quantity > tonumber(ARGV[2]) then
   return -2
 end
-local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
+local current = redis.call('GET', KEYS[1])
+local stock = tonumber(current or '0')
 if stock < quantity then
-  if stock <= 0 then
+  -- no stock key: a reset is between deleting the keys and loading the new stock, and
+  -- a flag set now would outlive it and stop the new sale
+  if stock <= 0 and current then
     redis.call('SET', KEYS[2], '1')
   end
   return -1

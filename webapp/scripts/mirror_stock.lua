@@ -13,8 +13,13 @@
 -- the database's, whatever order the replies arrive in. A newer generation replaces
 -- the copy; an older one is ignored.
 --
+-- The sold-out flag follows the copy: set when the database has nothing left in the
+-- current generation, cleared when a newer generation arrives. (Set from a stale
+-- purchase's "sold out" after a reset had cleared it, it stopped the new sale for good.)
+--
 -- KEYS[1]  sale:{sku}:stock      the copy (integer string)
 -- KEYS[2]  sale:{sku}:stockgen   the generation the copy belongs to (integer string)
+-- KEYS[3]  sale:{sku}:soldout    the sold-out flag
 -- ARGV[1]  remaining             read from the database after a commit
 -- ARGV[2]  generation            the sale's started_at, in microseconds since the epoch
 --
@@ -25,11 +30,22 @@ local current = tonumber(redis.call('GET', KEYS[2]) or '-1')
 if generation > current then
   redis.call('SET', KEYS[1], remaining)
   redis.call('SET', KEYS[2], ARGV[2])
+  if remaining <= 0 then
+    redis.call('SET', KEYS[3], '1')
+  else
+    redis.call('DEL', KEYS[3])
+  end
   return remaining
+end
+if generation < current then
+  return tonumber(redis.call('GET', KEYS[1]) or '0')
 end
 local stock = tonumber(redis.call('GET', KEYS[1]) or '')
-if generation == current and (stock == nil or remaining < stock) then
+if stock == nil or remaining < stock then
   redis.call('SET', KEYS[1], remaining)
-  return remaining
+  stock = remaining
 end
-return stock or remaining
+if stock <= 0 then
+  redis.call('SET', KEYS[3], '1')
+end
+return stock
