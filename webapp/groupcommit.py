@@ -41,16 +41,18 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .batching import Batcher, Pending, own_copy
 from .models import PlacedOrder
-from .problems import SoldOut
-from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT
+from .problems import SaleReset, SoldOut
+from .saleinfo import started_at
+from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT, TAKE_UNITS_OF_GENERATION
 
 logger = logging.getLogger(__name__)
 
 #: orders per transaction at most (a multi-row INSERT's parameters stay well bounded)
 MAX_BATCH = 200
 
-#: what a purchase queues: its Order (gets its id) and the row's columns
-_Write = tuple[PlacedOrder, dict[str, Any]]
+#: what a purchase queues: its order (gets its id), the row's columns, and the sale
+#: generation its units were taken from (None: not checked)
+_Write = tuple[PlacedOrder, dict[str, Any], int | None]
 
 
 class OrderWriter(Batcher[_Write]):
@@ -60,10 +62,12 @@ class OrderWriter(Batcher[_Write]):
         super().__init__(max_batch)
         self._sessions = sessions
 
-    def write(self, order: PlacedOrder, row: dict[str, Any]) -> PlacedOrder:
+    def write(self, order: PlacedOrder, row: dict[str, Any],
+              generation: int | None = None) -> PlacedOrder:
         """Insert ``row`` (the columns of ``order``); return ``order`` with its id once
-        committed, or raise what its own transaction would have raised."""
-        written: PlacedOrder = self.submit((order, row))
+        committed, or raise what its own transaction would have raised (``SaleReset``
+        if the sale is no longer in ``generation``)."""
+        written: PlacedOrder = self.submit((order, row, generation))
         return written
 
     def _serve(self, batch: list[Pending[_Write]]) -> None:
@@ -96,13 +100,30 @@ class OrderWriter(Batcher[_Write]):
 
     def _take_units(self, connection: Connection,
                     batch: list[Pending[_Write]]) -> list[Pending[_Write]]:
-        """The stock is already taken in Redis: one UPDATE per sale, by the sum."""
-        units: Counter[int] = Counter()
+        """The stock is already taken in Redis: one UPDATE per sale (and generation), by
+        the sum. Orders of a generation the sale is no longer in get ``SaleReset``."""
+        units: Counter[tuple[int, int | None]] = Counter()
         for pending in batch:
-            units[pending.item[1]["sale_id"]] += pending.item[1]["quantity"]
-        for sale_id, sold in units.items():
-            connection.execute(TAKE_UNITS, {"b_sale_id": sale_id, "b_units": sold})
-        return batch
+            _, row, generation = pending.item
+            units[row["sale_id"], generation] += row["quantity"]
+        reset = set()
+        for (sale_id, generation), sold in units.items():
+            if generation is None:
+                connection.execute(TAKE_UNITS, {"b_sale_id": sale_id, "b_units": sold})
+            elif connection.execute(TAKE_UNITS_OF_GENERATION, {
+                    "b_sale_id": sale_id, "b_units": sold,
+                    "b_started_at": started_at(generation)}).rowcount == 0:
+                reset.add((sale_id, generation))
+        if not reset:
+            return batch
+        taken = []
+        for pending in batch:
+            _, row, generation = pending.item
+            if (row["sale_id"], generation) in reset:
+                pending.error = SaleReset(row["sku"])
+            else:
+                taken.append(pending)
+        return taken
 
     def _alone(self, pending: Pending[_Write]) -> None:
         pending.error = None  # what the shared transaction decided was rolled back with it

@@ -20,11 +20,13 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from . import scripts
 from .groupcommit import writer_for
 from .keys import SaleKeys
 from .models import Order, PlacedOrder, utcnow
-from .problems import AlreadyPurchased, InvalidRequest, Replay, SoldOut
-from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT
+from .problems import AlreadyPurchased, InvalidRequest, Replay, SaleReset, SoldOut
+from .saleinfo import started_at
+from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT, TAKE_UNITS_OF_GENERATION
 
 logger = logging.getLogger(__name__)
 
@@ -52,13 +54,13 @@ def _new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None
 
 def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
                    idempotency_key: str | None, fencing_token: int | None = None,
-                   *, conditional: bool = False) -> PlacedOrder:
+                   *, conditional: bool = False, generation: int | None = None) -> PlacedOrder:
     """``insert_order`` in a transaction shared with concurrent ones (``groupcommit.py``):
     for a purchase whose stock is already taken, or with ``conditional`` (the ``sql``
     strategy) taking it from ``sales.remaining`` (else ``SoldOut``)."""
     order, row = _new_order(sale, user_id, quantity, fencing_token, idempotency_key)
     try:
-        return writer_for(sessions, conditional).write(order, row)
+        return writer_for(sessions, conditional).write(order, row, generation)
     except IntegrityError:
         _explain_conflict(sessions, sale, user_id, idempotency_key)
         raise
@@ -66,23 +68,30 @@ def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, qua
 
 def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
                  fencing_token: int | None, idempotency_key: str | None,
-                 *, conditional: bool = False) -> PlacedOrder:
+                 *, conditional: bool = False, generation: int | None = None) -> PlacedOrder:
     """One transaction: count the units off ``sales.remaining`` and insert the order.
 
     :param conditional: the ``sql`` strategy: only if ``remaining >= quantity``, else
         ``SoldOut``. The lock paths decrement unconditionally, so a broken lock shows
         up as a negative ``remaining`` in the database.
+    :param generation: the sale generation the units were taken from (lock-free paths):
+        if a reset has started another since, ``SaleReset`` and nothing is written.
     """
     order, row = _new_order(sale, user_id, quantity, fencing_token, idempotency_key)
     decrement = TAKE_UNITS_IF_LEFT if conditional else TAKE_UNITS
+    parameters: dict[str, Any] = {"b_sale_id": sale.id, "b_units": quantity}
+    if generation is not None and not conditional:
+        decrement = TAKE_UNITS_OF_GENERATION
+        parameters["b_started_at"] = started_at(generation)
     try:
         # Core statements on the session's connection: writing the order was a third of
         # a purchase's CPU in the profile, much of it the ORM's unit of work (identity
         # map, flush ordering, events) for one UPDATE and one INSERT of a fixed shape
         with sessions.begin() as session:
             connection = session.connection()
-            taken = connection.execute(decrement, {"b_sale_id": sale.id, "b_units": quantity})
-            if taken.rowcount == 0:
+            if connection.execute(decrement, parameters).rowcount == 0:
+                if decrement is TAKE_UNITS_OF_GENERATION:
+                    raise SaleReset(sale.sku)
                 raise SoldOut(f"{sale.sku} is sold out")
             order.id = connection.execute(INSERT_ORDERS, row).scalar_one()
     except IntegrityError:
@@ -105,23 +114,44 @@ def _explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
 
 def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
                  quantity: int, fencing_token: int | None,
-                 idempotency_key: str | None, *, grouped: bool = False) -> PlacedOrder:
+                 idempotency_key: str | None, *, grouped: bool = False,
+                 generation: int | None = None) -> PlacedOrder:
     """Insert the order after Redis stock was taken; on any failure give the units back.
 
     :param grouped: share the transaction with concurrent purchases (the lock-free
         paths, and a combined batch's orders inside its section: ``combining.py``).
+    :param generation: the sale generation the units were taken from, for a path that
+        takes them without holding off resets (``atomic``). The row is written only in
+        that generation, else ``SaleReset``; units go back only to that generation's
+        stock. (The lock paths write inside the section a reset waits for: None.)
     """
     try:
         if grouped:
             return insert_grouped(sessions, sale, user_id, quantity, idempotency_key,
-                                  fencing_token)
-        return insert_order(sessions, sale, user_id, quantity, fencing_token, idempotency_key)
-    except BaseException:
-        try:
-            redis.incrby(SaleKeys(sale.sku).stock, quantity)
-        except Exception:  # Redis down too: the audit will show the mismatch
-            logger.exception("could not return %d unit(s) of %s", quantity, sale.sku)
-        else:
-            logger.warning("order write for %s/%s failed; %d unit(s) returned to stock",
-                           sale.sku, user_id, quantity)
+                                  fencing_token, generation=generation)
+        return insert_order(sessions, sale, user_id, quantity, fencing_token, idempotency_key,
+                            generation=generation)
+    except SaleReset:  # the units were the old sale's, whose stock the reset replaced
         raise
+    except BaseException:
+        give_back(redis, sale.sku, quantity, generation)
+        raise
+
+
+def give_back(redis: Any, sku: str, quantity: int, generation: int | None) -> None:
+    """Return ``quantity`` units to ``sku``'s stock (to ``generation``'s only, if given:
+    ``give_back.lua``); a failure is logged, the audit will show it."""
+    keys = SaleKeys(sku)
+    try:
+        if generation is None:
+            redis.incrby(keys.stock, quantity)
+        elif scripts.script(redis, "give_back")(keys=[keys.stock, keys.stock_gen],
+                                                args=[quantity, generation]) < 0:
+            logger.warning("%s was reset: %d unit(s) of the old sale not given back", sku,
+                           quantity)
+            return
+    except Exception:  # Redis down too: the audit will show the mismatch
+        logger.exception("could not return %d unit(s) of %s", quantity, sku)
+    else:
+        logger.warning("order write for %s failed; %d unit(s) returned to stock", sku,
+                       quantity)

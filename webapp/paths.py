@@ -14,7 +14,6 @@ so a sharded path can be added with ``register("atomic-sharded", ShardedPath())`
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, select
@@ -23,8 +22,9 @@ import lockcore
 
 from . import scripts
 from .models import Sale
-from .orders import insert_grouped, record_order
-from .problems import InvalidRequest, SoldOut
+from .orders import give_back, insert_grouped, record_order
+from .problems import InvalidRequest, SaleReset, SoldOut
+from .saleinfo import cache_sale, generation, sale_fields
 from .services import Checkout, PurchaseRequest, SaleInfo
 
 logger = logging.getLogger(__name__)
@@ -51,11 +51,39 @@ class StockPath:
         deleted). The generation is written for every strategy, so that an ``sql``
         purchase still in flight when its sale moved to another strategy leaves the
         new stock alone (``mirror_stock.lua``)."""
-        self.load_stock(redis, sale, stock)
+        # the generation first: a take that checks it (``atomic_purchase.lua``) must
+        # never find the new stock beside no generation, or its caller's old one
         redis.set(sale.keys.stock_gen, generation)
+        self.load_stock(redis, sale, stock)
 
     def read_stock(self, redis: Any, sale: SaleInfo) -> int:
         return int(redis.get(sale.keys.stock) or 0)
+
+    def reset_redis(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
+                    generation: int) -> None:
+        """A reset's whole Redis side in one MULTI/EXEC: the sale's keys deleted, its
+        generation, stock and hash copy written. No buyer sees the sale half reset.
+
+        **Failure timeline** it prevents (the contract sweep's resets amid a crowd)::
+
+            reset:  deletes the keys (the stock, the hash copy)
+            buyer:  finds no hash copy, reloads the sale, restores the stock (NX): 400
+            buyer:  takes 1 unit, writes its order in the new sale: database 399
+            reset:  SET stock 400: Redis one unit above the database, for good
+        """
+        pipe = redis.pipeline(transaction=True)
+        pipe.delete(*sale.keys.all())
+        self.reset_stock(pipe, sessions, sale, stock, generation)
+        pipe.hset(sale.keys.info, mapping=sale_fields(sale))
+        pipe.execute()
+
+    def _reset_in_steps(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
+                        generation: int) -> None:
+        """``reset_redis`` for a path whose stock cannot join one MULTI (its keys on
+        other cluster slots, or its reset reads the database first)."""
+        redis.delete(*sale.keys.all())
+        self.reset_stock(redis, sessions, sale, stock, generation)
+        cache_sale(redis, sale)
 
     def restore_stock(self, redis: Any, sale: SaleInfo, stock: int) -> bool:
         """Put ``stock`` back after Redis lost it, unless someone already did (``NX``):
@@ -76,45 +104,57 @@ class AtomicPath(StockPath):
 
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         take = scripts.script(deps.redis, "atomic_purchase")
-        left = int(take(keys=[sale.keys.stock, sale.keys.soldout],
-                        args=[request.quantity, sale.per_user_limit]))
+        generation = "" if sale.generation is None else sale.generation
+        left = int(take(keys=[sale.keys.stock, sale.keys.soldout, sale.keys.stock_gen],
+                        args=[request.quantity, sale.per_user_limit, generation]))
         if left == -2:
             raise InvalidRequest(f"at most {sale.per_user_limit} per buyer")
+        if left == -3:  # reset since this request looked the sale up: nothing taken
+            raise SaleReset(sale.sku)
         if left < 0:
             raise SoldOut(f"{sale.sku} is sold out")
         return self.record_taken(deps, sale, request)
 
     def record_taken(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         """The units are taken: the simulated work, then the order row, shared with the
-        concurrent purchases' (``groupcommit.py``); on failure the units go back."""
+        concurrent purchases' (``groupcommit.py``); on failure the units go back.
+
+        Nothing here holds off a reset, so the row is written only in the sale generation
+        the units came from (``record_order``'s ``generation``).
+
+        **Failure timeline** the generation prevents::
+
+            buyer:  the script takes 1 unit of the sale (generation g0): 99 left
+            reset:  deletes the orders, stock 100 in the database and in Redis (g1)
+            buyer:  writes its order: the new sale has 1 order, database 99, Redis 100
+            guard:  the UPDATE matches the sale only WHERE started_at is g0's: no row
+                    is written, the unit is not given back (it was g0's), 503 busy
+        """
         try:
             self._work(deps, sale)
         except BaseException:
-            deps.redis.incrby(sale.keys.stock, request.quantity)
+            give_back(deps.redis, sale.sku, request.quantity, sale.generation)
             raise
         return record_order(deps.sessions, deps.redis, sale, request.user_id,
-                            request.quantity, None, request.idempotency_key, grouped=True)
+                            request.quantity, None, request.idempotency_key, grouped=True,
+                            generation=sale.generation)
 
 
 #: what ``mirror_stock.lua`` needs, read after a commit
 _REMAINING_AND_GENERATION = select(Sale.remaining, Sale.started_at).where(
     Sale.id == bindparam("b_sale_id"))
-_EPOCH = datetime(1970, 1, 1)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def generation(started_at: datetime) -> int:
-    """A sale's generation: its ``started_at`` (set by every reset) in microseconds
-    since the epoch, the same whether the database hands it back aware or naive UTC."""
-    if started_at.tzinfo is not None:
-        started_at = started_at.astimezone(UTC).replace(tzinfo=None)
-    return (started_at - _EPOCH) // _MICROSECOND
 
 
 class SqlPath(StockPath):
     """The database is the stock; Redis holds a copy, kept in step by
     ``mirror_stock.lua`` from what the database says after each commit (a DECRBY was
     lost or misplaced when a reset came between the commit and the decrement)."""
+
+    def reset_redis(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
+                    generation: int) -> None:
+        # the copy follows the database by generation (mirror_stock.lua), whatever
+        # order the reset's and the buyers' writes land in
+        self._reset_in_steps(redis, sessions, sale, stock, generation)
 
     def reset_stock(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
                     generation: int) -> None:

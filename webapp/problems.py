@@ -49,6 +49,16 @@ class Busy(ShopError):
         self.retry_after_s = retry_after_s
 
 
+class SaleReset(Busy):
+    """The sale was reset while this purchase was in flight: the units it took belong
+    to the sale that was reset (its orders deleted, its stock replaced), so they are
+    not given back to the new one, and the purchase is not recorded. Try again."""
+
+    def __init__(self, sku: str) -> None:
+        super().__init__(f"the sale of {sku} was reset while this purchase was in flight; "
+                         "try again", retry_after_s=1)
+
+
 class Replay(Exception):
     """Internal: this Idempotency-Key already produced ``order``; answer it again (200)."""
 

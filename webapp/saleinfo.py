@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -33,6 +34,9 @@ class SaleInfo:
     work_ms: int
     per_user_limit: int
     initial_stock: int
+    #: which reset of the sale this is (``generation(started_at)``); None: not known,
+    #: and the order write does not check it
+    generation: int | None = None
 
     @property
     def keys(self) -> SaleKeys:
@@ -45,7 +49,7 @@ def load_sale(sessions: sessionmaker[Session], sku: str) -> SaleInfo:
         if sale is None:
             raise UnknownSku(f"no product with sku {sku!r}")
         return SaleInfo(sale.id, sale.sku, sale.strategy, sale.work_ms, sale.per_user_limit,
-                        sale.initial_stock)
+                        sale.initial_stock, generation(sale.started_at))
 
 
 def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
@@ -58,8 +62,10 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
         cached = redis.hgetall(SaleKeys(sku).info)
     if cached:
         fields = {k.decode(): v.decode() for k, v in cached.items()}
+        known = fields.get("generation")
         return SaleInfo(int(fields["id"]), sku, fields["strategy"], int(fields["work_ms"]),
-                        int(fields["per_user_limit"]), int(fields["initial_stock"]))
+                        int(fields["per_user_limit"]), int(fields["initial_stock"]),
+                        int(known) if known else None)
     sale = load_sale(sessions, sku)
     _restore_stock(redis, sessions, sale)
     cache_sale(redis, sale)
@@ -76,6 +82,8 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo) 
         return
     from .paths import path_for  # paths imports services, which imports this module
 
+    if sale.generation is not None:  # what a reset writes beside the stock (paths.py)
+        redis.set(sale.keys.stock_gen, sale.generation, nx=True)
     if path_for(sale.strategy).restore_stock(redis, sale, max(remaining, 0)):
         logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
                        remaining)
@@ -84,6 +92,32 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo) 
 
 
 def cache_sale(redis: Any, sale: SaleInfo) -> None:
-    redis.hset(sale.keys.info, mapping={
+    redis.hset(sale.keys.info, mapping=sale_fields(sale))
+
+
+def sale_fields(sale: SaleInfo) -> dict[str, Any]:
+    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back)."""
+    fields: dict[str, Any] = {
         "id": sale.id, "strategy": sale.strategy, "work_ms": sale.work_ms,
-        "per_user_limit": sale.per_user_limit, "initial_stock": sale.initial_stock})
+        "per_user_limit": sale.per_user_limit, "initial_stock": sale.initial_stock}
+    if sale.generation is not None:
+        fields["generation"] = sale.generation
+    return fields
+
+
+_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def generation(started_at: datetime) -> int:
+    """A sale's generation: its ``started_at`` (set by every reset) in microseconds
+    since the epoch, the same whether the database hands it back aware or naive UTC."""
+    if started_at.tzinfo is not None:
+        started_at = started_at.astimezone(UTC).replace(tzinfo=None)
+    return (started_at - _EPOCH) // _MICROSECOND
+
+
+def started_at(generation: int) -> datetime:
+    """The ``started_at`` of a generation, as an aware UTC datetime: ``generation``'s
+    inverse, for a statement comparing the column with it."""
+    return (_EPOCH + generation * _MICROSECOND).replace(tzinfo=UTC)

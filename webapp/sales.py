@@ -17,16 +17,16 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from .models import Order, Product, Sale, utcnow
-from .paths import generation, path_for
+from .paths import path_for
 from .problems import UnknownSku
-from .saleinfo import SaleInfo, cache_sale
+from .saleinfo import SaleInfo, generation
 
 logger = logging.getLogger(__name__)
 
 
 def _info(sale: Sale) -> SaleInfo:
     return SaleInfo(sale.id, sale.sku, sale.strategy, sale.work_ms, sale.per_user_limit,
-                    sale.initial_stock)
+                    sale.initial_stock, generation(sale.started_at))
 
 
 def _view(product: Product, sale: Sale, redis: Any) -> dict[str, Any]:
@@ -69,9 +69,7 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
         sale.strategy, sale.work_ms, sale.per_user_limit = strategy, work_ms, limit
         sale.started_at = utcnow()
         info, started = _info(sale), generation(sale.started_at)
-    redis.delete(*info.keys.all())
-    path.reset_stock(redis, sessions, info, stock, started)
-    cache_sale(redis, info)
+    path.reset_redis(redis, sessions, info, stock, started)
     logger.info("sale %s reset: stock %d, strategy %s, work %d ms", sku, stock, strategy, work_ms)
     return {"sku": sku, "stock": stock, "strategy": strategy, "work_ms": work_ms, "limit": limit}
 

@@ -35,7 +35,7 @@ from typing import Any
 from . import scripts
 from .orders import insert_order
 from .paths import StockPath
-from .problems import SoldOut
+from .problems import SaleReset, SoldOut
 from .services import Checkout, PurchaseRequest, SaleInfo
 
 logger = logging.getLogger(__name__)
@@ -72,6 +72,11 @@ class ShardedPath(StockPath):
         for key, units in zip(self.keys(sale), split(stock, self.shards), strict=True):
             pipe.set(key, units)
         pipe.execute()
+
+    def reset_redis(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
+                    generation: int) -> None:
+        # the shards live on other cluster slots than the sale's keys: no one MULTI
+        self._reset_in_steps(redis, sessions, sale, stock, generation)
 
     def restore_stock(self, redis: Any, sale: SaleInfo, stock: int) -> bool:
         """Each shard its share of the database's ``remaining``, each only if absent
@@ -134,10 +139,20 @@ class ShardedPath(StockPath):
 
     def _record(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                 key: str) -> Any:
-        """Write the order; if that fails, the unit goes back to the shard it came from."""
+        """Write the order; if that fails, the unit goes back to the shard it came from.
+
+        Only in the sale generation the request looked up (as ``atomic``'s, see
+        ``AtomicPath.record_taken``): a reset since then refuses the row (``SaleReset``)
+        and the unit is not given back. Unlike ``atomic``'s, the take cannot check the
+        generation (a shard is on another cluster slot than the generation), so a
+        buyer who looked the sale up before a reset and took from the new shards
+        leaves those units untaken: the books then show Redis *below* the database
+        (an undersell), where before a row landed in the wrong sale (an oversell)."""
         try:
             return insert_order(deps.sessions, sale, request.user_id, request.quantity,
-                                None, request.idempotency_key)
+                                None, request.idempotency_key, generation=sale.generation)
+        except SaleReset:
+            raise
         except BaseException:
             try:
                 deps.redis.incrby(key, request.quantity)

@@ -16,6 +16,9 @@ from .models import Order, Sale
 #: count units off ``sales.remaining`` (the lock and ``atomic`` paths: unconditionally)
 TAKE_UNITS = (update(Sale).where(Sale.id == bindparam("b_sale_id"))
               .values(remaining=Sale.remaining - bindparam("b_units")))
+#: a lock-free purchase's (``atomic``): only in the sale generation its units came from;
+#: rowcount 0: the sale was reset since (``SaleReset``)
+TAKE_UNITS_OF_GENERATION = TAKE_UNITS.where(Sale.started_at == bindparam("b_started_at"))
 #: the ``sql`` strategy's: only while enough are left (rowcount 0: sold out)
 TAKE_UNITS_IF_LEFT = TAKE_UNITS.where(Sale.remaining >= bindparam("b_units"))
 #: insert order rows; each comes back with what identifies it, (sale_id, user_id) being

@@ -9,9 +9,10 @@ from webapp.keys import SaleKeys
 KEYS = SaleKeys("sku-1")
 
 
-def take(redis_client, quantity: int, limit: int = 5) -> int:
+def take(redis_client, quantity: int, limit: int = 5, generation: int | str = "") -> int:
     script = scripts.script(redis_client, "atomic_purchase")
-    return int(script(keys=[KEYS.stock, KEYS.soldout], args=[quantity, limit]))
+    return int(script(keys=[KEYS.stock, KEYS.soldout, KEYS.stock_gen],
+                      args=[quantity, limit, generation]))
 
 
 def test_it_decrements_and_returns_what_is_left(redis_client):
@@ -33,6 +34,16 @@ def test_a_quantity_above_the_limit_is_refused_before_the_stock_is_read(redis_cl
     redis_client.set(KEYS.stock, 100)
     assert take(redis_client, 6, limit=5) == -2
     assert redis_client.get(KEYS.stock) == b"100"
+
+
+def test_it_takes_only_from_the_sale_generation_the_caller_looked_up(redis_client):
+    redis_client.set(KEYS.stock, 10)
+    assert take(redis_client, 1, generation=7) == -3  # no generation yet: mid-reset
+    redis_client.set(KEYS.stock_gen, 8)
+    assert take(redis_client, 1, generation=7) == -3  # reset since the lookup
+    assert redis_client.get(KEYS.stock) == b"10"
+    assert take(redis_client, 1, generation=8) == 9
+    assert take(redis_client, 1) == 8  # no generation given: not checked
 
 
 # atomic_checkout.lua: the atomic path's refusal checks, reservation and decrement at once

@@ -3,17 +3,26 @@
 -- KEYS[1]  sale:{sku}:stock     live units left (integer string)
 -- KEYS[2]  sale:{sku}:soldout   flag set here when the stock reaches zero
 -- ARGV[1]  quantity             positive integer
+-- KEYS[3]  sale:{sku}:stockgen  the sale generation the stock belongs to (every reset)
 -- ARGV[2]  per-user limit       the most units one user may buy in this sale
+-- ARGV[3]  generation           the one the caller looked up ('': do not check)
 --
 -- Returns  >= 0  the units left after this purchase (it succeeded)
 --          -1    sold out (not enough units; nothing changed)
 --          -2    quantity above the per-user limit (nothing changed)
+--          -3    the sale was reset since the caller looked it up, or is being reset
+--                (no generation yet): nothing changed; these units are the new sale's,
+--                and the caller's row would be refused
 --
 -- Redis runs a script to the end before any other command, so the read, the check
 -- and the decrement cannot interleave with another buyer's: no lost update.
 local quantity = tonumber(ARGV[1])
 if quantity > tonumber(ARGV[2]) then
   return -2
+end
+local generation = redis.call('GET', KEYS[3])
+if ARGV[3] ~= '' and generation ~= ARGV[3] then
+  return -3
 end
 local current = redis.call('GET', KEYS[1])
 local stock = tonumber(current or '0')

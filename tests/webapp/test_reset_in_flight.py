@@ -1,0 +1,95 @@
+"""A reset while an ``atomic`` purchase is in flight (the contract sweep's finding:
+resets during load left Redis tens of units above the database, and ``atomic-sharded``
+oversold). Nothing holds a lock-free purchase off a reset, so the purchase carries the
+sale generation its units came from (``SaleInfo.generation``): its row is written only
+in that generation, and units go back only to that generation's stock."""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp import paths, sales, services
+from webapp.problems import SaleReset
+from webapp.services import Checkout, PurchaseRequest, checkout
+
+SKU = "sku-1"
+
+
+@pytest.fixture
+def deps(sessions, redis_client) -> Checkout:
+    sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=50, strategy="atomic")
+    sales.reset_sale(sessions, redis_client, SKU, stock=50, strategy="atomic")
+    return Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: None,
+                    sleep=lambda seconds: None)
+
+
+def reset(deps: Checkout, stock: int = 50) -> None:
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=stock, strategy="atomic")
+
+
+def books(deps: Checkout) -> tuple[object, ...]:
+    audit = sales.audit(deps.sessions, deps.redis, SKU)
+    return (audit["orders"], audit["remaining"], audit["database_remaining"],
+            audit["consistent"])
+
+
+@pytest.mark.parametrize("key", [None, "key-1"], ids=["fast-path", "idempotency-key"])
+def test_a_unit_taken_before_a_reset_is_not_written_into_the_new_sale(deps, monkeypatch, key):
+    real = paths.record_order
+
+    def reset_then_write(*args, **kwargs):
+        reset(deps)  # the units are taken (g0); the new sale (g1) has 50
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(paths, "record_order", reset_then_write)
+    with pytest.raises(SaleReset):
+        checkout(deps, PurchaseRequest(SKU, "ann", idempotency_key=key))
+    # before the generation: 1 order, database 49, Redis 50 (the old sale's unit lost)
+    assert books(deps) == (0, 50, 50, True)
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest(SKU, "ann", idempotency_key=key)).created
+    assert books(deps) == (1, 49, 49, True)
+
+
+def test_a_buyer_who_looked_the_sale_up_before_a_reset_takes_nothing_from_the_new_one(
+        deps, monkeypatch):
+    real = services.cached_sale
+
+    def look_up_then_reset(*args, **kwargs):
+        sale = real(*args, **kwargs)  # g0
+        reset(deps)
+        return sale
+
+    monkeypatch.setattr(services, "cached_sale", look_up_then_reset)
+    with pytest.raises(SaleReset):  # an Idempotency-Key: the take is a second step
+        checkout(deps, PurchaseRequest(SKU, "ann", idempotency_key="key-1"))
+    # before: the take came from the new stock (49) and its row was refused (database 50)
+    assert books(deps) == (0, 50, 50, True)
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest(SKU, "ann", idempotency_key="key-1")).created
+
+
+def test_a_failed_write_gives_units_back_only_to_the_generation_they_came_from(
+        deps, monkeypatch):
+    from webapp import orders
+
+    def reset_then_fail(*args, **kwargs):
+        reset(deps)
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(orders, "insert_grouped", reset_then_fail)
+    with pytest.raises(RuntimeError):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert books(deps) == (0, 50, 50, True)  # before: Redis 51, the old unit added
+
+
+def test_a_failed_write_without_a_reset_still_gives_its_units_back(deps, monkeypatch):
+    from webapp import orders
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(orders, "insert_grouped", fail)
+    with pytest.raises(RuntimeError):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert books(deps) == (0, 50, 50, True)
