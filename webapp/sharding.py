@@ -24,6 +24,13 @@ The per-user rule and the order row stay where they are for every path (services
 the buyer is reserved in ``sale:{sku}:buyers`` before, and the order row is written
 after, the stock is taken; if the row cannot be written, the unit goes back to the
 shard it came from, not to a shared key.
+
+**Resets amid buyers.** Each shard keeps the sale generation its units belong to
+(``sale:{sku#i}:stockgen``, written with the units in one MULTI by every reset). The
+take checks it against the generation the buyer looked up, the order row is written
+only in that generation, and a unit goes back only to its own generation's shard. A
+buyer who looked the sale up before a reset hears 503 busy and takes nothing from the
+new sale (the contract sweep's resets amid a crowd had sold 31 units of 30).
 """
 
 from __future__ import annotations
@@ -48,6 +55,12 @@ def shard_key(sku: str, index: int) -> str:
     return f"sale:{{{sku}#{index}}}:stock"
 
 
+def shard_gen_key(sku: str, index: int) -> str:
+    """``sale:{sku#index}:stockgen``: the sale generation shard ``index``'s units belong
+    to, in the shard's own slot, so one script checks it and takes (``sharded_take.lua``)."""
+    return f"sale:{{{sku}#{index}}}:stockgen"
+
+
 def split(stock: int, shards: int) -> list[int]:
     """``stock`` units dealt over ``shards`` as evenly as possible (10 over 4: 3 3 2 2)."""
     base, extra = divmod(stock, shards)
@@ -67,11 +80,16 @@ class ShardedPath(StockPath):
         return [shard_key(sale.sku, i) for i in range(self.shards)]
 
     def load_stock(self, redis: Any, sale: SaleInfo, stock: int) -> None:
-        # No transaction: on a cluster the shards live on different nodes.
-        pipe = redis.pipeline(transaction=False)
-        for key, units in zip(self.keys(sale), split(stock, self.shards), strict=True):
-            pipe.set(key, units)
-        pipe.execute()
+        """Each shard its share, and its generation with it in one MULTI/EXEC (the two
+        keys share the shard's slot): a buyer never finds the new units beside the old
+        generation, or the reverse. One transaction per shard, since a cluster keeps the
+        shards on different nodes."""
+        for index, units in enumerate(split(stock, self.shards)):
+            pipe = redis.pipeline(transaction=sale.generation is not None)
+            if sale.generation is not None:
+                pipe.set(shard_gen_key(sale.sku, index), sale.generation)
+            pipe.set(shard_key(sale.sku, index), units)
+            pipe.execute()
 
     def reset_redis(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
                     generation: int) -> None:
@@ -82,9 +100,12 @@ class ShardedPath(StockPath):
         """Each shard its share of the database's ``remaining``, each only if absent
         (``NX``, shard by shard: a cluster keeps them on different nodes)."""
         pipe = redis.pipeline(transaction=False)
-        for key, units in zip(self.keys(sale), split(stock, self.shards), strict=True):
-            pipe.set(key, units, nx=True)
-        return any(pipe.execute())
+        for index, units in enumerate(split(stock, self.shards)):
+            if sale.generation is not None:  # before the units: a take checks it
+                pipe.set(shard_gen_key(sale.sku, index), sale.generation, nx=True)
+            pipe.set(shard_key(sale.sku, index), units, nx=True)
+        written = pipe.execute()
+        return any(written[1::2] if sale.generation is not None else written)
 
     def read_shards(self, redis: Any, sale: SaleInfo) -> list[int]:
         """Units left in each shard (what the unsold remainder is made of)."""
@@ -102,12 +123,17 @@ class ShardedPath(StockPath):
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         self._work(deps, sale)
         take = scripts.script(deps.redis, "sharded_take")
+        generation = "" if sale.generation is None else sale.generation
         start, seen = self.first_shard(request.user_id), []
         for step in range(self.probes):
-            key = shard_key(sale.sku, (start + step) % self.shards)
-            left = int(take(keys=[key], args=[request.quantity]))
+            index = (start + step) % self.shards
+            keys = [shard_key(sale.sku, index), shard_gen_key(sale.sku, index)]
+            reply = take(keys=keys, args=[request.quantity, generation])
+            if reply == b"stale":  # reset since this request looked the sale up
+                raise SaleReset(sale.sku)
+            left = int(reply)
             if left >= 0:
-                return self._record(deps, sale, request, key)
+                return self._record(deps, sale, request, keys)
             seen.append(-1 - left)
         if self.probes == self.shards and not any(seen):
             self._flag_sold_out(deps.redis, sale)  # every shard is empty: stop the queue
@@ -138,24 +164,27 @@ class ShardedPath(StockPath):
                                               args=[generation])
 
     def _record(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
-                key: str) -> Any:
+                keys: list[str]) -> Any:
         """Write the order; if that fails, the unit goes back to the shard it came from.
 
         Only in the sale generation the request looked up (as ``atomic``'s, see
         ``AtomicPath.record_taken``): a reset since then refuses the row (``SaleReset``)
-        and the unit is not given back. Unlike ``atomic``'s, the take cannot check the
-        generation (a shard is on another cluster slot than the generation), so a
-        buyer who looked the sale up before a reset and took from the new shards
-        leaves those units untaken: the books then show Redis *below* the database
-        (an undersell), where before a row landed in the wrong sale (an oversell)."""
+        and the unit is not given back, since it was the old sale's: the take checked
+        the shard's generation (``sharded_take.lua``), so it never takes from a new
+        shard for an old request."""
         try:
             return insert_order(deps.sessions, sale, request.user_id, request.quantity,
                                 None, request.idempotency_key, generation=sale.generation)
         except SaleReset:
             raise
         except BaseException:
-            try:
-                deps.redis.incrby(key, request.quantity)
+            try:  # to the shard it came from, while it is still that generation's
+                if sale.generation is None:
+                    deps.redis.incrby(keys[0], request.quantity)
+                else:
+                    scripts.script(deps.redis, "give_back")(
+                        keys=keys, args=[request.quantity, sale.generation])
             except Exception:
-                logger.exception("could not return %d unit(s) to %s", request.quantity, key)
+                logger.exception("could not return %d unit(s) to %s", request.quantity,
+                                 keys[0])
             raise

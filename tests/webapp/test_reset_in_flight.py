@@ -93,3 +93,49 @@ def test_a_failed_write_without_a_reset_still_gives_its_units_back(deps, monkeyp
     with pytest.raises(RuntimeError):
         checkout(deps, PurchaseRequest(SKU, "ann"))
     assert books(deps) == (0, 50, 50, True)
+
+
+# atomic-sharded: the same, with the generation kept per shard (sharding.py)
+
+@pytest.fixture
+def sharded(deps) -> Checkout:
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=50, strategy="atomic-sharded")
+    return deps
+
+
+def reset_sharded(deps: Checkout) -> None:
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=50, strategy="atomic-sharded")
+
+
+def test_a_sharded_unit_taken_before_a_reset_is_not_written_into_the_new_sale(
+        sharded, monkeypatch):
+    from webapp import sharding
+
+    real = sharding.insert_order
+
+    def reset_then_write(*args, **kwargs):
+        reset_sharded(sharded)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sharding, "insert_order", reset_then_write)
+    with pytest.raises(SaleReset):
+        checkout(sharded, PurchaseRequest(SKU, "ann"))
+    assert books(sharded) == (0, 50, 50, True)  # before: 1 order, database 49, Redis 50
+
+
+def test_a_sharded_buyer_who_looked_the_sale_up_before_a_reset_takes_nothing_new(
+        sharded, monkeypatch):
+    real = services.cached_sale
+
+    def look_up_then_reset(*args, **kwargs):
+        sale = real(*args, **kwargs)
+        reset_sharded(sharded)
+        return sale
+
+    monkeypatch.setattr(services, "cached_sale", look_up_then_reset)
+    with pytest.raises(SaleReset):
+        checkout(sharded, PurchaseRequest(SKU, "ann"))
+    assert books(sharded) == (0, 50, 50, True)  # before the shard generation: Redis 49
+    monkeypatch.undo()
+    assert checkout(sharded, PurchaseRequest(SKU, "ann")).created
+    assert books(sharded) == (1, 49, 49, True)

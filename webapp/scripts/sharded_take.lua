@@ -2,14 +2,21 @@
 --
 -- KEYS[1]  sale:{sku#i}:stock   the units left in shard i (integer string); its own
 --                               hash tag, so the shards of one sale spread over a cluster
+-- KEYS[2]  sale:{sku#i}:stockgen the sale generation shard i's units belong to
 -- ARGV[1]  quantity             positive integer
+-- ARGV[2]  generation           the one the caller looked up ('': do not check)
 --
 -- Returns  >= 0  the units left in this shard after the purchase (it succeeded)
 --          -1 - n   not enough here: the shard holds n units (n < quantity), nothing
 --                   changed; the caller tries the next shard
+--          'stale'  the sale was reset since the caller looked it up (or is being
+--                   reset): nothing changed, these units are the new sale's
 --
--- Exactly one key, so the script runs on whichever node owns that shard: no
--- cross-slot call however the shards are spread.
+-- One slot (the shard's hash tag), so the script runs on whichever node owns that
+-- shard: no cross-slot call however the shards are spread.
+if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  return 'stale'
+end
 local quantity = tonumber(ARGV[1])
 local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
 if stock < quantity then
