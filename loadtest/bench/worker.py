@@ -86,7 +86,8 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
     if handle.acquire(5.0):  # warm-up: connect, load scripts, create parent znodes
         handle.release()
     purchase = _atomic_purchase(conns.redis()) if contender.lock_free else None
-    keys = [spec["stock_key"], spec["stock_key"] + ":soldout"]
+    # stock, sold-out flag, sale generation (unchecked: the bench resets nothing)
+    keys = [spec["stock_key"], spec["stock_key"] + ":soldout", spec["stock_key"] + ":gen"]
     results.put({"worker": index, "ready": True})
     window = commands.get()
     start, end = window["start"], window["end"]
@@ -103,7 +104,7 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
         waited = time.perf_counter() - began
         in_window = time.time() < end  # a late acquisition is released and not counted
         if purchase is not None and in_window:
-            purchase(keys=keys, args=[1, 1])  # the whole purchase, atomically, no lock
+            purchase(keys=keys, args=[1, 1, ""])  # the whole purchase, atomically, no lock
         elif contended and in_window:
             overlaps += critical_section(stock, spec["stock_key"])
         handle.release()

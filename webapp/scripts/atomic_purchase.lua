@@ -20,8 +20,7 @@ local quantity = tonumber(ARGV[1])
 if quantity > tonumber(ARGV[2]) then
   return -2
 end
-local generation = redis.call('GET', KEYS[3])
-if ARGV[3] ~= '' and generation ~= ARGV[3] then
+if ARGV[3] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[3] then
   return -3
 end
 local current = redis.call('GET', KEYS[1])
