@@ -33,6 +33,7 @@ import logging
 import threading
 import weakref
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
@@ -43,7 +44,12 @@ from .batching import Batcher, Pending, own_copy
 from .models import PlacedOrder
 from .problems import SaleReset, SoldOut
 from .saleinfo import started_at
-from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT, TAKE_UNITS_OF_GENERATION
+from .statements import (
+    INSERT_ORDERS,
+    TAKE_UNITS,
+    TAKE_UNITS_IF_LEFT_RETURNING,
+    TAKE_UNITS_OF_GENERATION,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +142,24 @@ class OrderWriter(Batcher[_Write]):
 class ConditionalOrderWriter(OrderWriter):
     """The ``sql`` strategy's orders: the database is the stock. Each order keeps its own
     ``UPDATE ... WHERE remaining >= quantity``, in the order they queued; one that
-    finds too little gets ``SoldOut`` and the others go on, in the same transaction."""
+    finds too little gets ``SoldOut`` and the others go on, in the same transaction.
+
+    Each UPDATE also returns what is left and the sale's ``started_at``; once the
+    transaction commits, ``stock_after[sale_id]`` holds the last of them: what the
+    database had at this worker's latest commit, which the ``sql`` path copies into
+    Redis (``mirror_stock.lua``) without reading the sale again."""
+
+    def __init__(self, sessions: sessionmaker[Session], max_batch: int = MAX_BATCH) -> None:
+        super().__init__(sessions, max_batch)
+        #: sale id -> (remaining, started_at) as of this worker's latest commit
+        self.stock_after: dict[int, tuple[int, datetime]] = {}
+        self._uncommitted: dict[int, tuple[int, datetime]] = {}
+
+    def _transaction(self, batch: list[Pending[_Write]]) -> list[tuple[Pending[_Write], int]]:
+        self._uncommitted = {}
+        written = super()._transaction(batch)
+        self.stock_after.update(self._uncommitted)  # committed: theirs is the database's
+        return written
 
     def _take_units(self, connection: Connection,
                     batch: list[Pending[_Write]]) -> list[Pending[_Write]]:
@@ -144,9 +167,11 @@ class ConditionalOrderWriter(OrderWriter):
         for pending in batch:
             row = pending.item[1]
             decrement = {"b_sale_id": row["sale_id"], "b_units": row["quantity"]}
-            if connection.execute(TAKE_UNITS_IF_LEFT, decrement).rowcount == 0:
+            left = connection.execute(TAKE_UNITS_IF_LEFT_RETURNING, decrement).first()
+            if left is None:
                 pending.error = SoldOut(f"{row['sku']} is sold out")
             else:
+                self._uncommitted[row["sale_id"]] = (left[0], left[1])
                 taken.append(pending)
         return taken
 

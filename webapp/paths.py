@@ -21,6 +21,7 @@ from sqlalchemy import bindparam, select
 import lockcore
 
 from . import scripts
+from .groupcommit import writer_for
 from .models import Sale
 from .orders import give_back, insert_grouped, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut
@@ -51,10 +52,11 @@ class StockPath:
         deleted). The generation is written for every strategy, so that an ``sql``
         purchase still in flight when its sale moved to another strategy leaves the
         new stock alone (``mirror_stock.lua``)."""
-        # the generation first: a take that checks it (``atomic_purchase.lua``) must
-        # never find the new stock beside no generation, or its caller's old one
-        redis.set(sale.keys.stock_gen, generation)
+        # the generation after the stock: ``atomic-sharded``'s sold-out check reads it
+        # before the shards (``ShardedPath._flag_sold_out``); the single-key paths write
+        # both in one MULTI (``reset_redis``), where the order does not matter
         self.load_stock(redis, sale, stock)
+        redis.set(sale.keys.stock_gen, generation)
 
     def read_stock(self, redis: Any, sale: SaleInfo) -> int:
         return int(redis.get(sale.keys.stock) or 0)
@@ -180,7 +182,17 @@ class SqlPath(StockPath):
         except SoldOut:  # the flag is set if the database has none left (mirror_stock.lua)
             self._mirror(deps.redis, deps.sessions, sale)
             raise
-        self._mirror(deps.redis, deps.sessions, sale)  # keep the storefront in step
+        # keep the storefront in step, with what the commit left (no second read)
+        after = writer_for(deps.sessions, conditional=True).stock_after.get(sale.id)
+        if after is None:
+            self._mirror(deps.redis, deps.sessions, sale)
+            return order
+        keys = [sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout]
+        args = [after[0], generation(after[1])]
+        if deps.script_pipeline is not None:  # shared with concurrent purchases' scripts
+            deps.script_pipeline.run("mirror_stock", keys, args)
+        else:
+            scripts.script(deps.redis, "mirror_stock")(keys=keys, args=args)
         return order
 
 

@@ -21,6 +21,9 @@ TAKE_UNITS = (update(Sale).where(Sale.id == bindparam("b_sale_id"))
 TAKE_UNITS_OF_GENERATION = TAKE_UNITS.where(Sale.started_at == bindparam("b_started_at"))
 #: the ``sql`` strategy's: only while enough are left (rowcount 0: sold out)
 TAKE_UNITS_IF_LEFT = TAKE_UNITS.where(Sale.remaining >= bindparam("b_units"))
+#: the same, answering what is left and the sale generation it is left in (SQLite >=
+#: 3.35 and PostgreSQL have UPDATE ... RETURNING): Redis's copy follows it
+TAKE_UNITS_IF_LEFT_RETURNING = TAKE_UNITS_IF_LEFT.returning(Sale.remaining, Sale.started_at)
 #: insert order rows; each comes back with what identifies it, (sale_id, user_id) being
 #: UNIQUE, so a multi-row INSERT need not return its rows in parameter order (asking
 #: for that order makes SQLAlchemy send SQLite one INSERT per row)
