@@ -25,6 +25,8 @@ def json_object(request: Request) -> dict[str, Any]:
         body = request.get_json(silent=True)
     except RecursionError:  # "[[[[..." deeper than the parser's stack
         raise InvalidRequest("the JSON body is nested too deeply") from None
+    if body is None and request.get_data(cache=True).strip() != b"null":
+        raise InvalidRequest("the body is not valid JSON (send a JSON object, UTF-8)")
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
     return body

@@ -45,6 +45,18 @@ def test_a_body_that_is_not_a_json_object_is_400(client, raw, content_type):
     assert response.get_json()["error"] == "invalid_request"
 
 
+@pytest.mark.parametrize("raw, detail", [
+    (b"{not json", "not valid JSON"), (b'{"user_id": "ann"} trailing', "not valid JSON"),
+    (b'{"user_id": "ann"}{"user_id": "bob"}', "not valid JSON"), (b"", "not valid JSON"),
+    (b"[1, 2]", "must be a JSON object"), (b"null", "must be a JSON object"),
+])
+def test_the_error_says_whether_the_body_is_not_json_or_not_an_object(client, raw, detail):
+    response = client.post(f"/api/products/{SKU}/purchase", data=raw,
+                           headers={"Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert detail in response.get_json()["detail"]
+
+
 @pytest.mark.parametrize("sku", ["x" * 5000, "%00", "caf%C3%A9", "%ED%A0%80", "a%0Ab",
                                  "' OR 1=1 --"])
 def test_an_odd_sku_is_a_json_404(client, sku):
