@@ -46,6 +46,10 @@ def _at_least(low: int) -> Callable[[str], int]:
 def _strategy_list(text: str) -> str:
     """Check the names up front: a typo should be a usage error, not a failed phase."""
     known = strategy_names()
+    if not any(n.strip() for n in text.split(",")):  # '' or ',,': not "every strategy"
+        raise argparse.ArgumentTypeError(
+            f"no strategy named; leave --strategies out for all, or choose from "
+            f"{', '.join(known)}")
     unknown = [n.strip() for n in text.split(",") if n.strip() and n.strip() not in known]
     if unknown:
         raise argparse.ArgumentTypeError(
@@ -57,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--users", type=_at_least(1), default=1000, help="buyers (default 1000)")
     parser.add_argument("--stock", type=_at_least(1), default=100,
                         help="units on sale (default 100)")
-    parser.add_argument("--strategies", type=_strategy_list, default="",
+    parser.add_argument("--strategies", type=_strategy_list, default=None,
                         help="comma-separated (default: every strategy the shop offers)")
     parser.add_argument("--report", metavar="DIR", help="write DIR/index.html and raw data")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
@@ -171,7 +175,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
          started: float) -> int:
-    requested = [n.strip() for n in args.strategies.split(",") if n.strip()]
+    requested = [n.strip() for n in (args.strategies or "").split(",") if n.strip()]
     with serve_target(args, requested or strategy_names()) as target:
         names = target.strategies
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"

@@ -59,6 +59,14 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+@pytest.mark.parametrize("names", ["", ",,", " , "])
+def test_an_empty_strategy_list_is_a_usage_error_not_every_strategy(names):
+    # it ran every strategy (a full 13-phase showdown) for a list that named none
+    done = seckill("showdown", "--strategies", names, "--users", "1", timeout=60)
+    assert done.returncode == 2 and "--strategies" in done.stderr, (done.stdout, done.stderr)
+    assert "serving the shop" not in done.stdout
+
+
 def test_sigterm_stops_everything_the_showdown_started(tmp_path):
     out = (tmp_path / "out.txt").open("w")
     proc = subprocess.Popen([str(SECKILL), "showdown", "--users", "200", "--stock", "20",
