@@ -20,6 +20,7 @@ from tests.support import scratch_postgres
 from webapp import create_app, db, sales
 from webapp.extensions import Backends, make_engine
 from webapp.models import Order, Product, Sale
+from webapp.services import Checkout
 
 ADMIN_TOKEN = "test-admin-token"
 SKU = "sku-1"
@@ -33,6 +34,16 @@ def sessions(tmp_path) -> Iterator[sessionmaker[Session]]:
     engine = make_engine(url)
     yield sessionmaker(engine, expire_on_commit=False)
     engine.dispose()
+
+
+@pytest.fixture
+def deps(sessions: sessionmaker[Session], redis_client: Any) -> Checkout:
+    """``checkout``'s dependencies on ``sku-1``, an ``atomic`` sale of 50 units, with no
+    lock and no sleeping (a test module with other needs defines its own ``deps``)."""
+    sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=50, strategy="atomic")
+    sales.reset_sale(sessions, redis_client, SKU, stock=50, strategy="atomic")
+    return Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: None,
+                    sleep=lambda seconds: None)
 
 
 @pytest.fixture(scope="session")

@@ -17,14 +17,6 @@ from webapp.services import Checkout, PurchaseRequest, checkout
 SKU = "sku-1"
 
 
-@pytest.fixture
-def deps(sessions, redis_client) -> Checkout:
-    sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=50, strategy="atomic")
-    sales.reset_sale(sessions, redis_client, SKU, stock=50, strategy="atomic")
-    return Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: None,
-                    sleep=lambda seconds: None)
-
-
 def buy_concurrently(deps: Checkout, users: list[str], monkeypatch) -> dict[str, object]:
     """Each user buys in a thread of their own; the first commit waits until all queued."""
     return run_behind_a_held_batch(

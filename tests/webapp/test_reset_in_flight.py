@@ -15,14 +15,6 @@ from webapp.services import Checkout, PurchaseRequest, checkout
 SKU = "sku-1"
 
 
-@pytest.fixture
-def deps(sessions, redis_client) -> Checkout:
-    sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=50, strategy="atomic")
-    sales.reset_sale(sessions, redis_client, SKU, stock=50, strategy="atomic")
-    return Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: None,
-                    sleep=lambda seconds: None)
-
-
 def reset(deps: Checkout, stock: int = 50) -> None:
     sales.reset_sale(deps.sessions, deps.redis, SKU, stock=stock, strategy="atomic")
 
