@@ -31,7 +31,6 @@ from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT, TAKE_UNIT
 logger = logging.getLogger(__name__)
 
 
-
 def find_order(sessions: sessionmaker[Session], sale_id: int, user_id: str) -> Order | None:
     with sessions() as session:
         return session.scalars(
