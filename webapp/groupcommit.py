@@ -187,6 +187,14 @@ _WRITERS: weakref.WeakKeyDictionary[sessionmaker[Session], dict[type, OrderWrite
 _WRITERS_LOCK = threading.Lock()
 
 
+def stock_after(sessions: sessionmaker[Session], sale_id: int) -> tuple[int, datetime] | None:
+    """``(remaining, started_at)`` of sale ``sale_id`` at this worker's latest ``sql``
+    commit (``ConditionalOrderWriter.stock_after``), or None before the first."""
+    writer = writer_for(sessions, conditional=True)
+    assert isinstance(writer, ConditionalOrderWriter)
+    return writer.stock_after.get(sale_id)
+
+
 def writer_for(sessions: sessionmaker[Session], conditional: bool = False) -> OrderWriter:
     """The writer of ``sessions`` (made on first use, so after a worker's fork); with
     ``conditional`` the ``sql`` strategy's."""

@@ -114,7 +114,8 @@ def _explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
 def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
                  quantity: int, fencing_token: int | None,
                  idempotency_key: str | None, *, grouped: bool = False,
-                 generation: int | None = None) -> PlacedOrder:
+                 generation: int | None = None,
+                 stock_keys: tuple[str, str] | None = None) -> PlacedOrder:
     """Insert the order after Redis stock was taken; on any failure give the units back.
 
     :param grouped: share the transaction with concurrent purchases (the lock-free
@@ -123,6 +124,8 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
         takes them without holding off resets (``atomic``). The row is written only in
         that generation, else ``SaleReset``; units go back only to that generation's
         stock. (The lock paths write inside the section a reset waits for: None.)
+    :param stock_keys: where the units came from, ``(stock, its generation)``: the
+        sale's own keys unless given (``atomic-sharded``: the shard's).
     """
     try:
         if grouped:
@@ -133,24 +136,27 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
     except SaleReset:  # the units were the old sale's, whose stock the reset replaced
         raise
     except BaseException:
-        give_back(redis, sale.sku, quantity, generation)
+        give_back(redis, sale.sku, quantity, generation, stock_keys)
         raise
 
 
-def give_back(redis: Any, sku: str, quantity: int, generation: int | None) -> None:
-    """Return ``quantity`` units to ``sku``'s stock (to ``generation``'s only, if given:
-    ``give_back.lua``); a failure is logged, the audit will show it."""
-    keys = SaleKeys(sku)
+def give_back(redis: Any, sku: str, quantity: int, generation: int | None,
+              stock_keys: tuple[str, str] | None = None) -> None:
+    """Return ``quantity`` units to ``sku``'s stock, or to ``stock_keys`` (a stock key and
+    its generation key); to ``generation``'s only, if given (``give_back.lua``). A
+    failure is logged: the audit will show it."""
+    if stock_keys is None:
+        stock_keys = (SaleKeys(sku).stock, SaleKeys(sku).stock_gen)
     try:
         if generation is None:
-            redis.incrby(keys.stock, quantity)
-        elif scripts.script(redis, "give_back")(keys=[keys.stock, keys.stock_gen],
+            redis.incrby(stock_keys[0], quantity)
+        elif scripts.script(redis, "give_back")(keys=list(stock_keys),
                                                 args=[quantity, generation]) < 0:
             logger.warning("%s was reset: %d unit(s) of the old sale not given back", sku,
                            quantity)
             return
     except Exception:  # Redis down too: the audit will show the mismatch
-        logger.exception("could not return %d unit(s) of %s", quantity, sku)
+        logger.exception("could not return %d unit(s) to %s", quantity, stock_keys[0])
     else:
-        logger.warning("order write for %s failed; %d unit(s) returned to stock", sku,
-                       quantity)
+        logger.warning("order write for %s failed; %d unit(s) returned to %s", sku,
+                       quantity, stock_keys[0])

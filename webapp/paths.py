@@ -21,7 +21,7 @@ from sqlalchemy import bindparam, select
 import lockcore
 
 from . import scripts
-from .groupcommit import writer_for
+from .groupcommit import stock_after
 from .models import Sale
 from .orders import give_back, insert_grouped, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut
@@ -183,7 +183,7 @@ class SqlPath(StockPath):
             self._mirror(deps.redis, deps.sessions, sale)
             raise
         # keep the storefront in step, with what the commit left (no second read)
-        after = writer_for(deps.sessions, conditional=True).stock_after.get(sale.id)
+        after = stock_after(deps.sessions, sale.id)
         if after is None:
             self._mirror(deps.redis, deps.sessions, sale)
             return order

@@ -40,7 +40,7 @@ import zlib
 from typing import Any
 
 from . import scripts
-from .orders import insert_order
+from .orders import record_order
 from .paths import StockPath
 from .problems import SaleReset, SoldOut
 from .services import Checkout, PurchaseRequest, SaleInfo
@@ -127,8 +127,8 @@ class ShardedPath(StockPath):
         start, seen = self.first_shard(request.user_id), []
         for step in range(self.probes):
             index = (start + step) % self.shards
-            keys = [shard_key(sale.sku, index), shard_gen_key(sale.sku, index)]
-            reply = take(keys=keys, args=[request.quantity, generation])
+            keys = (shard_key(sale.sku, index), shard_gen_key(sale.sku, index))
+            reply = take(keys=list(keys), args=[request.quantity, generation])
             if reply == b"stale":  # reset since this request looked the sale up
                 raise SaleReset(sale.sku)
             left = int(reply)
@@ -164,7 +164,7 @@ class ShardedPath(StockPath):
                                               args=[generation])
 
     def _record(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
-                keys: list[str]) -> Any:
+                keys: tuple[str, str]) -> Any:
         """Write the order; if that fails, the unit goes back to the shard it came from.
 
         Only in the sale generation the request looked up (as ``atomic``'s, see
@@ -172,19 +172,6 @@ class ShardedPath(StockPath):
         and the unit is not given back, since it was the old sale's: the take checked
         the shard's generation (``sharded_take.lua``), so it never takes from a new
         shard for an old request."""
-        try:
-            return insert_order(deps.sessions, sale, request.user_id, request.quantity,
-                                None, request.idempotency_key, generation=sale.generation)
-        except SaleReset:
-            raise
-        except BaseException:
-            try:  # to the shard it came from, while it is still that generation's
-                if sale.generation is None:
-                    deps.redis.incrby(keys[0], request.quantity)
-                else:
-                    scripts.script(deps.redis, "give_back")(
-                        keys=keys, args=[request.quantity, sale.generation])
-            except Exception:
-                logger.exception("could not return %d unit(s) to %s", request.quantity,
-                                 keys[0])
-            raise
+        return record_order(deps.sessions, deps.redis, sale, request.user_id,
+                            request.quantity, None, request.idempotency_key,
+                            generation=sale.generation, stock_keys=keys)

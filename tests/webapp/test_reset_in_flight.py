@@ -101,15 +101,15 @@ def reset_sharded(deps: Checkout) -> None:
 
 def test_a_sharded_unit_taken_before_a_reset_is_not_written_into_the_new_sale(
         sharded, monkeypatch):
-    from webapp import sharding
+    from webapp import orders
 
-    real = sharding.insert_order
+    real = orders.insert_order
 
     def reset_then_write(*args, **kwargs):
         reset_sharded(sharded)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sharding, "insert_order", reset_then_write)
+    monkeypatch.setattr(orders, "insert_order", reset_then_write)
     with pytest.raises(SaleReset):
         checkout(sharded, PurchaseRequest(SKU, "ann"))
     assert books(sharded) == (0, 50, 50, True)  # before: 1 order, database 49, Redis 50
