@@ -2,28 +2,36 @@
 
 The combiner (``combining.py``) holds the lock and hands a batch here: the queued
 buyers of one sale, in arrival order. The section reads the stock once, allocates,
-writes the stock once, and returns only when every winner's order row is written.
+writes the stock once, writes every winner's order row, and only then wakes the batch.
 
 **Guarantee.** Each buyer gets the answer its own section would have given: units in
 FIFO order, each while enough are left, else ``sold_out`` ("only N left" when some
 are). Winners' orders carry the holder's fencing token. Nothing taken on an error: if
-the read or the SET fails, every buyer of the batch hears that error.
+the read or the SET fails, every buyer of the batch hears that error. Every row is
+written (or its units are back) before the lock is released or kept.
 
 **Algorithm**::
 
     GET stock + HGET strategy in one round trip (``section.py``; a reset to
     another strategy: everyone 503), allocate in order, simulated work of every
-    winner, SET the new stock once, wake the batch; the winners write their rows
-    through group commit (one shared transaction, ``groupcommit.py``), a failed row
-    gives its units back; when the last row is in, mark the sale sold out if a buyer
-    was refused at zero and no units came back
+    winner, SET the new stock once; the combiner writes the winners' rows in one
+    transaction itself, without yielding (``orders.record_batch``), a failed row's
+    units back in one INCRBY; wake the batch with its answers; mark the sale sold out
+    if a buyer was refused at zero and no units came back
 
-**Failure timeline** the counted writes prevent::
+**Why the combiner writes the rows.** In a saturated gevent worker every wake-up waits
+a whole scheduler round behind hundreds of runnable greenlets, and the lock is held
+through each round. Waking the winners to write their own rows (the first design) cost
+three rounds a section: the winners run, group commit's leader yields, the combiner
+is woken when the last row is in. The other worker idles meanwhile, its buyers all
+queued on the lock (20% of the machine idle in a ``token`` run: docs/performance.md).
+
+**Failure timeline** writing before the wake-up prevents::
 
     combiner: SET stock 90 (ten buyers served), wakes them, releases at once
     reset:    takes the lock, deletes the orders, sets stock 100
     buyer 7:  writes its order now: a sale of 100 with 101 units accounted for
-    counted:  the combiner releases only after all ten rows are in (or given back)
+    written:  the rows are in before anyone is woken, so before the lock goes
 """
 
 from __future__ import annotations
@@ -34,25 +42,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .orders import record_order
-from .problems import SoldOut
+from .orders import record_batch
+from .problems import Busy, SoldOut
 from .section import stock_if_still
 from .services import Checkout, PurchaseRequest, SaleInfo
-
-
-class CountedWrites:
-    """Counts a batch's order rows down; the combiner keeps the lock until zero."""
-
-    def __init__(self, rows: int) -> None:
-        self.rows = self._left = rows
-        self._mutex = threading.Lock()
-        self.done = threading.Event()
-
-    def one_done(self) -> None:
-        with self._mutex:
-            self._left -= 1
-            if self._left == 0:
-                self.done.set()
 
 
 @dataclass(eq=False)
@@ -63,8 +56,6 @@ class Buyer:
     request: PurchaseRequest
     woken: threading.Event = field(default_factory=threading.Event)
     lead: bool = False  # woken to combine, not with an answer
-    fencing_token: int | None = None
-    writes: CountedWrites | None = None  # units allocated: write the row, then count down
     order: Any = None
     error: BaseException | None = None
 
@@ -79,7 +70,8 @@ def take_batch(queue: deque[Buyer], max_batch: int) -> list[Buyer]:
 
 
 def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> None:
-    """One section for the whole batch; returns once every winner's row is written.
+    """One section for the whole batch; returns once every winner's row is written and
+    the batch is woken with its answers.
 
     ``me`` is the combiner's own buyer: it is not woken, and hears an error as raised.
     """
@@ -104,39 +96,45 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
     except BaseException as exc:  # nothing was taken: every buyer hears the error
         for buyer in batch:
             buyer.error = exc if buyer is me else _own_copy(exc)
-        winners, refused_at_zero = [], False
+        _wake(batch, me)
         if not isinstance(exc, Exception):
             raise
+        return
+    try:
+        if winners:
+            write_rows(winners, deps, lock.fencing_token)
+            # a failed row gave its units back: then the sale is not sold out after all
+            left += sum(b.request.quantity for b in winners if b.order is None)
     finally:
-        writes = CountedWrites(len(winners))
-        for buyer in winners:
-            buyer.fencing_token, buyer.writes = lock.fencing_token, writes
-        for buyer in batch:
-            if buyer is not me:
-                buyer.woken.set()
-    if winners:
-        write_order(me, deps)  # the combiner's own row, if it won, joins the others
-        writes.done.wait()
-        # a failed row gave its units back: then the sale is not sold out after all
-        left += sum(b.request.quantity for b in winners if b.order is None)
+        _wake(batch, me)
     if refused_at_zero and left <= 0:
         deps.redis.set(sale.keys.soldout, 1)
 
 
-def write_order(buyer: Buyer, deps: Checkout) -> None:
-    """Write ``buyer``'s order row if it won units and has not written it yet."""
-    writes, buyer.writes = buyer.writes, None
-    if writes is None:
-        return
-    try:  # a lone winner writes as the plain path does: no group to wait for
-        buyer.order = record_order(deps.sessions, deps.redis, buyer.sale,
-                                   buyer.request.user_id, buyer.request.quantity,
-                                   buyer.fencing_token, buyer.request.idempotency_key,
-                                   grouped=writes.rows > 1)
-    except BaseException as exc:  # its units are back (record_order): its own answer
-        buyer.error = exc
-    finally:
-        writes.one_done()
+def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None) -> None:
+    """Every winner's order row, in one transaction written now (``record_batch``): each
+    winner ends with its ``order`` or its ``error``, whatever happens."""
+    sale = winners[0].sale
+    try:
+        outcomes = record_batch(deps.sessions, deps.redis, sale, [
+            (b.request.user_id, b.request.quantity, fencing_token, b.request.idempotency_key)
+            for b in winners])
+        for buyer, outcome in zip(winners, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                buyer.error = outcome
+            else:
+                buyer.order = outcome
+    finally:  # killed midway: nobody may hear a 201 without a row
+        for buyer in winners:
+            if buyer.order is None and buyer.error is None:
+                buyer.error = Busy(f"the order for {sale.sku} could not be written; "
+                                   "try again")
+
+
+def _wake(batch: list[Buyer], me: Buyer) -> None:
+    for buyer in batch:
+        if buyer is not me:
+            buyer.woken.set()
 
 
 def _own_copy(exc: BaseException) -> BaseException:

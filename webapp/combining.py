@@ -40,7 +40,7 @@ import threading
 from collections import deque
 from typing import Any
 
-from .allocation import Buyer, serve_batch, take_batch, write_order
+from .allocation import Buyer, serve_batch, take_batch
 from .problems import Busy
 from .section import release_after_section
 from .services import Checkout, PurchaseRequest, SaleInfo
@@ -90,7 +90,6 @@ class Combiner:
             me.woken.wait()  # served or handed the lead while timing out: take it
         if me.lead:
             self._combine(me, deps, handle.lock, deadline)
-        write_order(me, deps)
         if me.error is not None:
             raise me.error
         return me.order

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
+from .batching import own_copy
 from .groupcommit import writer_for
 from .keys import SaleKeys
 from .models import Order, PlacedOrder, utcnow
@@ -63,6 +64,31 @@ def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, qua
     except IntegrityError:
         _explain_conflict(sessions, sale, user_id, idempotency_key)
         raise
+
+
+def insert_batch(sessions: sessionmaker[Session], sale: Any,
+                 orders: list[tuple[str, int, int | None, str | None]]
+                 ) -> list[PlacedOrder | BaseException]:
+    """Orders of one sale, ``(user_id, quantity, fencing_token, idempotency_key)`` each,
+    whose units are taken, in one transaction written now by the caller
+    (``OrderWriter.write_now``). Each gets its order or the error its own transaction
+    would have raised (a UNIQUE violation explained as ``insert_grouped`` does)."""
+    written = writer_for(sessions).write_now(
+        [_new_order(sale, user_id, quantity, token, key)
+         for user_id, quantity, token, key in orders])
+    outcomes: list[PlacedOrder | BaseException] = []
+    for (user_id, _, _, key), pending in zip(orders, written, strict=True):
+        if pending.error is None:
+            outcomes.append(pending.result)
+            continue
+        error = pending.error
+        if isinstance(error, IntegrityError):
+            try:
+                _explain_conflict(sessions, sale, user_id, key)
+            except Exception as explained:  # noqa: BLE001 - it always raises its answer
+                error = explained
+        outcomes.append(error)
+    return outcomes
 
 
 def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
@@ -138,6 +164,25 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
     except BaseException:
         give_back(redis, sale.sku, quantity, generation, stock_keys)
         raise
+
+
+def record_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
+                 orders: list[tuple[str, int, int | None, str | None]]
+                 ) -> list[PlacedOrder | BaseException]:
+    """``record_order`` for a combined section's winners (``allocation.py``): one
+    transaction written at once (``insert_batch``), and the units of every order that
+    failed given back in one ``INCRBY``, under the lock the caller holds. An error of the
+    whole write (the database down) is every order's."""
+    try:
+        outcomes = insert_batch(sessions, sale, orders)
+    except Exception as exc:  # noqa: BLE001 - every order's answer, each its own copy
+        outcomes = [own_copy(exc) for _ in orders]
+    returned = sum(quantity for (_, quantity, _, _), outcome in zip(orders, outcomes,
+                                                                     strict=True)
+                   if isinstance(outcome, BaseException))
+    if returned:
+        give_back(redis, sale.sku, returned, None)
+    return outcomes
 
 
 def give_back(redis: Any, sku: str, quantity: int, generation: int | None,

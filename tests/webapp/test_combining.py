@@ -131,20 +131,21 @@ def test_the_lock_is_held_until_every_winner_of_the_batch_has_written_its_row(
     app = combining_shop(sqlite_url, redis_url, stock=10)
     lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
     held_while_writing: dict[str, bool] = {}
-    real_insert = orders.insert_grouped
+    real_insert = orders.insert_batch
 
-    def slow_insert(sessions, sale, user_id, *args, **kwargs):
-        if user_id != "a":  # "a" combines; the others write late, after their wake-up
-            threading.Event().wait(0.2)
-        held_while_writing[user_id] = bool(redis_client.exists(lock_key))
-        return real_insert(sessions, sale, user_id, *args, **kwargs)
+    def slow_insert(sessions, sale, batch):
+        threading.Event().wait(0.2)  # a write late enough for a released lock to show
+        for user_id, *_ in batch:
+            held_while_writing[user_id] = bool(redis_client.exists(lock_key))
+        return real_insert(sessions, sale, batch)
 
-    monkeypatch.setattr(orders, "insert_grouped", slow_insert)
+    monkeypatch.setattr(orders, "insert_batch", slow_insert)
     answers = queued_while_held(app, redis_client,
                                 [lambda u=u: post(app, u) for u in ("a", "b", "c")])
     assert [status for status, _ in answers] == [201, 201, 201]
     assert held_while_writing == {"a": True, "b": True, "c": True}
     assert not redis_client.exists(lock_key)  # and released after
+    assert len(orders_of(app)) == 3
     backends(app).close()
 
 
@@ -158,7 +159,7 @@ def test_a_database_failure_in_a_batch_is_503_for_its_winners_and_every_unit_com
         raise OperationalError("INSERT INTO orders", {}, Exception("database is locked"))
 
     app = combining_shop(sqlite_url, redis_url, stock=3)
-    monkeypatch.setattr(orders, "insert_grouped", broken_insert)
+    monkeypatch.setattr(orders, "insert_batch", broken_insert)
     answers = queued_while_held(app, redis_client,
                                 [lambda u=u: post(app, u) for u in ("a", "b", "c", "d")])
     assert [(status, body["error"]) for status, body in answers] == \
