@@ -2,7 +2,8 @@
 
 The combiner (``combining.py``) holds the lock and hands a batch here: the queued
 buyers of one sale, in arrival order. The section reads the stock once, allocates,
-writes the stock once, writes every winner's order row, and only then wakes the batch.
+writes the stock once and writes every winner's order row; the combiner releases the
+lock, and only then wakes the batch with its answers (``wake``).
 
 **Guarantee.** Each buyer gets the answer its own section would have given: units in
 FIFO order, each while enough are left, else ``sold_out`` ("only N left" when some
@@ -15,23 +16,25 @@ written (or its units are back) before the lock is released or kept.
     GET stock + HGET strategy in one round trip (``section.py``; a reset to
     another strategy: everyone 503), allocate in order, simulated work of every
     winner, SET the new stock once; the combiner writes the winners' rows in one
-    transaction itself, without yielding (``orders.record_batch``), a failed row's
-    units back in one INCRBY; wake the batch with its answers; mark the sale sold out
-    if a buyer was refused at zero and no units came back
+    transaction itself, without yielding (``sectionorders.py``), a failed row's
+    units back in one INCRBY; mark the sale sold out if a buyer was refused at zero
+    and no units came back; then (``combining.py``) release, and wake the batch
 
-**Why the combiner writes the rows.** In a saturated gevent worker every wake-up waits
-a whole scheduler round behind hundreds of runnable greenlets, and the lock is held
-through each round. Waking the winners to write their own rows (the first design) cost
-three rounds a section: the winners run, group commit's leader yields, the combiner
-is woken when the last row is in. The other worker idles meanwhile, its buyers all
-queued on the lock (20% of the machine idle in a ``token`` run: docs/performance.md).
+**Why the combiner writes the rows, and wakes the batch only after the release.** In a
+saturated gevent worker a round trip's reply waits behind every runnable greenlet, and
+the lock is held through it. Waking the winners to write their own rows (the first
+design) cost three scheduler rounds a section: the winners run, group commit's leader
+yields, the combiner is woken when the last row is in. Waking ~60 answered buyers
+before the release made the release wait behind their responses (~16 ms of a 24 ms
+hold, measured). The other worker idles meanwhile, its buyers all queued on the lock
+(docs/performance.md, session 5).
 
 **Failure timeline** writing before the wake-up prevents::
 
     combiner: SET stock 90 (ten buyers served), wakes them, releases at once
     reset:    takes the lock, deletes the orders, sets stock 100
     buyer 7:  writes its order now: a sale of 100 with 101 units accounted for
-    written:  the rows are in before anyone is woken, so before the lock goes
+    written:  the combiner writes the rows before it releases; buyers only hear them
 """
 
 from __future__ import annotations
@@ -42,9 +45,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .orders import record_batch
 from .problems import Busy, SoldOut
 from .section import stock_if_still
+from .sectionorders import record_batch
 from .services import Checkout, PurchaseRequest, SaleInfo
 
 
@@ -70,8 +73,8 @@ def take_batch(queue: deque[Buyer], max_batch: int) -> list[Buyer]:
 
 
 def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> None:
-    """One section for the whole batch; returns once every winner's row is written and
-    the batch is woken with its answers.
+    """One section for the whole batch; returns once every buyer has its answer and
+    every winner's row is written. The caller wakes them (``wake``) after the release.
 
     ``me`` is the combiner's own buyer: it is not woken, and hears an error as raised.
     """
@@ -96,17 +99,13 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
     except BaseException as exc:  # nothing was taken: every buyer hears the error
         for buyer in batch:
             buyer.error = exc if buyer is me else _own_copy(exc)
-        _wake(batch, me)
         if not isinstance(exc, Exception):
             raise
         return
-    try:
-        if winners:
-            write_rows(winners, deps, lock.fencing_token)
-            # a failed row gave its units back: then the sale is not sold out after all
-            left += sum(b.request.quantity for b in winners if b.order is None)
-    finally:
-        _wake(batch, me)
+    if winners:
+        write_rows(winners, deps, lock.fencing_token)
+        # a failed row gave its units back: then the sale is not sold out after all
+        left += sum(b.request.quantity for b in winners if b.order is None)
     if refused_at_zero and left <= 0:
         deps.redis.set(sale.keys.soldout, 1)
 
@@ -131,7 +130,8 @@ def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None) 
                                    "try again")
 
 
-def _wake(batch: list[Buyer], me: Buyer) -> None:
+def wake(batch: list[Buyer], me: Buyer) -> None:
+    """Hand the served buyers their answers (all but ``me``, the combiner)."""
     for buyer in batch:
         if buyer is not me:
             buyer.woken.set()

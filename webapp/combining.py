@@ -21,7 +21,8 @@ lock is released or kept.
               with 503 busy if not taken into a batch in time
     combiner: acquire the lock (its own deadline); serve a batch in one section
               (``allocation.py``); serve the next while the cohort's bound allows
-              (``Cohort.keep``), else release and let the oldest queued buyer combine
+              (``Cohort.keep``), else release, let the oldest queued buyer combine,
+              and only then wake the served buyers with their answers
 
 **Failure timeline** the check under the mutex prevents::
 
@@ -40,7 +41,7 @@ import threading
 from collections import deque
 from typing import Any
 
-from .allocation import Buyer, serve_batch, take_batch
+from .allocation import Buyer, serve_batch, take_batch, wake
 from .problems import Busy
 from .section import release_after_section
 from .services import Checkout, PurchaseRequest, SaleInfo
@@ -105,9 +106,11 @@ class Combiner:
             self._leave(me)
             raise Busy(f"the stock lock for {sale.sku} was not free within "
                        f"{deps.lock_timeout_s:g}s", retry_after_s=1)
+        served: list[Buyer] = []
         try:
             while batch := self._take_batch():  # empty: the queued ones timed out
                 self.batches, self.served = self.batches + 1, self.served + len(batch)
+                served += batch
                 serve_batch(batch, me, deps, lock)
                 with self._mutex:
                     more = bool(self._queue)
@@ -115,9 +118,12 @@ class Combiner:
                 if not more or not getattr(lock, "keep", lambda: False)():
                     break
         finally:
-            release_after_section(lock, sale)
-            with self._mutex:
-                self._pass_lead()
+            try:
+                release_after_section(lock, sale)
+                with self._mutex:
+                    self._pass_lead()  # the next lead runs before the answered buyers
+            finally:
+                wake(served, me)  # after the release: their responses would delay it
 
     def _take_batch(self) -> list[Buyer]:
         with self._mutex:

@@ -21,7 +21,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
-from .batching import own_copy
 from .groupcommit import writer_for
 from .keys import SaleKeys
 from .models import Order, PlacedOrder, utcnow
@@ -44,7 +43,7 @@ def _find_by_key(sessions: sessionmaker[Session], key: str) -> Order | None:
         return session.scalars(select(Order).where(Order.idempotency_key == key)).first()
 
 
-def _new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None,
+def new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None,
                idempotency_key: str | None) -> tuple[PlacedOrder, dict[str, Any]]:
     row = {"sale_id": sale.id, "sku": sale.sku, "user_id": user_id, "quantity": quantity,
            "strategy": sale.strategy, "fencing_token": fencing_token,
@@ -58,37 +57,12 @@ def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, qua
     """``insert_order`` in a transaction shared with concurrent ones (``groupcommit.py``):
     for a purchase whose stock is already taken, or with ``conditional`` (the ``sql``
     strategy) taking it from ``sales.remaining`` (else ``SoldOut``)."""
-    order, row = _new_order(sale, user_id, quantity, fencing_token, idempotency_key)
+    order, row = new_order(sale, user_id, quantity, fencing_token, idempotency_key)
     try:
         return writer_for(sessions, conditional).write(order, row, generation)
     except IntegrityError:
-        _explain_conflict(sessions, sale, user_id, idempotency_key)
+        explain_conflict(sessions, sale, user_id, idempotency_key)
         raise
-
-
-def insert_batch(sessions: sessionmaker[Session], sale: Any,
-                 orders: list[tuple[str, int, int | None, str | None]]
-                 ) -> list[PlacedOrder | BaseException]:
-    """Orders of one sale, ``(user_id, quantity, fencing_token, idempotency_key)`` each,
-    whose units are taken, in one transaction written now by the caller
-    (``OrderWriter.write_now``). Each gets its order or the error its own transaction
-    would have raised (a UNIQUE violation explained as ``insert_grouped`` does)."""
-    written = writer_for(sessions).write_now(
-        [_new_order(sale, user_id, quantity, token, key)
-         for user_id, quantity, token, key in orders])
-    outcomes: list[PlacedOrder | BaseException] = []
-    for (user_id, _, _, key), pending in zip(orders, written, strict=True):
-        if pending.error is None:
-            outcomes.append(pending.result)
-            continue
-        error = pending.error
-        if isinstance(error, IntegrityError):
-            try:
-                _explain_conflict(sessions, sale, user_id, key)
-            except Exception as explained:  # noqa: BLE001 - it always raises its answer
-                error = explained
-        outcomes.append(error)
-    return outcomes
 
 
 def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
@@ -102,7 +76,7 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
     :param generation: the sale generation the units were taken from (lock-free paths):
         if a reset has started another since, ``SaleReset`` and nothing is written.
     """
-    order, row = _new_order(sale, user_id, quantity, fencing_token, idempotency_key)
+    order, row = new_order(sale, user_id, quantity, fencing_token, idempotency_key)
     decrement = TAKE_UNITS_IF_LEFT if conditional else TAKE_UNITS
     parameters: dict[str, Any] = {"b_sale_id": sale.id, "b_units": quantity}
     if generation is not None and not conditional:
@@ -120,12 +94,12 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
                 raise SoldOut(f"{sale.sku} is sold out")
             order.id = connection.execute(INSERT_ORDERS, row).scalar_one()
     except IntegrityError:
-        _explain_conflict(sessions, sale, user_id, idempotency_key)
+        explain_conflict(sessions, sale, user_id, idempotency_key)
         raise
     return order
 
 
-def _explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
+def explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
                       idempotency_key: str | None) -> None:
     """Turn a UNIQUE violation into ``Replay``, ``AlreadyPurchased`` or ``InvalidRequest``."""
     if idempotency_key is not None:
@@ -164,25 +138,6 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
     except BaseException:
         give_back(redis, sale.sku, quantity, generation, stock_keys)
         raise
-
-
-def record_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
-                 orders: list[tuple[str, int, int | None, str | None]]
-                 ) -> list[PlacedOrder | BaseException]:
-    """``record_order`` for a combined section's winners (``allocation.py``): one
-    transaction written at once (``insert_batch``), and the units of every order that
-    failed given back in one ``INCRBY``, under the lock the caller holds. An error of the
-    whole write (the database down) is every order's."""
-    try:
-        outcomes = insert_batch(sessions, sale, orders)
-    except Exception as exc:  # noqa: BLE001 - every order's answer, each its own copy
-        outcomes = [own_copy(exc) for _ in orders]
-    returned = sum(quantity for (_, quantity, _, _), outcome in zip(orders, outcomes,
-                                                                     strict=True)
-                   if isinstance(outcome, BaseException))
-    if returned:
-        give_back(redis, sale.sku, returned, None)
-    return outcomes
 
 
 def give_back(redis: Any, sku: str, quantity: int, generation: int | None,

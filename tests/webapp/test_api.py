@@ -197,14 +197,14 @@ def test_when_every_purchase_slot_stays_taken_a_buyer_gets_503_busy(client, app)
 def test_a_failed_order_write_is_503_and_puts_the_unit_back(client, monkeypatch):
     from sqlalchemy.exc import OperationalError
 
-    from webapp import orders
+    from webapp import orders, sectionorders
 
     def broken_insert(*args, **kwargs):
         raise OperationalError("INSERT INTO orders", {}, Exception("database is locked"))
 
     # a lock section writes through one or the other: combined (the default) or plain
     monkeypatch.setattr(orders, "insert_order", broken_insert)
-    monkeypatch.setattr(orders, "insert_batch", broken_insert)
+    monkeypatch.setattr(sectionorders, "insert_batch", broken_insert)
     response = buy(client, "ann")
     assert response.status_code == 503 and response.get_json()["error"] == "busy"
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()

@@ -126,12 +126,12 @@ def test_a_failed_order_row_in_a_batch_gives_its_units_back_before_the_lock_goes
 
 def test_the_lock_is_held_until_every_winner_of_the_batch_has_written_its_row(
         sqlite_url, redis_url, redis_client, monkeypatch):
-    from webapp import orders
+    from webapp import sectionorders
 
     app = combining_shop(sqlite_url, redis_url, stock=10)
     lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
     held_while_writing: dict[str, bool] = {}
-    real_insert = orders.insert_batch
+    real_insert = sectionorders.insert_batch
 
     def slow_insert(sessions, sale, batch):
         threading.Event().wait(0.2)  # a write late enough for a released lock to show
@@ -139,7 +139,7 @@ def test_the_lock_is_held_until_every_winner_of_the_batch_has_written_its_row(
             held_while_writing[user_id] = bool(redis_client.exists(lock_key))
         return real_insert(sessions, sale, batch)
 
-    monkeypatch.setattr(orders, "insert_batch", slow_insert)
+    monkeypatch.setattr(sectionorders, "insert_batch", slow_insert)
     answers = queued_while_held(app, redis_client,
                                 [lambda u=u: post(app, u) for u in ("a", "b", "c")])
     assert [status for status, _ in answers] == [201, 201, 201]
@@ -153,13 +153,13 @@ def test_a_database_failure_in_a_batch_is_503_for_its_winners_and_every_unit_com
         sqlite_url, redis_url, redis_client, monkeypatch):
     from sqlalchemy.exc import OperationalError
 
-    from webapp import orders
+    from webapp import sectionorders
 
     def broken_insert(*args, **kwargs):
         raise OperationalError("INSERT INTO orders", {}, Exception("database is locked"))
 
     app = combining_shop(sqlite_url, redis_url, stock=3)
-    monkeypatch.setattr(orders, "insert_batch", broken_insert)
+    monkeypatch.setattr(sectionorders, "insert_batch", broken_insert)
     answers = queued_while_held(app, redis_client,
                                 [lambda u=u: post(app, u) for u in ("a", "b", "c", "d")])
     assert [(status, body["error"]) for status, body in answers] == \

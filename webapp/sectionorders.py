@@ -1,0 +1,66 @@
+"""The order rows of a combined lock section, written by its holder in one go.
+
+A combined section (``allocation.py``) has its winners' units taken and holds the
+stock lock while their rows are written. ``record_batch`` is ``orders.record_order``
+for all of them at once: one transaction, served by the caller without queueing
+(``OrderWriter.write_now``), so no greenlet switch lengthens the hold; each winner gets
+its own answer, as a transaction of its own would have given it.
+
+**Failures.** A UNIQUE violation rolls the shared transaction back and each row is
+written alone (``groupcommit.py``), then explained (``Replay``, ``AlreadyPurchased``,
+``InvalidRequest``). Any other error of the write (the database down) is every row's.
+The units of every failed row go back in one ``INCRBY``, under the lock the caller
+holds: no holder's GET/SET can land between them and lose the give-back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from .batching import own_copy
+from .groupcommit import writer_for
+from .models import PlacedOrder
+from .orders import explain_conflict, give_back, new_order
+
+#: one order: ``(user_id, quantity, fencing_token, idempotency_key)``
+Wanted = tuple[str, int, int | None, str | None]
+
+
+def insert_batch(sessions: sessionmaker[Session], sale: Any,
+                 orders: list[Wanted]) -> list[PlacedOrder | BaseException]:
+    """Orders of one sale whose units are taken, in one transaction written now. Each
+    gets its order or the error its own transaction would have raised."""
+    written = writer_for(sessions).write_now(
+        [new_order(sale, user_id, quantity, token, key)
+         for user_id, quantity, token, key in orders])
+    outcomes: list[PlacedOrder | BaseException] = []
+    for (user_id, _, _, key), pending in zip(orders, written, strict=True):
+        if pending.error is None:
+            outcomes.append(pending.result)
+            continue
+        error = pending.error
+        if isinstance(error, IntegrityError):
+            try:
+                explain_conflict(sessions, sale, user_id, key)
+            except Exception as explained:  # noqa: BLE001 - it always raises its answer
+                error = explained
+        outcomes.append(error)
+    return outcomes
+
+
+def record_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
+                 orders: list[Wanted]) -> list[PlacedOrder | BaseException]:
+    """``insert_batch``, and the units of every order that failed given back at once.
+    An error of the whole write is every order's (each its own copy)."""
+    try:
+        outcomes = insert_batch(sessions, sale, orders)
+    except Exception as exc:  # noqa: BLE001 - every order's answer
+        outcomes = [own_copy(exc) for _ in orders]
+    returned = sum(quantity for (_, quantity, _, _), outcome
+                   in zip(orders, outcomes, strict=True) if isinstance(outcome, BaseException))
+    if returned:
+        give_back(redis, sale.sku, returned, None)
+    return outcomes
