@@ -47,7 +47,7 @@ from typing import Any
 
 from .problems import Busy, SoldOut
 from .section import stock_if_still
-from .sectionorders import record_batch
+from .sectionorders import give_back_failed, write_batch
 from .services import Checkout, PurchaseRequest, SaleInfo
 
 
@@ -111,23 +111,26 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
 
 
 def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None) -> None:
-    """Every winner's order row, in one transaction written now (``record_batch``): each
-    winner ends with its ``order`` or its ``error``, whatever happens."""
+    """Every winner's order row, in one transaction written now (``sectionorders.py``):
+    each winner ends with its ``order`` or its ``error``, whatever happens. The answers
+    are set before the failed rows' units go back, the only step that can yield (and so
+    be where a killed combiner stops): a buyer with a row never hears an error."""
     sale = winners[0].sale
+    wanted = [(b.request.user_id, b.request.quantity, fencing_token,
+               b.request.idempotency_key) for b in winners]
     try:
-        outcomes = record_batch(deps.sessions, deps.redis, sale, [
-            (b.request.user_id, b.request.quantity, fencing_token, b.request.idempotency_key)
-            for b in winners])
+        outcomes = write_batch(deps.sessions, sale, wanted)
         for buyer, outcome in zip(winners, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 buyer.error = outcome
             else:
                 buyer.order = outcome
-    finally:  # killed midway: nobody may hear a 201 without a row
+    finally:  # nobody may hear a 201 without a row
         for buyer in winners:
             if buyer.order is None and buyer.error is None:
                 buyer.error = Busy(f"the order for {sale.sku} could not be written; "
                                    "try again")
+    give_back_failed(deps.redis, sale, wanted, outcomes)
 
 
 def wake(batch: list[Buyer], me: Buyer) -> None:

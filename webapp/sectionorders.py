@@ -1,10 +1,11 @@
 """The order rows of a combined lock section, written by its holder in one go.
 
 A combined section (``allocation.py``) has its winners' units taken and holds the
-stock lock while their rows are written. ``record_batch`` is ``orders.record_order``
-for all of them at once: one transaction, served by the caller without queueing
-(``OrderWriter.write_now``), so no greenlet switch lengthens the hold; each winner gets
-its own answer, as a transaction of its own would have given it.
+stock lock while their rows are written. ``write_batch`` and ``give_back_failed`` are
+``orders.record_order`` for all of them at once: one transaction, served by the caller
+without queueing (``OrderWriter.write_now``), so no greenlet switch lengthens the hold;
+each winner gets its own answer, as a transaction of its own would have given it. The
+answers are handed out before the give-back, the one step that yields (Redis I/O).
 
 **Failures.** A UNIQUE violation rolls the shared transaction back and each row is
 written alone (``groupcommit.py``), then explained (``Replay``, ``AlreadyPurchased``,
@@ -51,16 +52,20 @@ def insert_batch(sessions: sessionmaker[Session], sale: Any,
     return outcomes
 
 
-def record_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
-                 orders: list[Wanted]) -> list[PlacedOrder | BaseException]:
-    """``insert_batch``, and the units of every order that failed given back at once.
-    An error of the whole write is every order's (each its own copy)."""
+def write_batch(sessions: sessionmaker[Session], sale: Any,
+                orders: list[Wanted]) -> list[PlacedOrder | BaseException]:
+    """``insert_batch``, with an error of the whole write (the database down) made every
+    order's, each its own copy. Nothing here yields: no answer can be lost midway."""
     try:
-        outcomes = insert_batch(sessions, sale, orders)
+        return insert_batch(sessions, sale, orders)
     except Exception as exc:  # noqa: BLE001 - every order's answer
-        outcomes = [own_copy(exc) for _ in orders]
+        return [own_copy(exc) for _ in orders]
+
+
+def give_back_failed(redis: Any, sale: Any, orders: list[Wanted],
+                     outcomes: list[PlacedOrder | BaseException]) -> None:
+    """The units of every order that failed, back to the stock in one ``INCRBY``."""
     returned = sum(quantity for (_, quantity, _, _), outcome
                    in zip(orders, outcomes, strict=True) if isinstance(outcome, BaseException))
     if returned:
         give_back(redis, sale.sku, returned, None)
-    return outcomes

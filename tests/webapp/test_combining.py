@@ -124,6 +124,37 @@ def test_a_failed_order_row_in_a_batch_gives_its_units_back_before_the_lock_goes
     shop.close()
 
 
+def test_a_combiner_killed_while_giving_units_back_leaves_each_written_buyer_its_order(
+        sqlite_url, redis_url, redis_client, monkeypatch):
+    from webapp import sectionorders
+
+    class Killed(BaseException):  # what a killed greenlet raises where it yields
+        pass
+
+    def killed_give_back(*args, **kwargs):
+        raise Killed
+
+    def buy(user: str):
+        try:
+            return post(app, user, 2)
+        except Killed:
+            return "killed"
+
+    app = combining_shop(sqlite_url, redis_url, stock=10, limit=2)
+    shop = backends(app)
+    sale = load_sale(shop.sessions, SKU)
+    with shop.sessions.begin() as session:  # "b" has a row but no reservation in Redis
+        session.add(Order(sale_id=sale.id, sku=SKU, user_id="b", quantity=1, strategy="token"))
+    monkeypatch.setattr(sectionorders, "give_back", killed_give_back)  # b's units: killed
+    answers = queued_while_held(app, redis_client, [lambda u=u: buy(u) for u in "abc"])
+    assert answers[0] == "killed"  # the combiner, "a", stopped giving b's units back
+    assert answers[1][0] == 409 and answers[1][1]["error"] == "already_purchased"
+    assert answers[2][0] == 201, answers[2]  # c's row is written: c hears it
+    assert sorted(row.user_id for row in orders_of(app)) == ["a", "b", "c"]
+    assert not redis_client.exists(lockcore.create("token", redis_client, f"stock:{SKU}").key)
+    shop.close()
+
+
 def test_the_lock_is_held_until_every_winner_of_the_batch_has_written_its_row(
         sqlite_url, redis_url, redis_client, monkeypatch):
     from webapp import sectionorders
