@@ -39,12 +39,12 @@ hold, measured). The other worker idles meanwhile, its buyers all queued on the 
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .batching import own_copy
 from .problems import Busy, SoldOut
 from .section import stock_if_still
 from .sectionorders import give_back_failed, write_batch
@@ -98,7 +98,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
             deps.redis.set(sale.keys.stock, left)
     except BaseException as exc:  # nothing was taken: every buyer hears the error
         for buyer in batch:
-            buyer.error = exc if buyer is me else _own_copy(exc)
+            buyer.error = exc if buyer is me else own_copy(exc)
         if not isinstance(exc, Exception):
             raise
         return
@@ -138,12 +138,3 @@ def wake(batch: list[Buyer], me: Buyer) -> None:
     for buyer in batch:
         if buyer is not me:
             buyer.woken.set()
-
-
-def _own_copy(exc: BaseException) -> BaseException:
-    """One exception object per buyer: raised in many greenlets it would collect all
-    their tracebacks."""
-    try:
-        return copy.copy(exc)
-    except Exception:  # noqa: BLE001 - an exception that cannot be copied is shared
-        return exc

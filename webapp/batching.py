@@ -119,7 +119,7 @@ class Batcher(Generic[Item]):
                 self._pass_lead()
 
 
-def own_copy(exc: Exception) -> BaseException:
+def own_copy(exc: BaseException) -> BaseException:
     """A copy per caller: one exception object raised in many greenlets at once would
     collect all their tracebacks."""
     try:

@@ -44,7 +44,7 @@ def _find_by_key(sessions: sessionmaker[Session], key: str) -> Order | None:
 
 
 def new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None,
-               idempotency_key: str | None) -> tuple[PlacedOrder, dict[str, Any]]:
+              idempotency_key: str | None) -> tuple[PlacedOrder, dict[str, Any]]:
     row = {"sale_id": sale.id, "sku": sale.sku, "user_id": user_id, "quantity": quantity,
            "strategy": sale.strategy, "fencing_token": fencing_token,
            "idempotency_key": idempotency_key, "created_at": utcnow()}
@@ -100,7 +100,7 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
 
 
 def explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
-                      idempotency_key: str | None) -> None:
+                     idempotency_key: str | None) -> None:
     """Turn a UNIQUE violation into ``Replay``, ``AlreadyPurchased`` or ``InvalidRequest``."""
     if idempotency_key is not None:
         earlier = _find_by_key(sessions, idempotency_key)
