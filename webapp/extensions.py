@@ -5,7 +5,8 @@ so each gunicorn worker opens its own after the fork.
 
 * Redis: a ``BlockingConnectionPool``. redis-py's default pool raises "Too many
   connections" once its limit is reached; under a 1000-buyer spike the blocking pool
-  makes a request wait for a free connection (up to a timeout, then 503) instead.
+  makes a request wait for a free connection (up to a timeout, then 503) instead. Its
+  connections check themselves out with one ``poll`` syscall (``redisconn.py``).
 * SQLite: WAL (readers never block the writer) and a busy timeout, so concurrent
   writers from two workers queue for the write lock instead of failing.
 """
@@ -25,6 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .cohort import Cohorts
 from .pipelining import ScriptPipeline
 from .problems import Busy
+from .redisconn import connection_options
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +94,8 @@ class Backends:
         pool = BlockingConnectionPool.from_url(
             self.config["REDIS_URL"], max_connections=self.config["REDIS_MAX_CONNECTIONS"],
             timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=2,
-            socket_timeout=10, health_check_interval=30)
+            socket_timeout=10, health_check_interval=30,
+            **connection_options(self.config["REDIS_URL"]))
         return Redis(connection_pool=pool)
 
     @functools.cached_property
@@ -113,7 +116,8 @@ class Backends:
             raise Busy("the redlock strategy needs REDLOCK_URLS (five Redis servers)")
         return [Redis(connection_pool=BlockingConnectionPool.from_url(
                     url, max_connections=self.config["REDIS_MAX_CONNECTIONS"], timeout=5,
-                    socket_connect_timeout=0.5, socket_timeout=0.5)) for url in urls]
+                    socket_connect_timeout=0.5, socket_timeout=0.5, **connection_options(url)))
+                for url in urls]
 
     @functools.cached_property
     def zookeeper(self) -> Any:
