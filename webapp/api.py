@@ -78,12 +78,12 @@ def product(sku: str) -> Response:
 @bp.post("/api/products/<sku>/purchase")
 def purchase(sku: str) -> tuple[Response, int]:
     body = validation.json_object(request)
+    backends = get_backends()
     purchase_request = PurchaseRequest(
         sku=_known_sku(sku),
-        user_id=validation.text(body, "user_id", get_backends().config["MAX_USER_ID_LENGTH"]),
+        user_id=validation.text(body, "user_id", backends.config["MAX_USER_ID_LENGTH"]),
         quantity=validation.integer(body, "quantity", low=1, high=MAX_QUANTITY, default=1),
         idempotency_key=validation.idempotency_key(request))
-    backends = get_backends()
     deps = Checkout(sessions=backends.sessions, redis=backends.redis,
                     lock_for=functools.partial(locks.lock_for, backends),
                     lock_timeout_s=backends.config["LOCK_TIMEOUT_S"],
