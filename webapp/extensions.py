@@ -5,8 +5,7 @@ so each gunicorn worker opens its own after the fork.
 
 * Redis: a ``BlockingConnectionPool``. redis-py's default pool raises "Too many
   connections" once its limit is reached; under a 1000-buyer spike the blocking pool
-  makes a request wait for a free connection (up to a timeout, then 503) instead. Its
-  connections check themselves out with one ``poll`` syscall (``redisconn.py``).
+  makes a request wait for a free connection (up to a timeout, then 503) instead.
 * SQLite: WAL (readers never block the writer) and a busy timeout, so concurrent
   writers from two workers queue for the write lock instead of failing.
 """
@@ -26,7 +25,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from .cohort import Cohorts
 from .pipelining import ScriptPipeline
 from .problems import Busy
-from .redisconn import connection_options
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +89,19 @@ class Backends:
 
     @functools.cached_property
     def redis(self) -> Redis:
+        """redis-py's default connection class on purpose. Its check of every connection
+        taken from the pool (``can_read``: a zero-timeout ``select.poll``) is, in a gevent
+        worker, gevent's ``poll``, which costs ~44 us more than the system call *and yields
+        to the hub*. A connection class checking with the system call was measured in
+        session 6 (docs/performance.md): ``token`` sold 10-20% less in each of four
+        showdown pairs, its combined sections smaller (5.5 Redis commands a purchase
+        against 4.4): the yields let buyers queue while a section runs. An explicit
+        ``sleep(0)`` before the combiner takes its batch brought the count back (4.5) but
+        not the rate, so that is not the whole story; not understood further."""
         pool = BlockingConnectionPool.from_url(
             self.config["REDIS_URL"], max_connections=self.config["REDIS_MAX_CONNECTIONS"],
             timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=2,
-            socket_timeout=10, health_check_interval=30,
-            **connection_options(self.config["REDIS_URL"]))
+            socket_timeout=10, health_check_interval=30)
         return Redis(connection_pool=pool)
 
     @functools.cached_property
@@ -116,8 +122,7 @@ class Backends:
             raise Busy("the redlock strategy needs REDLOCK_URLS (five Redis servers)")
         return [Redis(connection_pool=BlockingConnectionPool.from_url(
                     url, max_connections=self.config["REDIS_MAX_CONNECTIONS"], timeout=5,
-                    socket_connect_timeout=0.5, socket_timeout=0.5, **connection_options(url)))
-                for url in urls]
+                    socket_connect_timeout=0.5, socket_timeout=0.5)) for url in urls]
 
     @functools.cached_property
     def zookeeper(self) -> Any:
