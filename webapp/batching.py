@@ -51,6 +51,12 @@ class Pending(Generic[Item]):
     def answered(self) -> bool:
         return self.result is not _UNSET or self.error is not None
 
+    def outcome(self) -> Any:
+        """Its result, or raise its error."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
 
 class Batcher(Generic[Item]):
     """Subclasses implement ``_serve``: give every ``Pending`` a result or an error."""
@@ -77,9 +83,7 @@ class Batcher(Generic[Item]):
                 raise
         if lead or pending.lead:
             self._lead()
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
+        return pending.outcome()
 
     def _serve(self, batch: list[Pending[Item]]) -> None:
         raise NotImplementedError

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .cohort import Cohorts
 from .pipelining import ScriptPipeline
 from .problems import Busy
+from .takenorders import write_taken
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +107,12 @@ class Backends:
 
     @functools.cached_property
     def script_pipeline(self) -> ScriptPipeline | None:
-        """This worker's auto-pipeline for purchase scripts (``REDIS_AUTOPIPELINE``)."""
-        return ScriptPipeline(self.redis) if self.config["REDIS_AUTOPIPELINE"] else None
+        """This worker's auto-pipeline for purchase scripts (``REDIS_AUTOPIPELINE``);
+        its leader also writes the order rows of the ``atomic`` purchases its batch took
+        (``takenorders.py``)."""
+        if not self.config["REDIS_AUTOPIPELINE"]:
+            return None
+        return ScriptPipeline(self.redis, after=write_taken)
 
     @functools.cached_property
     def health_redis(self) -> Redis:

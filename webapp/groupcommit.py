@@ -58,10 +58,10 @@ MAX_BATCH = 200
 
 #: what a purchase queues: its order (gets its id), the row's columns, and the sale
 #: generation its units were taken from (None: not checked)
-_Write = tuple[PlacedOrder, dict[str, Any], int | None]
+OrderWrite = tuple[PlacedOrder, dict[str, Any], int | None]
 
 
-class OrderWriter(Batcher[_Write]):
+class OrderWriter(Batcher[OrderWrite]):
     """One per ``sessionmaker`` (per worker process): see the module docstring."""
 
     def __init__(self, sessions: sessionmaker[Session], max_batch: int = MAX_BATCH) -> None:
@@ -76,16 +76,17 @@ class OrderWriter(Batcher[_Write]):
         written: PlacedOrder = self.submit((order, row, generation))
         return written
 
-    def write_now(self, writes: list[tuple[PlacedOrder, dict[str, Any]]]) -> list[Pending[_Write]]:
+    def write_now(self, writes: list[OrderWrite]) -> list[Pending[OrderWrite]]:
         """The same transaction for a batch the caller already has, served by the caller
         at once instead of queued: no greenlet switch (a combined lock section, where
-        every switch is a scheduler round the stock lock stays held: ``allocation.py``).
+        every switch is a scheduler round the stock lock stays held: ``allocation.py``;
+        the script batch that took an ``atomic`` purchase's units: ``takenorders.py``).
         Each ``Pending`` comes back with its order (with its id) or its own error."""
-        batch = [Pending((order, row, None)) for order, row in writes]
+        batch = [Pending(write) for write in writes]
         self._serve(batch)
         return batch
 
-    def _serve(self, batch: list[Pending[_Write]]) -> None:
+    def _serve(self, batch: list[Pending[OrderWrite]]) -> None:
         try:
             written = self._transaction(batch)
         except IntegrityError:
@@ -100,7 +101,8 @@ class OrderWriter(Batcher[_Write]):
             return
         _give_ids(written)
 
-    def _transaction(self, batch: list[Pending[_Write]]) -> list[tuple[Pending[_Write], int]]:
+    def _transaction(self, batch: list[Pending[OrderWrite]]
+                     ) -> list[tuple[Pending[OrderWrite], int]]:
         """Count the units off ``sales.remaining``, insert the rows, commit; each row
         written with its id (a row refused by ``_take_units`` has its error instead)."""
         with self._sessions.begin() as session:
@@ -114,7 +116,7 @@ class OrderWriter(Batcher[_Write]):
                     for pending in taken]
 
     def _take_units(self, connection: Connection,
-                    batch: list[Pending[_Write]]) -> list[Pending[_Write]]:
+                    batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
         """The stock is already taken in Redis: one UPDATE per sale (and generation), by
         the sum. Orders of a generation the sale is no longer in get ``SaleReset``."""
         units: Counter[tuple[int, int | None]] = Counter()
@@ -140,7 +142,7 @@ class OrderWriter(Batcher[_Write]):
                 taken.append(pending)
         return taken
 
-    def _alone(self, pending: Pending[_Write]) -> None:
+    def _alone(self, pending: Pending[OrderWrite]) -> None:
         pending.error = None  # what the shared transaction decided was rolled back with it
         try:
             _give_ids(self._transaction([pending]))
@@ -164,14 +166,15 @@ class ConditionalOrderWriter(OrderWriter):
         self.stock_after: dict[int, tuple[int, datetime]] = {}
         self._uncommitted: dict[int, tuple[int, datetime]] = {}
 
-    def _transaction(self, batch: list[Pending[_Write]]) -> list[tuple[Pending[_Write], int]]:
+    def _transaction(self, batch: list[Pending[OrderWrite]]
+                     ) -> list[tuple[Pending[OrderWrite], int]]:
         self._uncommitted = {}
         written = super()._transaction(batch)
         self.stock_after.update(self._uncommitted)  # committed: theirs is the database's
         return written
 
     def _take_units(self, connection: Connection,
-                    batch: list[Pending[_Write]]) -> list[Pending[_Write]]:
+                    batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
         taken = []
         for pending in batch:
             row = pending.item[1]
@@ -185,7 +188,7 @@ class ConditionalOrderWriter(OrderWriter):
         return taken
 
 
-def _give_ids(written: list[tuple[Pending[_Write], int]]) -> None:
+def _give_ids(written: list[tuple[Pending[OrderWrite], int]]) -> None:
     for pending, order_id in written:
         pending.item[0].id = order_id
         pending.result = pending.item[0]

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
+from .batching import Pending
 from .groupcommit import writer_for
 from .keys import SaleKeys
 from .models import Order, PlacedOrder, utcnow
@@ -53,12 +54,19 @@ def new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None,
 
 def insert_grouped(sessions: sessionmaker[Session], sale: Any, user_id: str, quantity: int,
                    idempotency_key: str | None, fencing_token: int | None = None,
-                   *, conditional: bool = False, generation: int | None = None) -> PlacedOrder:
+                   *, conditional: bool = False, generation: int | None = None,
+                   written: Pending[Any] | None = None) -> PlacedOrder:
     """``insert_order`` in a transaction shared with concurrent ones (``groupcommit.py``):
     for a purchase whose stock is already taken, or with ``conditional`` (the ``sql``
-    strategy) taking it from ``sales.remaining`` (else ``SoldOut``)."""
-    order, row = new_order(sale, user_id, quantity, fencing_token, idempotency_key)
+    strategy) taking it from ``sales.remaining`` (else ``SoldOut``).
+
+    :param written: the row is already written, by the script batch that took the
+        units (``takenorders.py``): its outcome is answered as if written here."""
     try:
+        if written is not None:
+            order: PlacedOrder = written.outcome()
+            return order
+        order, row = new_order(sale, user_id, quantity, fencing_token, idempotency_key)
         return writer_for(sessions, conditional).write(order, row, generation)
     except IntegrityError:
         explain_conflict(sessions, sale, user_id, idempotency_key)
@@ -115,7 +123,8 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
                  quantity: int, fencing_token: int | None,
                  idempotency_key: str | None, *, grouped: bool = False,
                  generation: int | None = None,
-                 stock_keys: tuple[str, str] | None = None) -> PlacedOrder:
+                 stock_keys: tuple[str, str] | None = None,
+                 written: Pending[Any] | None = None) -> PlacedOrder:
     """Insert the order after Redis stock was taken; on any failure give the units back.
 
     :param grouped: share the transaction with concurrent purchases (the lock-free
@@ -126,11 +135,13 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
         stock. (The lock paths write inside the section a reset waits for: None.)
     :param stock_keys: where the units came from, ``(stock, its generation)``: the
         sale's own keys unless given (``atomic-sharded``: the shard's).
+    :param written: with ``grouped``, the row's outcome if it is already written
+        (``takenorders.py``); its error is handled as a write's here would be.
     """
     try:
         if grouped:
             return insert_grouped(sessions, sale, user_id, quantity, idempotency_key,
-                                  fencing_token, generation=generation)
+                                  fencing_token, generation=generation, written=written)
         return insert_order(sessions, sale, user_id, quantity, fencing_token, idempotency_key,
                             generation=generation)
     except SaleReset:  # the units were the old sale's, whose stock the reset replaced

@@ -39,8 +39,10 @@ class StockPath:
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         raise NotImplementedError
 
-    def record_taken(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
-        """Finish a purchase whose units a script already took (only ``atomic``'s)."""
+    def record_taken(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
+                     written: Any = None) -> Any:
+        """Finish a purchase whose units a script already took (only ``atomic``'s);
+        ``written``: its row's outcome if the script's batch wrote it (``takenorders.py``)."""
         raise NotImplementedError(f"{type(self).__name__} takes its own stock")
 
     def load_stock(self, redis: Any, sale: SaleInfo, stock: int) -> None:
@@ -117,9 +119,12 @@ class AtomicPath(StockPath):
             raise SoldOut(f"{sale.sku} is sold out")
         return self.record_taken(deps, sale, request)
 
-    def record_taken(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
+    def record_taken(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
+                     written: Any = None) -> Any:
         """The units are taken: the simulated work, then the order row, shared with the
-        concurrent purchases' (``groupcommit.py``); on failure the units go back.
+        concurrent purchases' (``groupcommit.py``); on failure the units go back. With
+        ``written`` the script's batch already wrote the row (``takenorders.py``: only for
+        a sale without simulated work): what is left is its answer.
 
         Nothing here holds off a reset, so the row is written only in the sale generation
         the units came from (``record_order``'s ``generation``).
@@ -132,14 +137,15 @@ class AtomicPath(StockPath):
             guard:  the UPDATE matches the sale only WHERE started_at is g0's: no row
                     is written, the unit is not given back (it was g0's), 503 busy
         """
-        try:
-            self._work(deps, sale)
-        except BaseException:
-            give_back(deps.redis, sale.sku, request.quantity, sale.generation)
-            raise
+        if written is None:
+            try:
+                self._work(deps, sale)
+            except BaseException:
+                give_back(deps.redis, sale.sku, request.quantity, sale.generation)
+                raise
         return record_order(deps.sessions, deps.redis, sale, request.user_id,
                             request.quantity, None, request.idempotency_key, grouped=True,
-                            generation=sale.generation)
+                            generation=sale.generation, written=written)
 
 
 #: what ``mirror_stock.lua`` needs, read after a commit

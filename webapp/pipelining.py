@@ -26,10 +26,19 @@ retried, since running a purchase twice is worse than answering 503.
 
 **NOSCRIPT** (Redis restarted or flushed its script cache): the first caller to see it
 loads the script (``SCRIPT LOAD``) and sends its own again, alone.
+
+**What comes after the script** (``then``): a caller may hand the leader work to do
+with its reply before waking it: ``after`` (given to the pipeline) gets every such
+caller's ``then`` and reply at once. ``takenorders.py`` writes there the order rows of
+the ``atomic`` purchases whose units the batch took, in one transaction: a purchase then
+waits once (script and row) instead of twice. ``after`` must not yield (it runs while
+every caller of the batch waits) and leaves a ``then`` it could not serve to its caller.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from redis import Redis
@@ -40,24 +49,34 @@ from lockcore.wire import round_trip
 from . import scripts
 from .batching import Batcher, Pending, own_copy
 
+logger = logging.getLogger(__name__)
+
 #: scripts per round trip at most
 MAX_BATCH = 256
 
-#: what a caller queues: the script's name, its keys and its arguments
-_Call = tuple[str, list[Any], list[Any]]
+#: what a caller queues: the script's name, its keys, its arguments, and what the
+#: leader does with its reply (``then``; None: nothing)
+_Call = tuple[str, list[Any], list[Any], Any]
+
+#: the leader's work after a round trip: every ``then`` of the batch, with its reply
+After = Callable[[list[tuple[Any, Any]]], None]
 
 
 class ScriptPipeline(Batcher[_Call]):
     """One per Redis client (per worker process): see the module docstring."""
 
-    def __init__(self, redis: Redis, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, redis: Redis, max_batch: int = MAX_BATCH,
+                 after: After | None = None) -> None:
         super().__init__(max_batch)
         self._redis = redis
+        self._after = after
 
-    def run(self, name: str, keys: list[Any], args: list[Any]) -> Any:
-        """EVALSHA ``webapp/scripts/<name>.lua``; its reply, or raise its error."""
+    def run(self, name: str, keys: list[Any], args: list[Any], then: Any = None) -> Any:
+        """EVALSHA ``webapp/scripts/<name>.lua``; its reply, or raise its error. With
+        ``then``, the leader hands it and the reply to ``after`` first (if this script
+        went in a batch: a reloaded script's caller does its own work)."""
         try:
-            return self.submit((name, keys, args))
+            return self.submit((name, keys, args, then))
         except NoScriptError:  # redis-py's Script loads it and sends this one again
             return scripts.script(self._redis, name)(keys=keys, args=args)
 
@@ -68,10 +87,20 @@ class ScriptPipeline(Batcher[_Call]):
             for pending in batch:
                 if not pending.answered:
                     pending.error = own_copy(exc)
+            return
+        if self._after is None:
+            return
+        follow = [(pending.item[3], pending.result) for pending in batch
+                  if pending.item[3] is not None and pending.error is None]
+        if follow:
+            try:
+                self._after(follow)
+            except Exception:  # a bug of ``after``: its callers still do their own work
+                logger.exception("the work after a script batch failed")
 
     def _round_trip(self, batch: list[Pending[_Call]]) -> None:
         commands = [("EVALSHA", scripts.script(self._redis, name).sha, len(keys), *keys, *args)
-                    for name, keys, args in (pending.item for pending in batch)]
+                    for name, keys, args, _ in (pending.item for pending in batch)]
         answers = round_trip(self._redis, commands, replies=len(batch))
         for pending, answer in zip(batch, answers, strict=True):
             if isinstance(answer, ResponseError):  # this script's own error

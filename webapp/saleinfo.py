@@ -64,7 +64,7 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
     if cached is None:
         cached = redis.hgetall(SaleKeys(sku).info)
     if cached:
-        return _parsed(sku, cached)
+        return parsed_sale(sku, cached)
     sale = load_sale(sessions, sku)
     _restore_stock(redis, sessions, sale)
     cache_sale(redis, sale)
@@ -78,7 +78,8 @@ _PARSED: dict[tuple[Any, ...], SaleInfo] = {}
 _PARSED_MAX = 1024
 
 
-def _parsed(sku: str, cached: dict[bytes, bytes]) -> SaleInfo:
+def parsed_sale(sku: str, cached: dict[bytes, bytes]) -> SaleInfo:
+    """The sale of ``sku`` from its (non-empty) Redis hash; no I/O."""
     key = (sku, *cached.items())
     sale = _PARSED.get(key)
     if sale is None:

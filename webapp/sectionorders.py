@@ -35,7 +35,7 @@ def insert_batch(sessions: sessionmaker[Session], sale: Any,
     """Orders of one sale whose units are taken, in one transaction written now. Each
     gets its order or the error its own transaction would have raised."""
     written = writer_for(sessions).write_now(
-        [new_order(sale, user_id, quantity, token, key)
+        [(*new_order(sale, user_id, quantity, token, key), None)
          for user_id, quantity, token, key in orders])
     outcomes: list[PlacedOrder | BaseException] = []
     for (user_id, _, _, key), pending in zip(orders, written, strict=True):

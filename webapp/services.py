@@ -40,6 +40,7 @@ from .orders import find_order
 from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
 from .saleinfo import SaleInfo, cached_sale, load_sale
+from .takenorders import TakenOrder
 
 logger = logging.getLogger(__name__)
 
@@ -87,15 +88,20 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
 
     fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
     try:
-        sale = cached_sale(deps.redis, deps.sessions, request.sku,
-                           None if fast is None else fast.info)
+        if fast is not None and fast.written is not None and fast.written.sale is not None:
+            # the row is written: nothing that can fail stands before its answer
+            sale = fast.written.sale
+        else:
+            sale = cached_sale(deps.redis, deps.sessions, request.sku,
+                               None if fast is None else fast.info)
         path = path_for(sale.strategy)
     except BaseException:  # the script reserved (and for atomic took): undo it
         if fast is not None and fast.reserved:
             _undo_fast(deps, request, fast)
         raise
     if fast is not None and fast.taken:  # reserved and taken by the script: write the order
-        buy = functools.partial(path.record_taken, deps, sale, request)
+        buy = functools.partial(path.record_taken, deps, sale, request,
+                                None if fast.written is None else fast.written.written)
     else:
         if fast is None or not fast.reserved:  # a replayable request, or a reloaded sale
             if request.quantity > sale.per_user_limit:
@@ -127,6 +133,8 @@ class _Fast:
     reserved: bool
     #: an ``atomic`` sale: the buyer is reserved and the units are taken
     taken: bool
+    #: the order row, if the script's batch wrote it too (``takenorders.py``)
+    written: TakenOrder | None = None
 
 
 def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
@@ -136,8 +144,10 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     keys = SaleKeys(request.sku)
     script_keys = [keys.soldout, keys.buyers, keys.info, keys.stock]
     script_args = [request.user_id, request.quantity]
+    then = None
     if deps.script_pipeline is not None:
-        reply = deps.script_pipeline.run("atomic_checkout", script_keys, script_args)
+        then = TakenOrder(deps.sessions, request.sku, request.user_id, request.quantity)
+        reply = deps.script_pipeline.run("atomic_checkout", script_keys, script_args, then)
     else:
         reply = scripts.script(deps.redis, "atomic_checkout")(keys=script_keys, args=script_args)
     code, _, *rest = reply
@@ -150,7 +160,8 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     if code == -2:
         raise InvalidRequest(f"quantity must be between 1 and {int(info[b'per_user_limit'])} "
                              "for this sale")
-    return _Fast(info, reserved=code in (1, 2), taken=code == 1)
+    written = then if then is not None and then.written is not None else None
+    return _Fast(info, reserved=code in (1, 2), taken=code == 1, written=written)
 
 
 def _replay(earlier: OrderLike, request: PurchaseRequest) -> OrderLike:

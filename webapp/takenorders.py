@@ -1,0 +1,95 @@
+"""An ``atomic`` purchase's order row, written by the script batch that took its units.
+
+An ``atomic`` purchase has two shared steps: its script (``atomic_checkout.lua``, sent
+with the concurrent ones in one round trip: ``pipelining.py``) takes the units, then its
+order row is written (with the concurrent ones in one transaction: ``groupcommit.py``).
+Done apart, each step is a wait in its own batch, and under gevent a wait costs the
+worker a scheduler round: with hundreds of requests in flight about 60 us of CPU
+(docs/performance.md, session 6), near what a purchase may cost beyond a no-op at all.
+
+Here the leader of the script batch, once the replies are in, writes the rows of every
+purchase whose units the batch took, in one transaction (``OrderWriter.write_now``),
+before it wakes them: a purchase waits once.
+
+**What does not change.** A row is written only in the sale generation its units came
+from; each purchase gets its own answer, its order or the error its own transaction
+would have raised, and on an error its caller gives its units back (``record_order``);
+nobody is answered before its row is committed. The transaction does not yield (SQLite
+under gevent: ``orders.py``), and the batch's callers are all waiting while it runs.
+
+**When it does not apply** (the caller writes its row itself, as before): the script
+took nothing (a refusal, another strategy), the sale has simulated work (``work_ms``:
+the row comes after it), the purchase has an Idempotency-Key (it looks for its earlier
+order first, and takes the units in steps), the script was reloaded (NOSCRIPT), or
+building the row failed. A row is never written twice: ``written`` is set only by the
+transaction that wrote it, and the caller writes only when it is unset.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from .batching import Pending
+from .groupcommit import OrderWrite, writer_for
+from .orders import new_order
+from .saleinfo import SaleInfo, parsed_sale
+
+logger = logging.getLogger(__name__)
+
+
+class TakenOrder:
+    """One purchase's ``then`` for ``ScriptPipeline.run``: what its row needs, and once
+    the leader has written it, the sale it was written for and ``written`` (the row's
+    ``Pending``: its order with its id, or its own error)."""
+
+    __slots__ = ("sessions", "sku", "user_id", "quantity", "sale", "written")
+
+    def __init__(self, sessions: sessionmaker[Session], sku: str, user_id: str,
+                 quantity: int) -> None:
+        self.sessions = sessions
+        self.sku = sku
+        self.user_id = user_id
+        self.quantity = quantity
+        self.sale: SaleInfo | None = None
+        self.written: Pending[OrderWrite] | None = None
+
+    def row(self, reply: Any) -> OrderWrite | None:
+        """The row to write after ``atomic_checkout.lua``'s ``reply``, or None: the
+        script took nothing, or the row must wait for the sale's simulated work."""
+        code, _, *rest = reply
+        if code != 1 or not rest:
+            return None
+        flat = rest[0]
+        sale = parsed_sale(self.sku, dict(zip(flat[::2], flat[1::2], strict=True)))
+        if sale.strategy != "atomic" or sale.work_ms > 0:
+            return None
+        order, row = new_order(sale, self.user_id, self.quantity, None, None)
+        self.sale = sale
+        return order, row, sale.generation
+
+
+def write_taken(follow: list[tuple[Any, Any]]) -> None:
+    """``ScriptPipeline``'s ``after``: the rows of the batch's purchases whose units were
+    taken, in one transaction per database. A ``then`` whose row could not be built is
+    left unwritten: its caller writes it."""
+    batches: dict[sessionmaker[Session], tuple[list[TakenOrder], list[OrderWrite]]] = {}
+    for then, reply in follow:
+        if not isinstance(then, TakenOrder):
+            continue
+        try:
+            write = then.row(reply)
+        except Exception:  # a malformed hash copy: the caller's own lookup answers it
+            logger.exception("could not build the order of %r for %s", then.user_id,
+                             then.sku)
+            then.sale = None
+            continue
+        if write is not None:
+            owners, writes = batches.setdefault(then.sessions, ([], []))
+            owners.append(then)
+            writes.append(write)
+    for sessions, (owners, writes) in batches.items():
+        for owner, pending in zip(owners, writer_for(sessions).write_now(writes), strict=True):
+            owner.written = pending
