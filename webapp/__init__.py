@@ -17,12 +17,13 @@ from flask import Flask
 
 from . import config as settings
 from .extensions import Backends
+from .routing import HotRoute, ShopFlask
 
 logger = logging.getLogger(__name__)
 
 
 def create_app(test_config: dict[str, Any] | None = None) -> Flask:
-    app = Flask(__name__, instance_relative_config=True)
+    app = ShopFlask(__name__, instance_relative_config=True)
     app.config.update(settings.from_env(app.instance_path))
     if test_config is not None:
         app.config.update(test_config)
@@ -40,4 +41,5 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.register_blueprint(api.bp)
     app.register_blueprint(admin.bp)
     app.register_blueprint(shop.bp)
+    app.hot_route = HotRoute.for_endpoint(app.url_map, "api.purchase")  # routing.py
     return app
