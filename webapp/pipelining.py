@@ -7,7 +7,7 @@ in the hub, a read. The last profile put that at about a fifth of a worker for a
 ``atomic`` purchase, more than Redis running the script. Here the scripts of every
 purchase waiting at the same moment share one checkout, one ``send`` and one read of
 all their replies (``batching.Batcher``'s leader and followers; the bytes go through
-``lockcore.wire.round_trip``), the way ioredis's ``enableAutoPipelining`` does it for
+``lockcore.wire.round_trip_packed``), the way ioredis's ``enableAutoPipelining`` does it for
 Node.
 
 **What does not change.** Redis still runs each script on its own and to its end: a
@@ -44,7 +44,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
-from lockcore.wire import round_trip
+from lockcore.wire import round_trip_packed
 
 from . import scripts
 from .batching import Batcher, Pending, own_copy
@@ -53,6 +53,14 @@ logger = logging.getLogger(__name__)
 
 #: scripts per round trip at most
 MAX_BATCH = 256
+
+#: encoded script heads kept (one per script and sale); past it they are made again
+_MAX_HEADS = 1024
+
+
+def _bulk(encoded: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(encoded), encoded)
+
 
 #: what a caller queues: the script's name, its keys, its arguments, and what the
 #: leader does with its reply (``then``; None: nothing)
@@ -70,6 +78,29 @@ class ScriptPipeline(Batcher[_Call]):
         super().__init__(max_batch)
         self._redis = redis
         self._after = after
+        self._encode = redis.get_encoder().encode  # redis-py's own, for every argument
+        #: ``EVALSHA sha numkeys keys...`` in the protocol, by script and keys
+        self._heads: dict[tuple[str, tuple[Any, ...]], bytes] = {}
+
+    def _packed(self, name: str, keys: list[Any], args: list[Any]) -> bytes:
+        """``EVALSHA`` of script ``name`` in the Redis protocol, as redis-py's
+        ``pack_commands`` writes it. The head (the script's SHA and the keys, the same
+        for every buyer of a sale) is encoded once; each call encodes its arguments.
+        redis-py's packing was 2% of a served worker in an ``atomic`` purchase's profile;
+        this takes half its time (timeit: 2.5 against 6 us a script, with the SHA lookup)."""
+        head_key = (name, tuple(keys))
+        head = self._heads.get(head_key)
+        if head is None:
+            sha = scripts.script(self._redis, name).sha
+            parts = ("EVALSHA", sha, len(keys), *keys)
+            head = b"".join(_bulk(self._encode(part)) for part in parts)
+            if len(self._heads) >= _MAX_HEADS:
+                self._heads.clear()
+            self._heads[head_key] = head
+        parts = [b"*%d\r\n" % (3 + len(keys) + len(args)), head]
+        for arg in args:
+            parts.append(_bulk(self._encode(arg)))
+        return b"".join(parts)
 
     def run(self, name: str, keys: list[Any], args: list[Any], then: Any = None) -> Any:
         """EVALSHA ``webapp/scripts/<name>.lua``; its reply, or raise its error. With
@@ -99,9 +130,9 @@ class ScriptPipeline(Batcher[_Call]):
                 logger.exception("the work after a script batch failed")
 
     def _round_trip(self, batch: list[Pending[_Call]]) -> None:
-        commands = [("EVALSHA", scripts.script(self._redis, name).sha, len(keys), *keys, *args)
-                    for name, keys, args, _ in (pending.item for pending in batch)]
-        answers = round_trip(self._redis, commands, replies=len(batch))
+        packed = b"".join(self._packed(name, keys, args)
+                          for name, keys, args, _ in (pending.item for pending in batch))
+        answers = round_trip_packed(self._redis, packed, replies=len(batch))
         for pending, answer in zip(batch, answers, strict=True):
             if isinstance(answer, ResponseError):  # this script's own error
                 pending.error = answer

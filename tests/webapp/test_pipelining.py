@@ -13,7 +13,7 @@ from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from tests.webapp.heldbatch import run_behind_a_held_batch
-from webapp import sales
+from webapp import sales, scripts
 from webapp.keys import SaleKeys
 from webapp.pipelining import ScriptPipeline
 
@@ -78,3 +78,15 @@ def test_redis_down_fails_every_caller_with_an_error_of_its_own(monkeypatch):
     assert all(isinstance(error, RedisConnectionError) for error in answers.values())
     assert len({id(error) for error in answers.values()}) == 5
     assert pipeline._serving is False  # the lead was passed on and dropped, not lost
+
+
+@pytest.mark.parametrize("args", [["user-0", 1], ["ü é ☃", 2], [b"\x00\r\n", -3],
+                                  ["", 1.5], ["x" * 70_000, 10**20]])
+def test_a_script_is_packed_as_redis_py_packs_it(redis_client, args):
+    pipeline = ScriptPipeline(redis_client)
+    connection = redis_client.connection_pool.make_connection()
+    sha = scripts.script(redis_client, "atomic_checkout").sha
+    other_keys = SaleKeys("sku-2")
+    for keys in (SCRIPT_KEYS, [other_keys.soldout, other_keys.buyers], SCRIPT_KEYS):
+        theirs = b"".join(connection.pack_commands([("EVALSHA", sha, len(keys), *keys, *args)]))
+        assert pipeline._packed("atomic_checkout", keys, args) == theirs  # made, or reused
