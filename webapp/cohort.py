@@ -84,6 +84,9 @@ class Cohorts:
         self._combiners: dict[str, Any] = {}
 
     def for_key(self, key: str) -> Cohort:
+        cohort = self._by_key.get(key)  # made once per key: no mutex once it is there
+        if cohort is not None:
+            return cohort
         with self._mutex:
             cohort = self._by_key.get(key)
             if cohort is None:
@@ -92,6 +95,9 @@ class Cohorts:
 
     def combiner_for(self, key: str, max_batch: int) -> Any:
         """The ``combining.Combiner`` of one lock resource in this process."""
+        combiner = self._combiners.get(key)  # made once per key: no mutex once it is there
+        if combiner is not None:
+            return combiner
         from .combining import Combiner  # it builds on this module's handles
 
         with self._mutex:

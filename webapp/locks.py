@@ -14,6 +14,7 @@ token as a timestamp: ``ValueError``, a 500 on the next reset and on every purch
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import lockcore
@@ -57,6 +58,7 @@ def stock_resource(sku: str, strategy: str) -> str:
     return f"stock:{sku}" if strategy == "token" else f"stock:{sku}:{strategy}"
 
 
+@functools.cache  # the registry is fixed: asked once per purchase, answered once per name
 def cohorted(strategy: str) -> bool:
     """Whether ``strategy``'s lock may be passed between the buyers of one worker: safe
     locks on the stock key alone (``multi`` also locks the buyer)."""
