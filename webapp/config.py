@@ -44,6 +44,8 @@ def from_env(instance_path: str) -> dict[str, Any]:
         # running. Under gevent every round trip inside the critical section waits for all
         # the runnable greenlets of its worker: fewer of them, a faster lock holder. The
         # lock-free paths (atomic, sql) are not bounded: it capped them by Little's law.
+        # A combined lock's buyers (LOCK_COMBINE) are bounded by LOCK_COMBINE_MAX_BATCH
+        # instead: they wait locally, not on the lock (docs/performance.md, session 7).
         "PURCHASE_CONCURRENCY": int(os.environ.get("PURCHASE_CONCURRENCY", "64")),
         # lock cohorting (webapp/cohort.py): a worker passes a held safe lock to its own
         # next buyer, up to MAX_PASSES times within MAX_MS, instead of releasing it
@@ -51,9 +53,11 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "LOCK_COHORT_MAX_PASSES": int(os.environ.get("SECKILL_LOCK_COHORT_MAX_PASSES", "64")),
         "LOCK_COHORT_MAX_MS": float(os.environ.get("SECKILL_LOCK_COHORT_MAX_MS", "20")),
         # flat combining (webapp/combining.py): the holder of a safe lock serves the
-        # batch of its worker's queued buyers (at most MAX_BATCH) in one section
+        # batch of its worker's queued buyers (at most MAX_BATCH) in one section; at most
+        # MAX_BATCH such buyers per worker are in progress. 256: token sold 78-81% of the
+        # no-op's rate sustained, against 65-68% at 64 (docs/performance.md, session 7)
         "LOCK_COMBINE": _flag(os.environ.get("SECKILL_LOCK_COMBINE", "1")),
-        "LOCK_COMBINE_MAX_BATCH": int(os.environ.get("SECKILL_LOCK_COMBINE_MAX_BATCH", "64")),
+        "LOCK_COMBINE_MAX_BATCH": int(os.environ.get("SECKILL_LOCK_COMBINE_MAX_BATCH", "256")),
         # auto-pipelining (webapp/pipelining.py): the first script of every purchase
         # waiting at the same moment in a worker goes to Redis in one round trip
         "REDIS_AUTOPIPELINE": _flag(os.environ.get("SECKILL_REDIS_AUTOPIPELINE", "1")),

@@ -51,6 +51,14 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_size=5, max_overflow=10, pool_timeout=10, pool_pre_ping=True)
 
 
+def _semaphore(size: int) -> Any:
+    if _gevent_patched():
+        from gevent.lock import BoundedSemaphore
+
+        return BoundedSemaphore(size)
+    return threading.BoundedSemaphore(size)
+
+
 def _gevent_patched() -> bool:
     monkey = sys.modules.get("gevent.monkey")
     return bool(monkey and monkey.is_module_patched("socket"))
@@ -76,11 +84,15 @@ class Backends:
         own: monkey-patching leaves ``threading.BoundedSemaphore`` the pure-Python one,
         a ``Condition`` over patched locks, which cost 5% of a worker's CPU in a
         ``token`` run's profile (docs/performance.md, session 4)."""
-        if _gevent_patched():
-            from gevent.lock import BoundedSemaphore
+        return _semaphore(self.config["PURCHASE_CONCURRENCY"])
 
-            return BoundedSemaphore(self.config["PURCHASE_CONCURRENCY"])
-        return threading.BoundedSemaphore(self.config["PURCHASE_CONCURRENCY"])
+    @functools.cached_property
+    def combined_slots(self) -> Any:
+        """``purchase_slots`` for the buyers of a combined lock (``LOCK_COMBINE``): as many
+        as one combined section serves (``LOCK_COMBINE_MAX_BATCH``). They wait in their
+        worker's queue, not on the lock, so more of them cost the lock nothing; fewer
+        made smaller sections (docs/performance.md, session 7)."""
+        return _semaphore(self.config["LOCK_COMBINE_MAX_BATCH"])
 
     @functools.cached_property
     def cohorts(self) -> Cohorts:

@@ -40,21 +40,26 @@ class LockedPath(StockPath):
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         """Lock-path buyers of one worker queue for a slot first (PURCHASE_CONCURRENCY):
         every waiter holds a Redis connection (a BLPOP) and every runnable greenlet slows
-        the holder's round trips. The lock-free paths take no slot: they hold nothing
-        while they wait, and the cap halved atomic's purchases/s (see performance.md)."""
-        slots = deps.lock_slots
+        the holder's round trips. A combined lock's buyers wait in their worker instead,
+        so theirs is one section's worth (``combined_slots``). The lock-free paths take
+        no slot: they hold nothing while they wait, and the cap halved atomic's
+        purchases/s (see performance.md)."""
+        lock = deps.lock_for(sale, request.user_id)
+        combined = isinstance(lock, CombinableLock)
+        slots = (deps.combined_slots if combined and deps.combined_slots is not None
+                 else deps.lock_slots)
         if slots is not None and not slots.acquire(timeout=deps.lock_timeout_s):
             raise Busy("too many purchases in progress, try again shortly")
         try:
-            return self._locked_purchase(deps, sale, request)
+            if combined:  # LOCK_COMBINE: one section for the batch
+                return lock.combiner.purchase(deps, sale, request, lock)
+            return self._locked_purchase(deps, sale, request, lock)
         finally:
             if slots is not None:
                 slots.release()
 
-    def _locked_purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
-        lock = deps.lock_for(sale, request.user_id)
-        if isinstance(lock, CombinableLock):  # LOCK_COMBINE: one section for the batch
-            return lock.combiner.purchase(deps, sale, request, lock)
+    def _locked_purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
+                         lock: Any) -> Any:
         if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
             raise Busy(f"the stock lock for {sale.sku} was not free within "
                        f"{deps.lock_timeout_s:g}s", retry_after_s=1)

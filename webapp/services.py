@@ -68,6 +68,8 @@ class Checkout:
     lock_timeout_s: float = 5.0
     #: bounds the buyers of one worker queueing for a lock (a BoundedSemaphore); None: no bound
     lock_slots: Any = None
+    #: the same for a combined lock's buyers (``combining.py``); None: ``lock_slots``
+    combined_slots: Any = None
     #: how long a duplicate Idempotency-Key waits for the first request's order
     replay_wait_s: float = 10.0
     #: sends the first script of concurrent purchases in one round trip; None: alone
