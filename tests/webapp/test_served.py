@@ -174,3 +174,19 @@ def test_a_request_gunicorn_cannot_parse_is_answered_with_json_too(served):
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
     assert set(json.loads(body)) == {"error", "detail"}
+
+
+def test_a_worker_freezes_the_apps_objects_and_collects_young_ones_less_often():
+    import gc
+
+    from webapp import gunicorn_conf
+
+    threshold = gc.get_threshold()
+    try:
+        gunicorn_conf.post_worker_init(worker=None)
+        assert gc.get_freeze_count() > 1000  # everything imported so far
+        assert gc.get_threshold() == (gunicorn_conf.GC_GEN0_THRESHOLD, *threshold[1:])
+        assert gunicorn_conf.GC_GEN0_THRESHOLD > threshold[0]
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
