@@ -65,6 +65,13 @@ def cohorted(strategy: str) -> bool:
     return strategy != "multi" and bool(lock_class(strategy).safe)
 
 
+#: a smaller combined section for the FIFO lock: a section serves its worker's queue
+#: before the other worker's buyers, so the bigger it is, the less first-come-first-served
+#: across workers (the spike's first 100 buyers served: 0.34-0.75 at 256, 0.88 at 64;
+#: docs/performance.md, session 7)
+_COMBINE_BATCH_CAP = {"fair": 64}
+
+
 def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> Any:
     """The lock for one purchase (or a reset): a ``lockcore`` lock, or with
     ``LOCK_COHORT`` a handle that queues in this worker's cohort for it (``cohort.py``),
@@ -77,7 +84,9 @@ def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> Any:
                             lambda: _new_lock(backends, sale, user_id))
                  if config["LOCK_COHORT"] else _new_lock(backends, sale, user_id))
     if config["LOCK_COMBINE"]:
-        combiner = backends.cohorts.combiner_for(key, config["LOCK_COMBINE_MAX_BATCH"])
+        max_batch = min(config["LOCK_COMBINE_MAX_BATCH"],
+                        _COMBINE_BATCH_CAP.get(sale.strategy, config["LOCK_COMBINE_MAX_BATCH"]))
+        combiner = backends.cohorts.combiner_for(key, max_batch)
         lock = CombinableLock(lock, combiner)
     return lock
 

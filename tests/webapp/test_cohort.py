@@ -229,3 +229,17 @@ def test_only_safe_single_resource_locks_join_a_cohort_and_only_when_switched_on
         lock = locks.lock_for(app.extensions["seckill"], sale, "ann")
         assert isinstance(lock, CohortLock) is (switch and cohorted), (strategy, switch)
         app.extensions["seckill"].close()
+
+
+@pytest.mark.parametrize("strategy, max_batch", [("token", 256), ("redlock", 256),
+                                                 ("fair", 64)])
+def test_a_combined_section_is_smaller_for_the_fifo_lock(sqlite_url, redis_url, strategy,
+                                                         max_batch):
+    from webapp import locks
+    from webapp.saleinfo import SaleInfo
+
+    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=[redis_url] * 5)
+    lock = locks.lock_for(app.extensions["seckill"], SaleInfo(1, SKU, strategy, 0, 1, 10),
+                          "ann")
+    assert lock.combiner.max_batch == max_batch
+    app.extensions["seckill"].close()
