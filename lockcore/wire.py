@@ -16,6 +16,7 @@ its reply is lost, and a lock or a purchase must not run twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -24,19 +25,22 @@ from redis.exceptions import ResponseError
 def round_trip(client: Any, commands: list[tuple[Any, ...]], replies: int) -> list[Any]:
     """Send ``commands`` at once on one pooled connection of ``client``; read ``replies``
     answers (a ``ResponseError`` as a value, in its place)."""
-    return round_trip_packed(client, None, replies, commands)
+    return _exchange(client, lambda connection: connection.pack_commands(commands), replies)
 
 
-def round_trip_packed(client: Any, packed: bytes | None, replies: int,
-                      commands: list[tuple[Any, ...]] | None = None) -> list[Any]:
+def round_trip_packed(client: Any, packed: bytes, replies: int) -> list[Any]:
     """``round_trip`` for commands already in the Redis protocol (``packed``), for a
     caller that encodes its own: ``webapp/pipelining.py`` (redis-py's ``pack_commands``
     was a fifth of its leader's work)."""
+    return _exchange(client, lambda connection: [packed], replies)
+
+
+def _exchange(client: Any, chunks: Callable[[Any], list[bytes]], replies: int) -> list[Any]:
+    """Send ``chunks(connection)`` on one pooled connection, read ``replies`` answers."""
     pool = client.connection_pool
     connection: Any = pool.get_connection()  # redis-py leaves Connection untyped
     try:
-        connection.send_packed_command(  # a list of chunks, as pack_commands gives
-            [packed] if packed is not None else connection.pack_commands(commands))
+        connection.send_packed_command(chunks(connection))
         answers: list[Any] = []
         for _ in range(replies):
             try:

@@ -92,8 +92,8 @@ class ScriptPipeline(Batcher[_Call]):
         head = self._heads.get(head_key)
         if head is None:
             sha = scripts.script(self._redis, name).sha
-            parts = ("EVALSHA", sha, len(keys), *keys)
-            head = b"".join(_bulk(self._encode(part)) for part in parts)
+            head = b"".join(_bulk(self._encode(part))
+                            for part in ("EVALSHA", sha, len(keys), *keys))
             if len(self._heads) >= _MAX_HEADS:
                 self._heads.clear()
             self._heads[head_key] = head

@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
+from .batching import Pending
 from .keys import SaleKeys
 from .models import OrderLike
 from .orders import find_order
@@ -90,9 +91,9 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
 
     fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
     try:
-        if fast is not None and fast.written is not None and fast.written.sale is not None:
+        if fast is not None and fast.written_for is not None:
             # the row is written: nothing that can fail stands before its answer
-            sale = fast.written.sale
+            sale = fast.written_for
         else:
             sale = cached_sale(deps.redis, deps.sessions, request.sku,
                                None if fast is None else fast.info)
@@ -102,8 +103,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
             _undo_fast(deps, request, fast)
         raise
     if fast is not None and fast.taken:  # reserved and taken by the script: write the order
-        buy = functools.partial(path.record_taken, deps, sale, request,
-                                None if fast.written is None else fast.written.written)
+        buy = functools.partial(path.record_taken, deps, sale, request, fast.written)
     else:
         if fast is None or not fast.reserved:  # a replayable request, or a reloaded sale
             if request.quantity > sale.per_user_limit:
@@ -135,8 +135,10 @@ class _Fast:
     reserved: bool
     #: an ``atomic`` sale: the buyer is reserved and the units are taken
     taken: bool
-    #: the order row, if the script's batch wrote it too (``takenorders.py``)
-    written: TakenOrder | None = None
+    #: the order row's outcome, if the script's batch wrote it too (``takenorders.py``),
+    #: and the sale it was written for
+    written: Pending[Any] | None = None
+    written_for: SaleInfo | None = None
 
 
 def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
@@ -162,8 +164,10 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     if code == -2:
         raise InvalidRequest(f"quantity must be between 1 and {int(info[b'per_user_limit'])} "
                              "for this sale")
-    written = then if then is not None and then.written is not None else None
-    return _Fast(info, reserved=code in (1, 2), taken=code == 1, written=written)
+    written, written_for = ((then.written, then.sale) if then is not None
+                            else (None, None))
+    return _Fast(info, reserved=code in (1, 2), taken=code == 1, written=written,
+                 written_for=written_for if written is not None else None)
 
 
 def _replay(earlier: OrderLike, request: PurchaseRequest) -> OrderLike:

@@ -84,7 +84,6 @@ def write_taken(follow: list[tuple[Any, Any]]) -> None:
         except Exception:  # a malformed hash copy: the caller's own lookup answers it
             logger.exception("could not build the order of %r for %s", then.user_id,
                              then.sku)
-            then.sale = None
             continue
         if write is not None:
             owners, writes = batches.setdefault(then.sessions, ([], []))
