@@ -12,19 +12,44 @@ A connection whose replies may not all have been read (a timeout, a dropped sock
 is disconnected before it goes back to the pool: reused, it would hand the next caller
 the previous caller's answer. Nothing is retried: whether a command ran is unknown once
 its reply is lost, and a lock or a purchase must not run twice.
+
+**Lanes: lockcore's own connections** (``lane``). redis-py 8 wraps every command in
+about 150 Python calls (retries, event dispatch, observability recorders, a poll of the
+socket when the pool hands a connection out): an EVALSHA took 86 us (75 us of CPU) in
+the session 8 profile (docs/performance.md), where the same bytes written and read on
+one connection took 25 us. A lock pays that twice per acquisition, on the critical
+path of every waiter. So lockcore keeps a few connections of the client's pool checked
+out for good (a *lane*) and talks to Redis on them directly: one ``send``, one read.
+
+* A lane holds at most ``LANE_SIZE`` connections, and at most a quarter of the pool's
+  ``max_connections``; a call that finds them all busy borrows one from the pool the
+  usual way and gives it back. A blocking pool gets no lane: its callers wait for a
+  connection, and a lane would make them wait longer.
+* What a lane gives up is what a lock must not use anyway: a retry of a command whose
+  reply was lost (an acquire could run twice).
+* The connections stay the pool's: ``client.close()`` disconnects them, and they
+  reconnect on next use. A child process after ``fork`` starts a lane of its own, as
+  redis-py's pool does.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
+from redis import BlockingConnectionPool, ConnectionPool, Redis
 from redis.exceptions import ResponseError
 
 
 def round_trip(client: Any, commands: list[tuple[Any, ...]], replies: int) -> list[Any]:
-    """Send ``commands`` at once on one pooled connection of ``client``; read ``replies``
-    answers (a ``ResponseError`` as a value, in its place)."""
+    """Send ``commands`` at once on one connection of ``client`` (its lane if it has
+    one); read ``replies`` answers (a ``ResponseError`` as a value, in its place)."""
+    found = lane(client)
+    if found is not None:
+        return found.exchange(commands, replies)
     return _exchange(client, lambda connection: connection.pack_commands(commands), replies)
 
 
@@ -53,3 +78,89 @@ def _exchange(client: Any, chunks: Callable[[Any], list[bytes]], replies: int) -
     finally:
         pool.release(connection)
     return answers
+
+
+class Lane:
+    """Connections of one pool kept checked out for lockcore: no per-command machinery."""
+
+    def __init__(self, pool: ConnectionPool, size: int) -> None:
+        self.pool = pool
+        self.size = size
+        self._idle: list[Any] = []  # the lane's connections no call is using now
+        self._held = 0  # connections the lane has taken from the pool
+        self._pid = os.getpid()
+        self._mutex = threading.Lock()
+
+    def call(self, *args: Any) -> Any:
+        """One command, one round trip: its reply (a Redis error is raised)."""
+        connection, ours = self._take()
+        try:  # a failed write or read disconnects the connection itself (redis-py)
+            connection.send_packed_command(connection.pack_command(*args))
+            return connection.read_response()
+        finally:
+            self._give_back(connection, ours)
+
+    def exchange(self, commands: list[tuple[Any, ...]], replies: int) -> list[Any]:
+        """``round_trip`` on this lane."""
+        connection, ours = self._take()
+        try:  # as in ``call``: a failed write or read disconnects the connection
+            connection.send_packed_command(connection.pack_commands(commands))
+            answers: list[Any] = []
+            for _ in range(replies):
+                try:
+                    answers.append(connection.read_response())
+                except ResponseError as exc:  # read whole: the next reply is still in step
+                    answers.append(exc)
+            return answers
+        finally:
+            self._give_back(connection, ours)
+
+    def _take(self) -> tuple[Any, bool]:
+        """A connection, and whether it is the lane's (else it goes back to the pool)."""
+        with self._mutex:
+            if self._pid != os.getpid():  # forked: the parent's sockets are not ours
+                self._idle, self._held, self._pid = [], 0, os.getpid()
+            if self._idle:
+                return self._idle.pop(), True
+            ours = self._held < self.size
+            self._held += ours
+        try:
+            return self.pool.get_connection(), ours
+        except BaseException:
+            with self._mutex:
+                self._held -= ours
+            raise
+
+    def _give_back(self, connection: Any, ours: bool) -> None:
+        if not ours:
+            self.pool.release(connection)
+            return
+        with self._mutex:
+            if self._pid == os.getpid():
+                self._idle.append(connection)
+
+
+#: the most connections one lane keeps (a process rarely runs more lock calls at once)
+LANE_SIZE = 4
+
+_lanes: weakref.WeakKeyDictionary[Any, Lane | None] = weakref.WeakKeyDictionary()
+
+
+def lane(client: Any) -> Lane | None:
+    """The lane of a ``redis.Redis`` client; None for anything else, which keeps
+    redis-py's own path: a pipeline, a cluster client, a subclass (it may wrap its
+    commands), a blocking pool or one too small to spare a connection."""
+    try:
+        return _lanes[client]
+    except KeyError:
+        pass
+    except TypeError:  # cannot be weakly referenced: no lane
+        return None
+    pool = getattr(client, "connection_pool", None)
+    found = None
+    if type(client) is Redis and isinstance(pool, ConnectionPool) \
+            and not isinstance(pool, BlockingConnectionPool):
+        size = min(LANE_SIZE, pool.max_connections // 4)
+        found = Lane(pool, size) if size > 0 else None
+    _lanes[client] = found
+    return found

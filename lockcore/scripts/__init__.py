@@ -1,8 +1,10 @@
 """Lua scripts shipped as package data, loaded once per client.
 
 Each ``*.lua`` file starts with a header naming ``KEYS``, ``ARGV`` and return values.
-``script(client, "token_acquire")`` returns a redis-py ``Script`` registered on that
-client; calling it uses EVALSHA and falls back to SCRIPT LOAD on NOSCRIPT.
+``script(client, "token_acquire")`` returns a ``LaneScript`` made once per client:
+calling it sends EVALSHA on the client's lane (``lockcore.wire``: one send, one read,
+none of redis-py's per-command machinery) and falls back to SCRIPT LOAD on NOSCRIPT.
+A client without a lane (a pipeline, a cluster client) gets redis-py's ``Script``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ import weakref
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
+
+from redis.exceptions import NoScriptError
+
+from .. import wire
 
 #: Return codes shared by the release/extend scripts, mapped to exceptions by the callers.
 OK = 1
@@ -33,24 +39,48 @@ def names() -> list[str]:
     )
 
 
+class LaneScript:
+    """One of our scripts on one client, sent on the client's lane."""
+
+    def __init__(self, client: Any, lane: wire.Lane, text: str) -> None:
+        self.script = client.register_script(text)  # redis-py's: the sha, and SCRIPT LOAD
+        self.sha: str = self.script.sha
+        self.lane = lane
+        self.lockcore_loaded = False
+
+    def __call__(self, keys: Any = (), args: Any = ()) -> Any:
+        try:
+            return self.lane.call("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:  # Redis restarted or flushed its scripts
+            self.lane.call("SCRIPT", "LOAD", self.script.script)
+            return self.lane.call("EVALSHA", self.sha, len(keys), *keys, *args)
+
+
 def script(client: Any, name: str) -> Any:
-    """The ``Script`` for ``name`` registered on ``client`` (cached per client)."""
-    return registered(client, name, lambda: source(name))
+    """The script ``name`` on ``client`` (cached per client): a ``LaneScript``, or
+    redis-py's ``Script`` for a client without a lane."""
+    lane = wire.lane(client)
+    if lane is None:
+        return registered(client, name, lambda: source(name))
+    return registered(client, name, lambda: source(name),
+                      make=lambda text: LaneScript(client, lane, text))
 
 
-def registered(client: Any, name: str, text: Callable[[], str]) -> Any:
-    """The ``Script`` of ``text()`` on ``client``, made once per client and name:
-    making one hashes the text (SHA-1). Other packages' scripts use it with a name of
-    their own (the web app's: ``webapp/<name>``)."""
+def registered(client: Any, name: str, text: Callable[[], str],
+               make: Callable[[str], Any] | None = None) -> Any:
+    """The ``Script`` of ``text()`` on ``client`` (or ``make(text())``), made once per
+    client and name: making one hashes the text (SHA-1). Other packages' scripts use it
+    with a name of their own (the web app's: ``webapp/<name>``)."""
+    build = client.register_script if make is None else make
     try:
         per_client = _registered[client]
     except KeyError:
         per_client = _registered[client] = {}
     except TypeError:  # a client that cannot be weakly referenced: no cache
-        return client.register_script(text())
+        return build(text())
     found = per_client.get(name)
     if found is None:
-        found = per_client[name] = client.register_script(text())
+        found = per_client[name] = build(text())
     return found
 
 

@@ -1,0 +1,113 @@
+"""lockcore's lanes (``lockcore.wire``): its own connections, kept in step with Redis.
+
+A lane skips redis-py's per-command machinery, so what that machinery guarded is
+checked here: a reply that never arrived must not reach the next caller, a forked
+child must not share its parent's socket, a closed client must still work, and a
+flushed script cache must still run the script.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+import redis
+
+from lockcore import scripts, wire
+
+
+def test_a_plain_client_gets_one_lane_and_a_pipeline_none(redis_client):
+    found = wire.lane(redis_client)
+    assert isinstance(found, wire.Lane)
+    assert wire.lane(redis_client) is found
+    assert wire.lane(redis_client.pipeline()) is None
+    assert not isinstance(scripts.script(redis_client.pipeline(), "signal"), scripts.LaneScript)
+
+
+def test_the_script_runs_on_the_lane_and_survives_a_flushed_script_cache(redis_client):
+    acquire = scripts.script(redis_client, "token_acquire")
+    assert isinstance(acquire, scripts.LaneScript)
+    assert acquire(keys=["lock:w", "lock:w:fence"], args=["a", 10_000]) == [1, 1]
+    redis_client.script_flush()
+    reply = acquire(keys=["lock:w", "lock:w:fence"], args=["b", 10_000])
+    assert reply[0] == 0 and 0 < reply[1] <= 10_000
+    assert redis_client.script_exists(acquire.sha) == [True]
+
+
+def test_a_redis_error_is_raised_and_the_connection_stays_in_step(redis_client):
+    lane = wire.lane(redis_client)
+    redis_client.set("text", "not a number")
+    with pytest.raises(redis.ResponseError):
+        lane.call("INCR", "text")
+    assert lane.call("ECHO", "next") == b"next"
+
+
+def test_a_reply_lost_to_a_timeout_never_reaches_the_next_caller(redis_server):
+    client = redis.Redis.from_url(redis_server.url, socket_timeout=0.1)
+    try:
+        lane = wire.lane(client)
+        with pytest.raises(redis.TimeoutError):
+            lane.call("BLPOP", "wire:late", 1)  # still blocked in Redis when we give up
+        client.rpush("wire:late", "stale")  # answers that BLPOP, if it were still there
+        assert lane.call("ECHO", "mine") == b"mine"
+        assert client.lpop("wire:late") == b"stale"  # nobody popped it on a dead socket
+    finally:
+        client.close()
+
+
+def test_a_closed_client_reconnects_on_its_lane(redis_client):
+    lane = wire.lane(redis_client)
+    assert lane.call("PING") == b"PONG"
+    redis_client.close()
+    assert lane._idle[0]._sock is None  # the pool's close reached the lane's connection
+    assert lane.call("ECHO", "again") == b"again"
+
+
+def _client_id_in_child(lane: wire.Lane, answers: multiprocessing.Queue) -> None:
+    answers.put(lane.call("CLIENT", "ID"))
+
+
+def test_a_forked_child_does_not_share_its_parents_connection(redis_client):
+    lane = wire.lane(redis_client)
+    parent_id = lane.call("CLIENT", "ID")  # leaves one idle connection on the lane
+    fork = multiprocessing.get_context("fork")
+    answers = fork.Queue()
+    child = fork.Process(target=_client_id_in_child, args=(lane, answers))
+    child.start()
+    try:
+        child_id = answers.get(timeout=10)
+    finally:
+        child.join(10)
+    assert child.exitcode == 0
+    assert child_id != parent_id
+    assert lane.call("CLIENT", "ID") == parent_id  # the parent's is still the parent's
+    assert os.getpid() == lane._pid
+
+
+def test_a_blocking_pool_a_tiny_pool_or_a_subclass_gets_no_lane(redis_server):
+    class Wrapping(redis.Redis):
+        pass
+
+    tiny = redis.Redis.from_url(redis_server.url, max_connections=3)
+    blocking = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+        redis_server.url))
+    wrapping = Wrapping.from_url(redis_server.url)
+    for client in (tiny, blocking, wrapping):
+        assert wire.lane(client) is None
+        client.close()
+
+
+def test_a_lane_keeps_at_most_a_quarter_of_the_pool_and_lends_the_rest(redis_server):
+    client = redis.Redis.from_url(redis_server.url, max_connections=8)
+    try:
+        lane = wire.lane(client)
+        assert lane.size == 2
+        taken = [lane._take() for _ in range(3)]
+        assert [ours for _, ours in taken] == [True, True, False]
+        for connection, ours in taken:
+            lane._give_back(connection, ours)
+        assert len(client.connection_pool._in_use_connections) == 2  # the third went back
+        assert client.ping()  # and the pool still serves its own callers
+    finally:
+        client.close()
