@@ -30,8 +30,8 @@ at most the bound. ``handoff_after_ms=0`` queues at once: strict FIFO hand-off.
 
 **Failure timeline**::
 
-    A: holds, releases, re-takes (barges) every 0.5 ms;  B: fails at t=0, sleeps
-    t=20 ms  B: joins the queue;  A: release -> handed to B; A now waits its turn
+    A: holds, releases, re-takes (barges) every 0.3 ms;  B: fails at t=0, sleeps
+    t=5 ms   B: joins the queue;  A: release -> handed to B; A now waits its turn
     B: crashes while queued -> its lease (3 s) runs out, the next release skips it
     A (holder) paused past its ttl -> the key expires; queued waiters wake at that ttl
 
@@ -51,7 +51,10 @@ from .. import scripts
 from .handoff import HandOffLock
 
 #: how long a notify-waiter may be overtaken by bargers before a release hands it the lock
-DEFAULT_HANDOFF_AFTER_MS = 20
+#: (Go's starvation threshold is 1 ms). 20 ms sold 5% more in the bench but made its p99
+#: wait 21 ms, three times python-redis-lock's when that one queues fairly: 5 ms keeps the
+#: p99 near 6 ms (docs/performance.md, "Session 8").
+DEFAULT_HANDOFF_AFTER_MS = 5
 #: a shorter BLPOP is not worth sending (and 0 would mean "forever")
 MIN_BLOCK_S = 0.01
 #: a queued waiter calls at least every second; skipped once silent this long
