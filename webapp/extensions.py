@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import Any
 
+from flask import current_app
 from redis import BlockingConnectionPool, Redis
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
@@ -178,7 +179,5 @@ class Backends:
 
 def get_backends() -> Backends:
     """The current app's ``Backends`` (inside a request or app context)."""
-    from flask import current_app
-
     backends: Backends = current_app.extensions["seckill"]
     return backends
