@@ -38,8 +38,6 @@ import logging
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -73,9 +71,8 @@ class OrderWriter(Batcher[OrderWrite]):
 
     def __init__(self, sessions: sessionmaker[Session], max_batch: int = MAX_BATCH) -> None:
         super().__init__(max_batch)
-        self._sessions = sessions
         #: the engine the sessions are bound to (its transactions skip the ORM's)
-        self._engine: Engine | None = sessions.kw.get("bind")
+        self._engine: Engine = sessions.kw["bind"]
 
     def write(self, order: PlacedOrder, row: dict[str, Any],
               generation: int | None = None) -> PlacedOrder:
@@ -114,7 +111,7 @@ class OrderWriter(Batcher[OrderWrite]):
                      ) -> list[tuple[Pending[OrderWrite], int]]:
         """Count the units off ``sales.remaining``, insert the rows, commit; each row
         written with its id (a row refused by ``_take_units`` has its error instead)."""
-        with self._begin() as connection:
+        with self._engine.begin() as connection:
             taken = self._take_units(connection, batch)
             if not taken:
                 return []
@@ -122,16 +119,6 @@ class OrderWriter(Batcher[OrderWrite]):
             ids = {(sale_id, user_id): order_id for order_id, sale_id, user_id in inserted}
             return [(pending, ids[pending.item[1]["sale_id"], pending.item[1]["user_id"]])
                     for pending in taken]
-
-    @contextmanager
-    def _begin(self) -> Iterator[Connection]:
-        """A transaction on a connection of the sessions' engine (a session's if unbound)."""
-        if isinstance(self._engine, Engine):
-            with self._engine.begin() as connection:
-                yield connection
-            return
-        with self._sessions.begin() as session:
-            yield session.connection()
 
     def _take_units(self, connection: Connection,
                     batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
