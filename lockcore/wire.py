@@ -25,6 +25,9 @@ out for good (a *lane*) and talks to Redis on them directly: one ``send``, one r
   ``max_connections``; a call that finds them all busy borrows one from the pool the
   usual way and gives it back. A blocking pool gets no lane: its callers wait for a
   connection, and a lane would make them wait longer.
+* An idle connection is checked before use with one non-blocking peek (a server
+  restart closed it: reconnect; bytes nobody asked for: reconnect), which is what the
+  pool's checkout checks, without its layers.
 * What a lane gives up is what a lock must not use anyway: a retry of a command whose
   reply was lost (an acquire could run twice).
 * The connections stay the pool's: ``client.close()`` disconnects them, and they
@@ -34,6 +37,7 @@ out for good (a *lane*) and talks to Redis on them directly: one ``send``, one r
 
 from __future__ import annotations
 
+import _socket
 import os
 import threading
 import weakref
@@ -93,16 +97,16 @@ class Lane:
 
     def call(self, *args: Any) -> Any:
         """One command, one round trip: its reply (a Redis error is raised)."""
-        connection, ours = self._take()
+        connection, ours = self.take()
         try:  # a failed write or read disconnects the connection itself (redis-py)
             connection.send_packed_command(connection.pack_command(*args))
             return connection.read_response()
         finally:
-            self._give_back(connection, ours)
+            self.give_back(connection, ours)
 
     def exchange(self, commands: list[tuple[Any, ...]], replies: int) -> list[Any]:
         """``round_trip`` on this lane."""
-        connection, ours = self._take()
+        connection, ours = self.take()
         try:  # as in ``call``: a failed write or read disconnects the connection
             connection.send_packed_command(connection.pack_commands(commands))
             answers: list[Any] = []
@@ -113,15 +117,19 @@ class Lane:
                     answers.append(exc)
             return answers
         finally:
-            self._give_back(connection, ours)
+            self.give_back(connection, ours)
 
-    def _take(self) -> tuple[Any, bool]:
+    def take(self) -> tuple[Any, bool]:
         """A connection, and whether it is the lane's (else it goes back to the pool)."""
         with self._mutex:
             if self._pid != os.getpid():  # forked: the parent's sockets are not ours
                 self._idle, self._held, self._pid = [], 0, os.getpid()
-            if self._idle:
-                return self._idle.pop(), True
+            connection = self._idle.pop() if self._idle else None
+        if connection is not None:
+            if _closed_or_unread(connection):
+                connection.disconnect()  # the next send connects afresh
+            return connection, True
+        with self._mutex:
             ours = self._held < self.size
             self._held += ours
         try:
@@ -131,13 +139,38 @@ class Lane:
                 self._held -= ours
             raise
 
-    def _give_back(self, connection: Any, ours: bool) -> None:
+    def give_back(self, connection: Any, ours: bool) -> None:
         if not ours:
             self.pool.release(connection)
             return
         with self._mutex:
             if self._pid == os.getpid():
                 self._idle.append(connection)
+
+
+def _closed_or_unread(connection: Any) -> bool:
+    """Whether an idle connection's socket was closed by the server (a restart, a
+    timeout) or holds bytes nobody asked for: one non-blocking peek, what redis-py's
+    pool checks with a poll of the socket at every checkout (it also reconnects)."""
+    sock = getattr(connection, "_sock", None)
+    raw = sock if isinstance(sock, _socket.socket) else getattr(sock, "_sock", None)
+    if not isinstance(raw, _socket.socket):  # not connected yet, or a socket we don't know
+        return False
+    # The C socket's recv: gevent's wrapper would wait for the bytes. With a timeout
+    # set, CPython polls for that long first: peek with none, as redis-py's check does.
+    timeout = raw.gettimeout()
+    try:
+        if timeout != 0.0:
+            raw.settimeout(0.0)
+        _socket.socket.recv(raw, 1, _socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError):
+        return False  # nothing to read: in step
+    except OSError:
+        return True
+    finally:
+        if timeout != 0.0:
+            raw.settimeout(timeout)
+    return True  # EOF (b"") or a stray reply
 
 
 #: the most connections one lane keeps (a process rarely runs more lock calls at once)

@@ -8,8 +8,9 @@
 * ``JitterWaiter``: the spec's retry "after a random delay", so two clients that
   split the votes do not collide again in lockstep.
 * ``on_every_node``: one command to every node *at once*: write it to all N sockets
-  first, then read the N replies. The waits overlap as with a thread per node, without
-  the thread hand-offs, which cost more CPU than the five round trips themselves
+  first (each node's lane, ``lockcore.wire``, if it has one), then read the N
+  replies. The waits overlap as with a thread per node, without the thread
+  hand-offs, which cost more CPU than the five round trips themselves
   (docs/performance.md, profile 4: 4x less client CPU, half the wall time).
 
 **One deadline for all replies.** Each reply is read with what is left of
@@ -31,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.exceptions import NoScriptError
+
+from ..wire import lane
 
 if TYPE_CHECKING:
     from ..base import DistributedLock
@@ -78,20 +81,20 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
         if not isinstance(client, redis.Redis):
             results[node] = _attempt(call, client)
             continue
-        pool = client.connection_pool
+        source = _Connections(client)
         try:
-            conn = pool.get_connection()
+            conn = source.take()
         except Exception as exc:  # down: refused at once (or the connect timeout)
             results[node] = exc
             continue
         try:
-            conn.send_command(*command)  # type: ignore[no-untyped-call]
+            conn.send_command(*command)
         except Exception as exc:
-            pool.release(conn)
+            source.give_back(conn)
             results[node] = exc
             continue
-        sent.append((node, pool, conn))
-    for node, pool, conn in sent:
+        sent.append((node, source, conn))
+    for node, source, conn in sent:
         try:
             left = max(deadline - time.monotonic(), 0.001)
             # On a timeout redis-py closes the socket, so a late reply is never misread.
@@ -101,13 +104,35 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
         except Exception as exc:
             results[node] = exc
         finally:
-            pool.release(conn)
+            source.give_back(conn)
     for node, result in enumerate(results):
         if isinstance(result, NoScriptError):
             results[node] = _attempt(call, clients[node])
         if isinstance(results[node], Exception):
             logger.debug("redlock node %d failed: %r", node, results[node])
     return results
+
+
+class _Connections:
+    """Where a node's connection comes from: the client's lane (``lockcore.wire``) if it
+    has one, else its pool (whose checkout also polls the socket)."""
+
+    def __init__(self, client: Any) -> None:
+        self.lane = lane(client)
+        self.pool = client.connection_pool
+        self.ours = False
+
+    def take(self) -> Any:
+        if self.lane is None:
+            return self.pool.get_connection()
+        connection, self.ours = self.lane.take()
+        return connection
+
+    def give_back(self, connection: Any) -> None:
+        if self.lane is None:
+            self.pool.release(connection)
+        else:
+            self.lane.give_back(connection, self.ours)
 
 
 class JitterWaiter:

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from lockcore import scripts, wire
+from lockcore.embedded import RedisServer
 
 
 def test_a_plain_client_gets_one_lane_and_a_pipeline_none(redis_client):
@@ -103,11 +104,26 @@ def test_a_lane_keeps_at_most_a_quarter_of_the_pool_and_lends_the_rest(redis_ser
     try:
         lane = wire.lane(client)
         assert lane.size == 2
-        taken = [lane._take() for _ in range(3)]
+        taken = [lane.take() for _ in range(3)]
         assert [ours for _, ours in taken] == [True, True, False]
         for connection, ours in taken:
-            lane._give_back(connection, ours)
+            lane.give_back(connection, ours)
         assert len(client.connection_pool._in_use_connections) == 2  # the third went back
         assert client.ping()  # and the pool still serves its own callers
     finally:
         client.close()
+
+
+def test_after_a_server_restart_the_next_call_reconnects_instead_of_failing():
+    server = RedisServer().start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        lane = wire.lane(client)
+        assert lane.call("SET", "before", "1")  # leaves one idle connection
+        server.kill()  # a crash: the idle connection's socket is closed under it
+        server.start()
+        assert lane.call("ECHO", "after") == b"after"
+        scripts.script(client, "signal")(keys=["lock:r:signal"], args=[1_000])
+        client.close()
+    finally:
+        server.cleanup()
