@@ -70,17 +70,23 @@ def _exchange(client: Any, chunks: Callable[[Any], list[bytes]], replies: int) -
     connection: Any = pool.get_connection()  # redis-py leaves Connection untyped
     try:
         connection.send_packed_command(chunks(connection))
-        answers: list[Any] = []
-        for _ in range(replies):
-            try:
-                answers.append(connection.read_response())
-            except ResponseError as exc:  # read whole: the next reply is still in step
-                answers.append(exc)
+        answers = _read_replies(connection, replies)
     except BaseException:
         connection.disconnect()  # replies may still be on their way: never reuse it
         raise
     finally:
         pool.release(connection)
+    return answers
+
+
+def _read_replies(connection: Any, replies: int) -> list[Any]:
+    """``replies`` answers off ``connection``, a Redis error as a value in its place."""
+    answers: list[Any] = []
+    for _ in range(replies):
+        try:
+            answers.append(connection.read_response())
+        except ResponseError as exc:  # read whole: the next reply is still in step
+            answers.append(exc)
     return answers
 
 
@@ -109,13 +115,7 @@ class Lane:
         connection, ours = self.take()
         try:  # as in ``call``: a failed write or read disconnects the connection
             connection.send_packed_command(connection.pack_commands(commands))
-            answers: list[Any] = []
-            for _ in range(replies):
-                try:
-                    answers.append(connection.read_response())
-                except ResponseError as exc:  # read whole: the next reply is still in step
-                    answers.append(exc)
-            return answers
+            return _read_replies(connection, replies)
         finally:
             self.give_back(connection, ours)
 

@@ -59,11 +59,12 @@ class LaneScript:
 def script(client: Any, name: str) -> Any:
     """The script ``name`` on ``client`` (cached per client): a ``LaneScript``, or
     redis-py's ``Script`` for a client without a lane."""
+    return registered(client, name, lambda: source(name), make=lambda text: _made(client, text))
+
+
+def _made(client: Any, text: str) -> Any:
     lane = wire.lane(client)
-    if lane is None:
-        return registered(client, name, lambda: source(name))
-    return registered(client, name, lambda: source(name),
-                      make=lambda text: LaneScript(client, lane, text))
+    return client.register_script(text) if lane is None else LaneScript(client, lane, text)
 
 
 def registered(client: Any, name: str, text: Callable[[], str],
