@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Request, Response, jsonify, request
 from sqlalchemy import text as sql
 
 from . import locks, sales, validation
@@ -77,13 +77,16 @@ def product(sku: str) -> Response:
 
 @bp.post("/api/products/<sku>/purchase")
 def purchase(sku: str) -> tuple[Response, int]:
-    body = validation.json_object(request)
+    # the request itself, not the proxy: each attribute read through ``request`` is a
+    # context lookup (docs/performance.md, session 9)
+    this: Request = request._get_current_object()  # type: ignore[attr-defined]
+    body = validation.json_object(this)
     backends = get_backends()
     purchase_request = PurchaseRequest(
         sku=_known_sku(sku),
         user_id=validation.text(body, "user_id", backends.config["MAX_USER_ID_LENGTH"]),
         quantity=validation.integer(body, "quantity", low=1, high=MAX_QUANTITY, default=1),
-        idempotency_key=validation.idempotency_key(request))
+        idempotency_key=validation.idempotency_key(this))
     deps = Checkout(sessions=backends.sessions, redis=backends.redis,
                     lock_for=functools.partial(locks.lock_for, backends),
                     lock_timeout_s=backends.config["LOCK_TIMEOUT_S"],

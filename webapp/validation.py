@@ -84,7 +84,9 @@ def integer(body: dict[str, Any], name: str, *, low: int, high: int,
 
 
 def idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("Idempotency-Key")
+    # the WSGI variable itself: ``request.headers`` builds a view of the environ first
+    # (the purchase path's cost: docs/performance.md, session 9)
+    key = request.environ.get("HTTP_IDEMPOTENCY_KEY")
     if key is None:
         return None
     try:  # WSGI hands headers over as latin-1; clients send UTF-8
