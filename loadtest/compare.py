@@ -8,6 +8,7 @@ Locust's CSVs give speed and the arrival log gives fairness and time to sell out
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -44,6 +45,17 @@ class StrategyResult:
     outcomes: dict[str, int] = field(default_factory=dict)
     throughput: list[tuple[float, float]] = field(default_factory=list)
     error: str | None = None
+    #: sustained ``--rounds``: the round this phase ran in (1, 2, ...); a POST baseline
+    #: has the round it closes (0: the one that opens the run). 0 everywhere: no rounds
+    round_no: int = 0
+
+    @property
+    def label(self) -> str:
+        """The phase's name in tables, charts and raw files: the strategy, and from the
+        second round on, its round (``atomic #2``)."""
+        if self.round_no > 1 and self.mode not in NOOP_MODES:
+            return f"{self.strategy} #{self.round_no}"
+        return self.strategy
 
     @property
     def verdict(self) -> str:
@@ -107,6 +119,45 @@ def baseline_rates(results: list[StrategyResult]) -> tuple[float | None, float |
     return (sum(post) / len(post) if post else None, sum(get) / len(get) if get else None)
 
 
+def post_baseline(results: list[StrategyResult], r: StrategyResult) -> float | None:
+    """The POST no-op rate that ``r``'s share is of. A phase of a round: the mean of the
+    baselines just before and just after its round, so a machine whose speed drifts
+    over a long run moves both sides of each round's ratio. Otherwise (a baseline, a
+    run without rounds): the mean of every POST baseline."""
+    noops = [x for x in results if x.mode == "noop" and not x.error and x.rate is not None]
+    if r.mode not in NOOP_MODES and r.round_no > 0:
+        around = [x.rate for x in noops
+                  if x.rate is not None and x.round_no in (r.round_no - 1, r.round_no)]
+        if around:
+            return sum(around) / len(around)
+    rates = [x.rate for x in noops if x.rate is not None]
+    return sum(rates) / len(rates) if rates else None
+
+
+def round_shares(results: list[StrategyResult]) -> dict[str, list[float]]:
+    """Each strategy's purchases/s as a share of the POST no-op (percent), round by
+    round, for the strategies of a sustained run with rounds."""
+    shares: dict[str, list[float]] = {}
+    for r in results:
+        if r.mode == "sustained" and r.round_no > 0 and not r.error and r.rate is not None:
+            post = post_baseline(results, r)
+            if post:
+                shares.setdefault(r.strategy, []).append(100 * r.rate / post)
+    return shares
+
+
+def format_rounds(results: list[StrategyResult]) -> str:
+    """One line per strategy measured in two or more rounds: its median share of the
+    POST no-op, then each round's (empty without rounds)."""
+    lines = []
+    for strategy, shares in round_shares(results).items():
+        if len(shares) > 1:
+            each = ", ".join(f"{share:.0f}%" for share in shares)
+            lines.append(f"{strategy}: median {statistics.median(shares):.0f}% of the POST "
+                         f"no-op over {len(shares)} rounds ({each})")
+    return "\n".join(lines)
+
+
 def _share(rate: float | None, of: float | None) -> str:
     return "-" if rate is None or not of else f"{100 * rate / of:.0f}%"
 
@@ -114,9 +165,9 @@ def _share(rate: float | None, of: float | None) -> str:
 def _sustained_cells(r: StrategyResult, post: float | None, get: float | None) -> list[str]:
     shares = [_share(r.rate, post), _share(r.rate, get)]
     if r.mode in NOOP_MODES:
-        return [r.strategy, "-", "-", _num(r.purchases_per_s), _num(r.rps), *shares,
+        return [r.label, "-", "-", _num(r.purchases_per_s), _num(r.rps), *shares,
                 _num(r.p50), _num(r.p95), _num(r.p99), "-", "-", r.verdict]
-    return [r.strategy, _yes(r.safe), str(r.sold), _num(r.purchases_per_s), _num(r.rps),
+    return [r.label, _yes(r.safe), str(r.sold), _num(r.purchases_per_s), _num(r.rps),
             *shares, _num(r.p50), _num(r.p95), _num(r.p99), _yes(r.consistent),
             _num(r.redis_per_purchase, 1), r.verdict]
 
@@ -124,8 +175,9 @@ def _sustained_cells(r: StrategyResult, post: float | None, get: float | None) -
 def table_rows(results: list[StrategyResult]) -> tuple[list[str], list[list[str]]]:
     """Header and cells, flash or sustained depending on the results' mode."""
     if any(r.mode != "flash" for r in results):
-        post, get = baseline_rates(results)
-        return SUSTAINED_COLUMNS, [_sustained_cells(r, post, get) for r in results]
+        get = baseline_rates(results)[1]
+        return SUSTAINED_COLUMNS, [_sustained_cells(r, post_baseline(results, r), get)
+                                   for r in results]
     return COLUMNS, [_flash_cells(r) for r in results]
 
 

@@ -80,10 +80,12 @@ def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
 
 
 def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
-              plan: Plan, raw_dir: Path) -> StrategyResult:
-    """Run ``plan`` against strategy ``name`` (for ``noop``/``noop-get``: a baseline)."""
-    result = StrategyResult(name, safe, mode=plan.mode, users=plan.users, stock=plan.stock)
-    prefix, log = raw_dir / name, raw_dir / f"{name}_arrivals.jsonl"
+              plan: Plan, raw_dir: Path, round_no: int = 0) -> StrategyResult:
+    """Run ``plan`` against strategy ``name`` (for ``noop``/``noop-get``: a baseline),
+    as round ``round_no`` of a sustained run with rounds (0: no rounds)."""
+    result = StrategyResult(name, safe, mode=plan.mode, users=plan.users, stock=plan.stock,
+                            round_no=round_no)
+    prefix, log = raw_dir / result.label, raw_dir / f"{result.label}_arrivals.jsonl"
     log.unlink(missing_ok=True)
     started = time.monotonic()
     if plan.mode not in NOOP_MODES:
@@ -91,7 +93,8 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     before = commandstats.total_calls(redis_clients)
     limit = (plan.cap_s if plan.mode == "flash" else plan.duration) + 90
     ran_from = time.monotonic()
-    run_locust(locust_command(plan, shop.url, prefix, log), raw_dir / f"{name}.log", limit)
+    run_locust(locust_command(plan, shop.url, prefix, log), raw_dir / f"{result.label}.log",
+               limit)
     cut_short = plan.mode != "flash" or time.monotonic() - ran_from >= plan.cap_s
     after = commandstats.total_calls(redis_clients)
     _read_locust(result, prefix, plan)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import svg
-from .compare import FAIL, OK, StrategyResult, table_rows
+from .compare import FAIL, OK, StrategyResult, format_rounds, table_rows
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}
 table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px}
@@ -36,12 +36,12 @@ def _table(results: list[StrategyResult]) -> str:
 def charts(results: list[StrategyResult]) -> list[str]:
     """The SVG charts for ``results`` (flash: oversold, latency, throughput, fairness)."""
     ran = [r for r in results if not r.error]
-    labels = [r.strategy for r in ran]
+    labels = [r.label for r in ran]
     latency = svg.bars("Purchase latency percentiles", labels,
                        {"p50": [r.p50 for r in ran], "p95": [r.p95 for r in ran],
                         "p99": [r.p99 for r in ran]}, unit="ms")
     over_time = svg.lines("Throughput over time (all requests)",
-                          {r.strategy: r.throughput for r in ran}, unit="requests/s")
+                          {r.label: r.throughput for r in ran}, unit="requests/s")
     if any(r.mode != "flash" for r in ran):
         rates = [r.rate for r in ran]
         title = "Purchases/s (baselines: no-op POST answers/s, bare GET req/s)"
@@ -67,6 +67,7 @@ def render(results: list[StrategyResult], summary: dict[str, Any]) -> str:
         f"<p>Command: <code>{escape(str(machine.get('command', '')))}</code> "
         f"({summary.get('elapsed_s', '?')} s)</p>",
         _table(results),
+        *(f"<p>{escape(line)}</p>" for line in format_rounds(results).splitlines()),
         "<p>A strategy marked safe that oversold, lost an order or left the sale "
         "inconsistent is a FAIL; unsafe ones are expected to break (the lesson). "
         "<em>sell-out s</em> is from the first purchase attempt to the answer that sold "

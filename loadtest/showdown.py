@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .compare import StrategyResult, failed, format_table
+from .compare import StrategyResult, failed, format_rounds, format_table
 from .phase import Plan, run_phase
 from .serving import Target, serve_target, strategy_names, strategy_safety
 
@@ -71,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sustained", action="store_true",
                         help="large stock, fresh buyers for --duration: purchases/s")
     parser.add_argument("--duration", type=_at_least(1), default=10, help="sustained seconds")
+    parser.add_argument("--rounds", type=_at_least(1), default=1,
+                        help="sustained: run the strategies this many times, the POST no-op "
+                             "again after each round; each round is a share of the no-op "
+                             "just before and after it, and the median is printed")
     parser.add_argument("--lock-timeout", type=float, default=None,
                         help="seconds a buyer waits for the lock before 503 busy "
                              "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
@@ -94,30 +98,40 @@ def plan_from(args: argparse.Namespace) -> Plan:
 
 
 def run_showdown(target: Target, names: list[str], plan: Plan,
-                 raw_dir: Path) -> list[StrategyResult]:
+                 raw_dir: Path, rounds: int = 1) -> list[StrategyResult]:
     """One phase per strategy (plus the no-op baselines when sustained), with progress.
 
     Sustained runs start with two baselines: ``POST /api/noop`` through the purchase's
     own client code (the ratio's denominator, like for like) and the old bare ``GET``;
     the POST baseline runs again at the end, and the ratio's denominator is the mean of
-    both (this machine's no-op rate moved 2,400-3,300/s between runs of one evening)."""
+    both (this machine's no-op rate moved 2,400-3,300/s between runs of one evening).
+    With ``rounds`` the strategies run that many times, the POST baseline after each
+    round, and each round is a share of the baselines on either side of it."""
     raw_dir.mkdir(parents=True, exist_ok=True)
-    phases = [(name, strategy_safety(name), plan) for name in names]
+    phases = [(name, strategy_safety(name), plan, 0) for name in names]
     if plan.mode == "sustained":
         noop = Plan(**{**plan.__dict__, "mode": "noop"})
-        phases[:0] = [(BASELINE_POST, True, noop),
-                      (BASELINE_GET, True, Plan(**{**plan.__dict__, "mode": "noop-get"}))]
-        phases.append((BASELINE_POST_END, True, noop))
+        numbered = rounds > 1
+        phases = [(BASELINE_POST, True, noop, 0),
+                  (BASELINE_GET, True, Plan(**{**plan.__dict__, "mode": "noop-get"}), 0)]
+        for k in range(1, rounds + 1):
+            phases += [(name, strategy_safety(name), plan, k if numbered else 0)
+                       for name in names]
+            after = BASELINE_POST_END if k == rounds else f"no-op baseline (round {k})"
+            phases.append((after, True, noop, k if numbered else 0))
     results = []
-    for i, (name, safe, phase_plan) in enumerate(phases, 1):
-        print(f"[{i}/{len(phases)}] {name}: reset, {phase_plan.users} buyers "
+    for i, (name, safe, phase_plan, round_no) in enumerate(phases, 1):
+        shown = f"{name} #{round_no}" if round_no > 1 and phase_plan.mode == "sustained" \
+            else name
+        print(f"[{i}/{len(phases)}] {shown}: reset, {phase_plan.users} buyers "
               f"({phase_plan.mode}), audit ...", flush=True)
         try:
             result = run_phase(target.shop, target.redis_clients, name, safe, phase_plan,
-                               raw_dir)
+                               raw_dir, round_no)
         except Exception as exc:  # noqa: BLE001 - one broken phase must not hide the rest
-            logger.exception("phase %s failed", name)
-            result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc))
+            logger.exception("phase %s failed", shown)
+            result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc),
+                                    round_no=round_no)
         print(f"      {_summary(result)}", flush=True)
         results.append(result)
     return results
@@ -160,6 +174,8 @@ def main(args: argparse.Namespace) -> int:
     plan = plan_from(args)
     report_dir = Path(args.report) if args.report else None
     problem = _unwritable(report_dir, args.json)
+    if args.rounds > 1 and not args.sustained:
+        problem = "--rounds is for --sustained runs (a flash sale is over in one round)"
     if problem is not None:
         print(f"seckill showdown: error: {problem}", file=sys.stderr)
         return 2
@@ -179,11 +195,15 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
     with serve_target(args, requested or strategy_names()) as target:
         names = target.strategies
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"
-        results = run_showdown(target, names, plan, raw_dir)
+        results = run_showdown(target, names, plan, raw_dir,
+                               args.rounds if args.sustained else 1)
         machine = target.describe()
     elapsed = time.monotonic() - started
     print()
     print(format_table(results))
+    rounds = format_rounds(results)
+    if rounds:
+        print(f"\n{rounds}")
     summary = {"settings": {**plan.__dict__, "strategies": names}, "machine": machine,
                "elapsed_s": round(elapsed, 1), "results": [r.as_dict() for r in results]}
     if report_dir:

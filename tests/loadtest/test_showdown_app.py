@@ -50,13 +50,28 @@ def test_the_full_showdown_of_every_strategy_has_no_safe_strategy_failing(tmp_pa
 
 
 @pytest.mark.timeout(300)
-def test_sustained_mode_measures_purchases_per_second_beside_a_no_op_baseline(tmp_path):
-    code, results = run_showdown(tmp_path, "--sustained", "--duration", "4", "--users", "50",
-                                 "--strategies", "atomic")
+def test_sustained_mode_measures_purchases_per_second_beside_a_no_op_baseline(tmp_path,
+                                                                               capsys):
+    code = main(["showdown", "--report", str(tmp_path), "--sustained", "--duration", "4",
+                 "--users", "50", "--strategies", "atomic", "--rounds", "2"])
+    phases = json.loads((tmp_path / "summary.json").read_text())["results"]
     assert code == 0
-    assert results["no-op baseline"]["mode"] == "noop"  # POSTed like a purchase
-    assert results["no-op baseline"]["purchases_per_s"] > 0
-    assert results["no-op GET (old)"]["rps"] > 0  # the old bare GET, still shown
-    assert results["no-op baseline (end)"]["mode"] == "noop"  # again last: drift shows
-    atomic = results["atomic"]
-    assert atomic["purchases_per_s"] > 0 and atomic["consistent"], atomic
+    assert [(r["strategy"], r["mode"], r["round_no"]) for r in phases] == [
+        ("no-op baseline", "noop", 0),  # POSTed like a purchase
+        ("no-op GET (old)", "noop-get", 0),  # the old bare GET, still shown
+        ("atomic", "sustained", 1),
+        ("no-op baseline (round 1)", "noop", 1),  # between the rounds: drift shows
+        ("atomic", "sustained", 2),
+        ("no-op baseline (end)", "noop", 2)]
+    assert all(r["purchases_per_s"] > 0 for r in phases if r["mode"] == "noop")
+    assert phases[1]["rps"] > 0
+    for atomic in (phases[2], phases[4]):
+        assert atomic["purchases_per_s"] > 0 and atomic["consistent"], atomic
+    out = capsys.readouterr().out
+    assert "atomic #2" in out and "atomic: median" in out and "over 2 rounds" in out
+    assert (tmp_path / "raw" / "atomic #2_arrivals.jsonl").exists()
+
+
+def test_rounds_are_refused_without_sustained(tmp_path, capsys):
+    assert main(["showdown", "--report", str(tmp_path), "--rounds", "2"]) == 2
+    assert "--rounds is for --sustained" in capsys.readouterr().err

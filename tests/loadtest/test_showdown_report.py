@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from loadtest import locust_csv, svg
-from loadtest.compare import FAIL, OK, TAUGHT, StrategyResult, baseline_rates, failed, format_table
+from loadtest.compare import (
+    FAIL,
+    OK,
+    TAUGHT,
+    StrategyResult,
+    baseline_rates,
+    failed,
+    format_rounds,
+    format_table,
+)
 from loadtest.report import render, write_report
 from loadtest.verdict import PURCHASE_NAME
 
@@ -106,6 +115,38 @@ def test_the_post_baseline_run_first_and_last_divides_by_its_mean():
     header, rule, *rows = format_table([first, atomic, last]).splitlines()
     post_at = re.split(r"\s{2,}", header.strip()).index("% POST no-op")
     assert [re.split(r"\s{2,}", row.strip())[post_at] for row in rows] == ["90%", "80%", "110%"]
+
+
+def test_each_round_is_a_share_of_the_baselines_either_side_of_it_and_the_median_is_given():
+    def noop(name: str, rate: float, round_no: int) -> StrategyResult:
+        return StrategyResult(name, True, mode="noop", rps=rate, purchases_per_s=rate,
+                              round_no=round_no)
+
+    def atomic(rate: float, round_no: int) -> StrategyResult:
+        return result("atomic", True, mode="sustained", purchases_per_s=rate,
+                      round_no=round_no)
+
+    # the machine slows down after the first round: 1000/s, then 800/s
+    run = [noop("no-op baseline", 1000.0, 0), atomic(855.0, 1),
+           noop("no-op baseline (round 1)", 800.0, 1), atomic(720.0, 2),
+           noop("no-op baseline (round 2)", 800.0, 2), atomic(680.0, 3),
+           noop("no-op baseline (end)", 800.0, 3)]
+    header, rule, *rows = format_table(run).splitlines()
+    columns = re.split(r"\s{2,}", header.strip())
+    cells = {row[0]: row for row in (re.split(r"\s{2,}", line.strip()) for line in rows)}
+    post_at = columns.index("% POST no-op")
+    # 855 / 900, 720 / 800, 680 / 800: not against the run's mean of 850
+    assert [cells[name][post_at] for name in ("atomic", "atomic #2", "atomic #3")] == \
+        ["95%", "90%", "85%"]
+    assert format_rounds(run) == \
+        "atomic: median 90% of the POST no-op over 3 rounds (95%, 90%, 85%)"
+
+
+def test_without_rounds_there_is_no_round_summary():
+    post = StrategyResult("no-op baseline", True, mode="noop", rps=900.0,
+                          purchases_per_s=900.0)
+    assert format_rounds([post, result("atomic", True, mode="sustained",
+                                       purchases_per_s=800.0)]) == ""
 
 
 def test_bar_heights_are_proportional_to_the_values():
