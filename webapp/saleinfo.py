@@ -80,10 +80,16 @@ _PARSED_MAX = 1024
 
 def parsed_sale(sku: str, cached: dict[bytes, bytes]) -> SaleInfo:
     """The sale of ``sku`` from its (non-empty) Redis hash; no I/O."""
-    key = (sku, *cached.items())
+    return parsed_sale_reply(sku, [part for item in cached.items() for part in item])
+
+
+def parsed_sale_reply(sku: str, flat: list[bytes]) -> SaleInfo:
+    """``parsed_sale`` for the hash as HGETALL answers it, ``[field, value, ...]``: a
+    script's reply, read without making a dict of it first."""
+    key = (sku, *flat)
     sale = _PARSED.get(key)
     if sale is None:
-        fields = {k.decode(): v.decode() for k, v in cached.items()}
+        fields = {k.decode(): v.decode() for k, v in zip(flat[::2], flat[1::2], strict=True)}
         known = fields.get("generation")
         sale = SaleInfo(int(fields["id"]), sku, fields["strategy"], int(fields["work_ms"]),
                         int(fields["per_user_limit"]), int(fields["initial_stock"]),

@@ -87,8 +87,6 @@ class PurchaseResult:
 
 def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
-    from .paths import path_for  # paths imports this module's dataclasses
-
     fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
     try:
         if fast is not None and fast.written_for is not None:
@@ -97,7 +95,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         else:
             sale = cached_sale(deps.redis, deps.sessions, request.sku,
                                None if fast is None else fast.info)
-        path = path_for(sale.strategy)
+        path = _path_for(sale.strategy)
     except BaseException:  # the script reserved (and for atomic took): undo it
         if fast is not None and fast.reserved:
             _undo_fast(deps, request, fast)
@@ -127,26 +125,69 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     return PurchaseResult(order, created=True)
 
 
-@dataclass(frozen=True)
+_paths: Any = None
+
+
+def _path_for(strategy: str) -> Any:
+    """``paths.path_for``; the module is imported on first use, not at every purchase
+    (an import statement in a function costs a lookup through importlib each time),
+    nor at the top (paths imports this module's dataclasses)."""
+    global _paths
+    if _paths is None:
+        from . import paths
+
+        _paths = paths
+    return _paths.path_for(strategy)
+
+
 class _Fast:
-    #: the sale's cached row (empty: Redis lost it, ``cached_sale`` reloads it)
-    info: dict[bytes, bytes]
-    #: the buyer is reserved (any strategy)
-    reserved: bool
-    #: an ``atomic`` sale: the buyer is reserved and the units are taken
-    taken: bool
-    #: the order row's outcome, if the script's batch wrote it too (``takenorders.py``),
-    #: and the sale it was written for
-    written: Pending[Any] | None = None
-    written_for: SaleInfo | None = None
+    """What ``atomic_checkout.lua`` answered. A plain class with slots: made once per
+    purchase, a frozen dataclass cost a microsecond more (docs/performance.md, session 9)."""
+
+    __slots__ = ("flat", "reserved", "taken", "written", "written_for")
+
+    def __init__(self, flat: list[bytes], reserved: bool, taken: bool,
+                 written: Pending[Any] | None = None,
+                 written_for: SaleInfo | None = None) -> None:
+        #: the sale's cached row, as HGETALL flattens it (empty: Redis lost it)
+        self.flat = flat
+        #: the buyer is reserved (any strategy)
+        self.reserved = reserved
+        #: an ``atomic`` sale: the buyer is reserved and the units are taken
+        self.taken = taken
+        #: the order row's outcome, if the script's batch wrote it too
+        #: (``takenorders.py``), and the sale it was written for
+        self.written = written
+        self.written_for = written_for
+
+    @property
+    def info(self) -> dict[bytes, bytes]:
+        """The sale's cached row as a hash (made only for a purchase that needs it)."""
+        return dict(zip(self.flat[::2], self.flat[1::2], strict=True))
+
+
+#: ``atomic_checkout.lua``'s keys by sku (the same four for every buyer of a sale)
+_SCRIPT_KEYS: dict[str, list[str]] = {}
+#: skus kept; past it the memo starts again (a plausible sku need not exist)
+_SCRIPT_KEYS_MAX = 1024
+
+
+def _script_keys(sku: str) -> list[str]:
+    found = _SCRIPT_KEYS.get(sku)
+    if found is None:
+        keys = SaleKeys(sku)
+        found = [keys.soldout, keys.buyers, keys.info, keys.stock]
+        if len(_SCRIPT_KEYS) >= _SCRIPT_KEYS_MAX:
+            _SCRIPT_KEYS.clear()
+        _SCRIPT_KEYS[sku] = found
+    return found
 
 
 def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     """One round trip (``atomic_checkout.lua``): after the sale, 409 (already_purchased
     before sold_out); the sale's cached row; the buyer's reservation; for an ``atomic``
     sale the whole purchase but its order row."""
-    keys = SaleKeys(request.sku)
-    script_keys = [keys.soldout, keys.buyers, keys.info, keys.stock]
+    script_keys = _script_keys(request.sku)  # shared: nobody may change it
     script_args = [request.user_id, request.quantity]
     then = None
     if deps.script_pipeline is not None:
@@ -155,19 +196,17 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     else:
         reply = scripts.script(deps.redis, "atomic_checkout")(keys=script_keys, args=script_args)
     code, _, *rest = reply
-    flat = rest[0] if rest else []
-    info = dict(zip(flat[::2], flat[1::2], strict=True))
+    fast = _Fast(rest[0] if rest else [], reserved=code in (1, 2), taken=code == 1)
     if code == -3:
         raise AlreadyPurchased(f"{request.user_id!r} already bought {request.sku}")
     if code == -1:
         raise SoldOut(f"{request.sku} is sold out")
     if code == -2:
-        raise InvalidRequest(f"quantity must be between 1 and {int(info[b'per_user_limit'])} "
-                             "for this sale")
-    written, written_for = ((then.written, then.sale) if then is not None
-                            else (None, None))
-    return _Fast(info, reserved=code in (1, 2), taken=code == 1, written=written,
-                 written_for=written_for if written is not None else None)
+        limit = int(fast.info[b"per_user_limit"])
+        raise InvalidRequest(f"quantity must be between 1 and {limit} for this sale")
+    if then is not None and then.written is not None:
+        fast.written, fast.written_for = then.written, then.sale
+    return fast
 
 
 def _replay(earlier: OrderLike, request: PurchaseRequest) -> OrderLike:

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .batching import Pending
 from .groupcommit import OrderWrite, writer_for
 from .orders import new_order
-from .saleinfo import SaleInfo, parsed_sale
+from .saleinfo import SaleInfo, parsed_sale_reply
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class TakenOrder:
         if code != 1 or not rest:
             return None
         flat = rest[0]
-        sale = parsed_sale(self.sku, dict(zip(flat[::2], flat[1::2], strict=True)))
+        sale = parsed_sale_reply(self.sku, flat)
         if sale.strategy != "atomic" or sale.work_ms > 0:
             return None
         order, row = new_order(sale, self.user_id, self.quantity, None, None)

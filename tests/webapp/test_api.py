@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import lockcore
 from tests.webapp.conftest import SKU, auth, buy, reset
 
@@ -218,6 +220,15 @@ def test_a_replayed_key_with_another_quantity_is_400(client):
     assert buy(client, "ann", quantity=1, key="k-q").status_code == 201
     response = buy(client, "ann", quantity=2, key="k-q")
     assert response.status_code == 400 and "quantity" in response.get_json()["detail"]
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "token"])
+def test_a_quantity_above_the_sales_limit_is_400_naming_the_limit(client, strategy):
+    reset(client, stock=10, strategy=strategy, limit=3)
+    response = buy(client, "ann", quantity=4)
+    assert response.status_code == 400
+    assert response.get_json()["detail"] == "quantity must be between 1 and 3 for this sale"
+    assert buy(client, "ann", quantity=3).status_code == 201  # nothing was reserved
 
 
 def test_after_the_sale_sells_out_a_buyer_hears_already_purchased_not_sold_out(client):
