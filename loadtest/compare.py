@@ -18,6 +18,14 @@ OK, TAUGHT, FAIL, ERROR, BASELINE = "ok", "unsafe, as taught", "FAIL", "ERROR", 
 NOOP_MODES = ("noop", "noop-get")
 
 
+def phase_label(strategy: str, mode: str, round_no: int) -> str:
+    """A phase's name in progress lines, tables, charts and raw files: the strategy, and
+    from the second round on, its round (``atomic #2``)."""
+    if round_no > 1 and mode not in NOOP_MODES:
+        return f"{strategy} #{round_no}"
+    return strategy
+
+
 @dataclass
 class StrategyResult:
     strategy: str
@@ -51,11 +59,7 @@ class StrategyResult:
 
     @property
     def label(self) -> str:
-        """The phase's name in tables, charts and raw files: the strategy, and from the
-        second round on, its round (``atomic #2``)."""
-        if self.round_no > 1 and self.mode not in NOOP_MODES:
-            return f"{self.strategy} #{self.round_no}"
-        return self.strategy
+        return phase_label(self.strategy, self.mode, self.round_no)
 
     @property
     def verdict(self) -> str:
@@ -124,14 +128,13 @@ def post_baseline(results: list[StrategyResult], r: StrategyResult) -> float | N
     baselines just before and just after its round, so a machine whose speed drifts
     over a long run moves both sides of each round's ratio. Otherwise (a baseline, a
     run without rounds): the mean of every POST baseline."""
-    noops = [x for x in results if x.mode == "noop" and not x.error and x.rate is not None]
     if r.mode not in NOOP_MODES and r.round_no > 0:
-        around = [x.rate for x in noops
-                  if x.rate is not None and x.round_no in (r.round_no - 1, r.round_no)]
+        around = [x.rate for x in results
+                  if x.mode == "noop" and not x.error and x.rate is not None
+                  and x.round_no in (r.round_no - 1, r.round_no)]
         if around:
             return sum(around) / len(around)
-    rates = [x.rate for x in noops if x.rate is not None]
-    return sum(rates) / len(rates) if rates else None
+    return baseline_rates(results)[0]
 
 
 def round_shares(results: list[StrategyResult]) -> dict[str, list[float]]:

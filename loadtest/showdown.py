@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .compare import StrategyResult, failed, format_rounds, format_table
+from .compare import StrategyResult, failed, format_rounds, format_table, phase_label
 from .phase import Plan, run_phase
 from .serving import Target, serve_target, strategy_names, strategy_safety
 
@@ -108,8 +108,9 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
     With ``rounds`` the strategies run that many times, the POST baseline after each
     round, and each round is a share of the baselines on either side of it."""
     raw_dir.mkdir(parents=True, exist_ok=True)
-    phases = [(name, strategy_safety(name), plan, 0) for name in names]
-    if plan.mode == "sustained":
+    if plan.mode != "sustained":
+        phases = [(name, strategy_safety(name), plan, 0) for name in names]
+    else:
         noop = Plan(**{**plan.__dict__, "mode": "noop"})
         numbered = rounds > 1
         phases = [(BASELINE_POST, True, noop, 0),
@@ -121,8 +122,7 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
             phases.append((after, True, noop, k if numbered else 0))
     results = []
     for i, (name, safe, phase_plan, round_no) in enumerate(phases, 1):
-        shown = f"{name} #{round_no}" if round_no > 1 and phase_plan.mode == "sustained" \
-            else name
+        shown = phase_label(name, phase_plan.mode, round_no)
         print(f"[{i}/{len(phases)}] {shown}: reset, {phase_plan.users} buyers "
               f"({phase_plan.mode}), audit ...", flush=True)
         try:
