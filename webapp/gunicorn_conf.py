@@ -52,21 +52,27 @@ preload_app = False
 
 
 #: the garbage collector's youngest-generation threshold in a worker (CPython's is 700)
-GC_GEN0_THRESHOLD = int(os.environ.get("SECKILL_GC_GEN0_THRESHOLD", "7000"))
+GC_GEN0_THRESHOLD = int(os.environ.get("SECKILL_GC_GEN0_THRESHOLD", "50000"))
 
 
 def post_worker_init(worker):  # type: ignore[no-untyped-def]
     """Once the worker has imported the app: its ~115,000 objects (Flask, SQLAlchemy,
     redis-py, gevent, our modules) are moved out of the collector's reach
     (``gc.freeze``, as Instagram's pre-fork servers do), and the youngest generation
-    is collected every 7,000 allocations instead of 700.
+    is collected every 50,000 allocations instead of 700.
 
     Measured in one process, 500 concurrent purchases (docs/performance.md, session 7):
     a full collection walked every object of the app, 65-80 ms each, and the young
-    ones ran 150 times per 5,000 purchases: 30-50 us of collector per purchase, more
-    after a lock strategy's phase had grown the heap. Frozen with this threshold:
-    ~2 us. Garbage cycles are still collected, only later; requests' objects are
-    mostly freed by their reference counts anyway."""
+    ones ran 150 times per 5,000 purchases: 30-50 us of collector per purchase.
+
+    Why 50,000 and not the 7,000 of session 7 (session 10): the count that triggers a
+    young collection is allocations minus deallocations, and under load a worker keeps
+    thousands of live young objects (a greenlet, a parser, a request per connection:
+    500 of them). At 7,000 that count crossed the threshold again and again as the
+    requests in flight rose and fell, and each collection walked them all and freed
+    nothing: served, 12-19 us of collector per ``atomic`` purchase (``gc.callbacks``
+    timing, four phases); at 50,000, 0.9-2.0 us. Garbage cycles (the no-op's request
+    objects make a few) are still collected, every few seconds."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
