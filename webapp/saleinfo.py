@@ -76,6 +76,15 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
 _PARSED: dict[tuple[Any, ...], SaleInfo] = {}
 #: distinct hashes kept; past it the memo starts again (resets make new ones)
 _PARSED_MAX = 1024
+#: the sale of each sku this process parsed last: a purchase sends its generation to
+#: ``atomic_checkout.lua``, which then leaves the hash out of its reply when it matches
+_LATEST: dict[str, SaleInfo] = {}
+
+
+def latest_sale(sku: str) -> SaleInfo | None:
+    """The sale of ``sku`` as this process last read it from its Redis hash, if ever.
+    Maybe stale: a caller checks its ``generation`` against Redis before relying on it."""
+    return _LATEST.get(sku)
 
 
 def parsed_sale(sku: str, cached: dict[bytes, bytes]) -> SaleInfo:
@@ -97,6 +106,9 @@ def parsed_sale_reply(sku: str, flat: list[bytes]) -> SaleInfo:
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()
         _PARSED[key] = sale
+        if len(_LATEST) >= _PARSED_MAX and sku not in _LATEST:
+            _LATEST.clear()
+        _LATEST[sku] = sale
     return sale
 
 

@@ -5,7 +5,9 @@ The steps every strategy shares, in order, each cheaper than the next:
 1. The sold-out flag answers 409 before anything else: after the sale ends, a
    thousand late buyers cost one GET each instead of a queue on the lock. (A request
    with an ``Idempotency-Key`` first looks for the order it may already have made.)
-2. The sale comes from its Redis copy (``saleinfo.py``), not from the database.
+2. The sale comes from its Redis copy (``saleinfo.py``), not from the database. The
+   script is sent the generation of the copy this process read last, and leaves the
+   copy out of its reply while Redis holds that same generation.
 3. ``SADD buyers user`` reserves the user's one order per sale. Fifty concurrent
    clicks by one user: one gets the reservation, the rest 409 (or, with the same
    Idempotency-Key, wait for the first one's order and answer it with 200).
@@ -40,7 +42,7 @@ from .models import OrderLike
 from .orders import find_order
 from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
-from .saleinfo import SaleInfo, cached_sale, load_sale
+from .saleinfo import SaleInfo, cached_sale, latest_sale, load_sale
 from .takenorders import TakenOrder
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,8 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         if fast is not None and fast.written_for is not None:
             # the row is written: nothing that can fail stands before its answer
             sale = fast.written_for
+        elif fast is not None and fast.same is not None:  # Redis has the sale we know
+            sale = fast.same
         else:
             sale = cached_sale(deps.redis, deps.sessions, request.sku,
                                None if fast is None else fast.info)
@@ -144,13 +148,17 @@ class _Fast:
     """What ``atomic_checkout.lua`` answered. A plain class with slots: made once per
     purchase, a frozen dataclass cost a microsecond more (docs/performance.md, session 9)."""
 
-    __slots__ = ("flat", "reserved", "taken", "written", "written_for")
+    __slots__ = ("flat", "same", "reserved", "taken", "written", "written_for")
 
     def __init__(self, flat: list[bytes], reserved: bool, taken: bool,
-                 written: Pending[Any] | None = None,
+                 same: SaleInfo | None = None, written: Pending[Any] | None = None,
                  written_for: SaleInfo | None = None) -> None:
-        #: the sale's cached row, as HGETALL flattens it (empty: Redis lost it)
+        #: the sale's cached row, as HGETALL flattens it (empty: Redis lost it, or
+        #: ``same``)
         self.flat = flat
+        #: the sale the caller sent the generation of, when Redis still has that
+        #: generation (the script then leaves the row out)
+        self.same = same
         #: the buyer is reserved (any strategy)
         self.reserved = reserved
         #: an ``atomic`` sale: the buyer is reserved and the units are taken
@@ -188,21 +196,26 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     before sold_out); the sale's cached row; the buyer's reservation; for an ``atomic``
     sale the whole purchase but its order row."""
     script_keys = _script_keys(request.sku)  # shared: nobody may change it
-    script_args = [request.user_id, request.quantity]
+    known = latest_sale(request.sku)
+    script_args: list[Any] = [request.user_id, request.quantity]
+    if known is not None and known.generation is not None:
+        script_args.append(known.generation)  # the script leaves out a row we have
     then = None
     if deps.script_pipeline is not None:
-        then = TakenOrder(deps.sessions, request.sku, request.user_id, request.quantity)
+        then = TakenOrder(deps.sessions, request.sku, request.user_id, request.quantity, known)
         reply = deps.script_pipeline.run("atomic_checkout", script_keys, script_args, then)
     else:
         reply = scripts.script(deps.redis, "atomic_checkout")(keys=script_keys, args=script_args)
     code, _, *rest = reply
-    fast = _Fast(rest[0] if rest else [], reserved=code in (1, 2), taken=code == 1)
+    fast = _Fast(rest[0] if rest else [], reserved=code in (1, 2), taken=code == 1,
+                 same=None if rest or code == -4 else known)
     if code == -3:
         raise AlreadyPurchased(f"{request.user_id!r} already bought {request.sku}")
     if code == -1:
         raise SoldOut(f"{request.sku} is sold out")
     if code == -2:
-        limit = int(fast.info[b"per_user_limit"])
+        limit = (fast.same.per_user_limit if fast.same is not None
+                 else int(fast.info[b"per_user_limit"]))
         raise InvalidRequest(f"quantity must be between 1 and {limit} for this sale")
     if then is not None and then.written is not None:
         fast.written, fast.written_for = then.written, then.sale

@@ -45,14 +45,16 @@ class TakenOrder:
     the leader has written it, the sale it was written for and ``written`` (the row's
     ``Pending``: its order with its id, or its own error)."""
 
-    __slots__ = ("sessions", "sku", "user_id", "quantity", "sale", "written")
+    __slots__ = ("sessions", "sku", "user_id", "quantity", "known", "sale", "written")
 
     def __init__(self, sessions: sessionmaker[Session], sku: str, user_id: str,
-                 quantity: int) -> None:
+                 quantity: int, known: SaleInfo | None = None) -> None:
         self.sessions = sessions
         self.sku = sku
         self.user_id = user_id
         self.quantity = quantity
+        #: the sale whose generation went with the script: its reply then has no row
+        self.known = known
         self.sale: SaleInfo | None = None
         self.written: Pending[OrderWrite] | None = None
 
@@ -60,10 +62,11 @@ class TakenOrder:
         """The row to write after ``atomic_checkout.lua``'s ``reply``, or None: the
         script took nothing, or the row must wait for the sale's simulated work."""
         code, _, *rest = reply
-        if code != 1 or not rest:
+        if code != 1:
             return None
-        flat = rest[0]
-        sale = parsed_sale_reply(self.sku, flat)
+        sale = parsed_sale_reply(self.sku, rest[0]) if rest else self.known
+        if sale is None:
+            return None
         if sale.strategy != "atomic" or sale.work_ms > 0:
             return None
         order, row = new_order(sale, self.user_id, self.quantity, None, None)

@@ -51,18 +51,23 @@ def test_it_takes_only_from_the_sale_generation_the_caller_looked_up(redis_clien
 TAKEN, RESERVED, SOLD_OUT, OVER_LIMIT, ALREADY, NO_INFO = 1, 2, -1, -2, -3, -4
 
 
-def checkout(redis_client, user: str, quantity: int = 1) -> tuple[int, int, dict]:
+def checkout(redis_client, user: str, quantity: int = 1,
+             known: int | str | None = None) -> tuple[int, int, dict]:
     script = scripts.script(redis_client, "atomic_checkout")
     code, units, *rest = script(keys=[KEYS.soldout, KEYS.buyers, KEYS.info, KEYS.stock],
-                                args=[user, quantity])
+                                args=[user, quantity] + ([] if known is None else [known]))
     flat = rest[0] if rest else []
     return code, units, dict(zip(flat[::2], flat[1::2], strict=True))
 
 
-def sale(redis_client, stock: int, strategy: str = "atomic", limit: int = 1) -> None:
+def sale(redis_client, stock: int, strategy: str = "atomic", limit: int = 1,
+         generation: int | None = None) -> None:
     redis_client.set(KEYS.stock, stock)
-    redis_client.hset(KEYS.info, mapping={"id": 1, "strategy": strategy, "work_ms": 0,
-                                          "per_user_limit": limit, "initial_stock": stock})
+    fields = {"id": 1, "strategy": strategy, "work_ms": 0, "per_user_limit": limit,
+              "initial_stock": stock}
+    if generation is not None:
+        fields["generation"] = generation
+    redis_client.hset(KEYS.info, mapping=fields)
 
 
 def test_checkout_reserves_the_buyer_takes_the_units_and_returns_the_sale(redis_client):
@@ -117,3 +122,25 @@ def test_checkout_without_the_sale_row_asks_the_caller_to_reload_it(redis_client
     redis_client.set(KEYS.stock, 5)
     assert checkout(redis_client, "ann") == (NO_INFO, 0, {})
     assert not redis_client.exists(KEYS.buyers) and redis_client.get(KEYS.stock) == b"5"
+
+
+def test_a_caller_that_knows_the_sales_generation_gets_no_row_back(redis_client):
+    sale(redis_client, 2, limit=2, generation=41)
+    assert checkout(redis_client, "ann", known=41) == (TAKEN, 1, {})
+    assert checkout(redis_client, "ann", known=41) == (ALREADY, 0, {})
+    assert checkout(redis_client, "bob", 3, known=41) == (OVER_LIMIT, 0, {})
+    assert checkout(redis_client, "bob", 2, known=41) == (SOLD_OUT, 1, {})
+    assert redis_client.get(KEYS.stock) == b"1" and not redis_client.sismember(KEYS.buyers, "bob")
+    sale(redis_client, 5, strategy="token", generation=41)
+    assert checkout(redis_client, "cy", known=41) == (RESERVED, 0, {})
+
+
+def test_a_stale_or_missing_generation_brings_the_row_back(redis_client):
+    sale(redis_client, 10, limit=2, generation=42)
+    for user, known in (("ann", 41), ("bob", ""), ("cy", None)):
+        code, _, info = checkout(redis_client, user, known=known)
+        assert (code, info[b"generation"], info[b"per_user_limit"]) == (TAKEN, b"42", b"2")
+    sale(redis_client, 10)  # a row written without a generation
+    redis_client.hdel(KEYS.info, "generation")
+    code, _, info = checkout(redis_client, "dee", known="")
+    assert code == TAKEN and info[b"strategy"] == b"atomic"

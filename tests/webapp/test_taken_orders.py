@@ -14,6 +14,7 @@ from webapp.keys import SaleKeys
 from webapp.models import Order, PlacedOrder, Sale
 from webapp.pipelining import ScriptPipeline
 from webapp.problems import AlreadyPurchased, SaleReset
+from webapp.saleinfo import latest_sale
 from webapp.services import Checkout, PurchaseRequest, checkout
 from webapp.takenorders import TakenOrder, write_taken
 
@@ -110,3 +111,45 @@ def test_a_failing_after_leaves_every_buyer_to_write_its_own_row(piped, monkeypa
     assert all(isinstance(answer, PlacedOrder) for answer in answers.values()), answers
     assert sorted(orders_by_user(piped)) == ["ann", "bob", "cy"]
     assert groupcommit.writer_for(piped.sessions).items == 3  # each through the writer
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_a_reset_since_the_last_purchase_is_followed_though_the_process_knew_the_old_sale(
+        deps, pipelined):
+    """The second purchase sends the generation of the sale this process read first;
+    the reset made another, so the script brings the new row back and the purchase
+    follows it: the ``sql`` path, not the ``atomic`` one (``saleinfo.latest_sale``)."""
+    if pipelined:
+        deps.redis.script_load(scripts.source("atomic_checkout"))
+        deps.script_pipeline = ScriptPipeline(deps.redis, after=write_taken)
+    first = checkout(deps, PurchaseRequest(SKU, "ann")).order
+    known = latest_sale(SKU)
+    assert known is not None and known.strategy == "atomic"
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=5, strategy="sql")
+    second = checkout(deps, PurchaseRequest(SKU, "bob")).order
+    with deps.sessions() as session:
+        rows = {row.user_id: (row.sale_id, row.strategy) for row in session.scalars(
+            select(Order).where(Order.id.in_([first.id, second.id])))}
+        sale_id = session.scalar(select(Sale.id).where(Sale.sku == SKU))
+    assert rows == {"bob": (sale_id, "sql")}  # the reset deleted ann's order
+    assert latest_sale(SKU).strategy == "sql"  # type: ignore[union-attr]
+    # and once known, the same sale's row no longer travels: the next reply is lean
+    assert checkout(deps, PurchaseRequest(SKU, "cy")).created
+
+
+def test_a_purchase_of_the_known_generation_uses_the_known_sale(piped, monkeypatch):
+    """The reply without the row: the buyer's order is written from the sale this
+    process parsed before, by the batch that took its units."""
+    assert checkout(piped, PurchaseRequest(SKU, "ann")).created  # parsed and kept
+    replies: list[object] = []
+    real = piped.script_pipeline._round_trip  # type: ignore[union-attr]
+
+    def spy(batch):  # type: ignore[no-untyped-def]
+        real(batch)
+        replies.extend(pending.result for pending in batch)
+
+    monkeypatch.setattr(piped.script_pipeline, "_round_trip", spy)
+    order = checkout(piped, PurchaseRequest(SKU, "bob")).order
+    assert replies == [[1, 48]]  # taken, 48 left, no row
+    assert orders_by_user(piped)["bob"] == order.id
+    assert groupcommit.writer_for(piped.sessions).batches == 0  # written by the batch
