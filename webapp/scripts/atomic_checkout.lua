@@ -17,8 +17,8 @@
 -- units left. `info` is absent for codes -1 and -3 when the sale is over, for -4, and
 -- when the hash's `generation` is ARGV[3]: the caller has that sale already (every
 -- reset writes a new generation with the whole hash), and each purchase would
--- otherwise carry the same twelve strings back (measured: 11.7 against 8.4 us of
--- Redis CPU a script, docs/performance.md, session 10). The codes:
+-- otherwise carry the same twelve strings back (a third of Redis's CPU a script:
+-- docs/performance.md, session 10). The codes:
 --    1  taken: the user is reserved and `quantity` units are gone; units = left
 --    2  not an atomic sale: the user is reserved, nothing taken
 --   -1  sold out (not enough units; the user is not reserved)
