@@ -223,7 +223,7 @@ EXPERIMENTS: list[Contender] = [
               _experiment("strict"), "lockcore.strategies.token"),
     *(Contender(f"x-handoff{ms}", "experiment", "redis", f"token-notify handoff_after_ms={ms}",
                 _lockcore("token", "redis", wait="notify", handoff_after_ms=ms),
-                "lockcore.strategies.token") for ms in (0, 5, 20, 40)),
+                "lockcore.strategies.token") for ms in (0, 5, 7, 20, 40)),
     Contender("x-separate-try", "experiment", "redis", "token-notify before: barge, BLPOP, try",
               _experiment("separate"), "lockcore.strategies.token"),
     Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",
