@@ -77,9 +77,11 @@ class GreenletSignal:
             waiter.hub.loop.run_callback(waiter.switch, None)
 
 
-def _threads_are_greenlets() -> bool:
+def gevent_patched(module: str) -> bool:
+    """gevent's monkey patching has replaced ``module`` (``"socket"``, ``"threading"``) in
+    this process: a gevent worker's."""
     monkey = sys.modules.get("gevent.monkey")
-    return bool(monkey and monkey.is_module_patched("threading"))
+    return bool(monkey and monkey.is_module_patched(module))
 
 
 @dataclass(eq=False)
@@ -112,7 +114,7 @@ class Batcher(Generic[Item]):
         self._queue: deque[Pending[Item]] = deque()
         self._serving = False
         #: what a follower waits on: a ``GreenletSignal`` in a gevent worker
-        self._signal: type[Signal] = (GreenletSignal if _threads_are_greenlets()
+        self._signal: type[Signal] = (GreenletSignal if gevent_patched("threading")
                                       else threading.Event)
         #: batches served and items in them, for tests and the curious
         self.batches = self.items = 0

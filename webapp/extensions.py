@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 import threading
 from typing import Any
 
@@ -23,6 +22,7 @@ from redis import BlockingConnectionPool, Redis
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from .batching import gevent_patched
 from .cohort import Cohorts
 from .pipelining import ScriptPipeline
 from .problems import Busy
@@ -53,16 +53,11 @@ def make_engine(url: str) -> Engine:
 
 
 def _semaphore(size: int) -> Any:
-    if _gevent_patched():
+    if gevent_patched("socket"):
         from gevent.lock import BoundedSemaphore
 
         return BoundedSemaphore(size)
     return threading.BoundedSemaphore(size)
-
-
-def _gevent_patched() -> bool:
-    monkey = sys.modules.get("gevent.monkey")
-    return bool(monkey and monkey.is_module_patched("socket"))
 
 
 class Backends:
@@ -150,7 +145,7 @@ class Backends:
         from kazoo.client import KazooClient
 
         options: dict[str, Any] = {}
-        if _gevent_patched():  # kazoo's threads would block the gevent hub
+        if gevent_patched("socket"):  # kazoo's threads would block the gevent hub
             from kazoo.handlers.gevent import SequentialGeventHandler
 
             options["handler"] = SequentialGeventHandler()
