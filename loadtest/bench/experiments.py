@@ -9,6 +9,13 @@ Not part of lockcore: they exist so the figures in docs/performance.md can be re
 * ``x-handoff<N>``: lockcore's token-notify with ``handoff_after_ms=N`` (the default is
   what ``token-notify`` runs), to compare bounds within one run.
 
+* ``x-turn<N>``: session 10's suggestion, "a waiter queues at once and still barges
+  while queued". A failed try joins ``fair``'s FIFO queue at once (no sleep); while
+  anyone queues, the holder may re-take the lock with ``SET NX`` only within its *turn*
+  (``N`` ms from its grant, or from the first join); a release after the turn hands the
+  lock to the head (``scripts/turn.lua``). It measured on the same throughput/p99 curve
+  as ``x-handoff<N>`` (docs/performance.md, "Session 11").
+
 * ``x-separate-try``: token-notify as it was before issue 6's hand-off: the releaser
   barges (tries at once), a woken waiter BLPOPs and then tries in a second round trip.
   The A/B baseline for lockcore's pipelined BLPOP + attempt and its queue-first rule
@@ -207,10 +214,56 @@ class SeparateTryTokenLock(StrictTokenLock):
         self.queue_first = False  # and the releaser tries again at once (it barges)
 
 
+class TurnTokenLock(TokenLock):
+    """token-notify with turns: a waiter queues at once; a holder re-takes (barges) only
+    while its turn lasts (``turn_ms`` from its grant, or from the first join); a release
+    after the turn hands the lock to the queue's head (``scripts/turn.lua``)."""
+
+    IDLE_S = 0.03  # a queued waiter looks again this often (a lock freed within a turn)
+
+    def __init__(self, client: Any, name: str, *, turn_ms: float, **options: Any) -> None:
+        super().__init__(client, name, wait="notify", **options)
+        self.turn_ms = turn_ms
+        self.queue_keys = [*self.queue_keys, f"{self.key}:turn"]
+        text = _lua("turn")
+        self._queue_script = scripts.registered(client, "x/turn", lambda: text,
+                                                make=lambda t: scripts._made(client, t))
+        client.script_load(text)
+
+    def _queue_args(self, ring: str = "0") -> list[Any]:
+        return [*super()._queue_args(ring), self.turn_ms]
+
+    def _op(self, op: str, uuid: str) -> Any:
+        return self._queue_script(keys=self.queue_keys, args=[
+            op, uuid, self.ttl_ms, self.lease_ms, "0", self.turn_ms])
+
+    def _try_acquire(self, token: str) -> bool:
+        if self._queued:
+            return self._took(self._queue_try())
+        return self._took(self._op("try", self._uuid))
+
+    def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
+        join, self._queued = not self._queued, True
+        reply = self.join_block_claim(max(0.001, min(block_s, self.IDLE_S)), join=join)
+        return self._uuid, self._took(reply)
+
+    def _release(self, token: str) -> None:
+        done = self._op("release", token)
+        if done not in (1, 3, 4):
+            raise LockNotOwned("the lock expired or is held by someone else", self.name)
+        self.queue_first = done == 3
+        self._released_at = self.clock.monotonic()
+
+    def _leave_queue(self) -> None:
+        if self._queued:
+            self._queued = False
+            self._op("release", self._uuid)
+
+
 def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
     def build(conns: Connections, name: str) -> Handle:
         extra = {"wait": "notify"} if kind in ("separate", "strict") else {}
-        cls = {"polite": PoliteTokenLock, "awake": AwakeTokenLock,
+        cls = {"turn": TurnTokenLock, "polite": PoliteTokenLock, "awake": AwakeTokenLock,
                "separate": SeparateTryTokenLock, "strict": StrictTokenLock}[kind]
         lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options, **extra)
         return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
@@ -224,6 +277,9 @@ EXPERIMENTS: list[Contender] = [
     *(Contender(f"x-handoff{ms}", "experiment", "redis", f"token-notify handoff_after_ms={ms}",
                 _lockcore("token", "redis", wait="notify", handoff_after_ms=ms),
                 "lockcore.strategies.token") for ms in (0, 5, 7, 20, 40)),
+    *(Contender(f"x-turn{ms}", "experiment", "redis", f"token; queue at once, {ms} ms turns",
+                _experiment("turn", turn_ms=ms), "lockcore.strategies.token")
+      for ms in (0.3, 0.6, 0.8, 1, 1.5, 2)),
     Contender("x-separate-try", "experiment", "redis", "token-notify before: barge, BLPOP, try",
               _experiment("separate"), "lockcore.strategies.token"),
     Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",
