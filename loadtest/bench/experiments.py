@@ -214,6 +214,19 @@ class SeparateTryTokenLock(StrictTokenLock):
         self.queue_first = False  # and the releaser tries again at once (it barges)
 
 
+@cache
+def turn_script() -> str:
+    """``fair.lua`` with ``scripts/turn.lua``'s sections inserted before their anchors."""
+    header, *sections = _lua("turn").split("\n--@before: ")
+    text = scripts.source("fair")
+    for section in sections:
+        anchor, body = section.split("\n", 1)
+        if text.count(f"\n{anchor}\n") != 1:
+            raise ValueError(f"turn.lua: {anchor!r} is not one line of fair.lua")
+        text = text.replace(f"\n{anchor}\n", f"\n{body.rstrip()}\n{anchor}\n")
+    return f"{header}\n{text}"
+
+
 class TurnTokenLock(TokenLock):
     """token-notify with turns: a waiter queues at once; a holder re-takes (barges) only
     while its turn lasts (``turn_ms`` from its grant, or from the first join); a release
@@ -225,7 +238,7 @@ class TurnTokenLock(TokenLock):
         super().__init__(client, name, wait="notify", **options)
         self.turn_ms = turn_ms
         self.queue_keys = [*self.queue_keys, f"{self.key}:turn"]
-        text = _lua("turn")
+        text = turn_script()
         self._queue_script = scripts.registered(client, "x/turn", lambda: text,
                                                 make=lambda t: scripts._made(client, t))
         client.script_load(text)
