@@ -39,7 +39,7 @@ from . import scripts
 from .batching import Pending
 from .keys import SaleKeys
 from .models import OrderLike
-from .orders import find_order
+from .orders import find_order, give_back
 from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
 from .saleinfo import SaleInfo, cached_sale, latest_sale, load_sale
@@ -257,13 +257,17 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
 
 
 def _undo_fast(deps: Checkout, request: PurchaseRequest, fast: _Fast) -> None:
+    """The script reserved the buyer (and for ``atomic`` took the units), and the purchase
+    failed before its order write. The units go back only to the sale generation the
+    script took them from: a reset in between made them the old sale's."""
     keys = SaleKeys(request.sku)
     if fast.taken:
-        try:
-            deps.redis.incrby(keys.stock, request.quantity)
-        except Exception:  # Redis down: the audit shows the mismatch
-            logger.exception("could not return %d unit(s) of %s", request.quantity,
-                             request.sku)
+        if fast.same is not None:
+            taken_from = fast.same.generation
+        else:
+            known = fast.info.get(b"generation")
+            taken_from = int(known) if known else None
+        give_back(deps.redis, request.sku, request.quantity, taken_from)
     _unreserve(deps, keys.buyers, request.user_id)
 
 

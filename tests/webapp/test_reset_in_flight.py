@@ -131,3 +131,33 @@ def test_a_sharded_buyer_who_looked_the_sale_up_before_a_reset_takes_nothing_new
     monkeypatch.undo()
     assert checkout(sharded, PurchaseRequest(SKU, "ann")).created
     assert books(sharded) == (1, 49, 49, True)
+
+
+def test_a_purchase_that_fails_after_its_script_gives_units_back_only_to_their_generation(
+        deps, monkeypatch):
+    """The fast path's undo (``services._undo_fast``): the script took the unit (g0), then
+    something before the order write failed while a reset loaded the new sale (g1)."""
+    real = services._path_for
+
+    def reset_then_fail(strategy):
+        real(strategy)
+        reset(deps)
+        raise RuntimeError("the purchase died before its write")
+
+    monkeypatch.setattr(services, "_path_for", reset_then_fail)
+    with pytest.raises(RuntimeError):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert books(deps) == (0, 50, 50, True)  # before: Redis 51, the old unit added
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+    assert books(deps) == (1, 49, 49, True)
+
+
+def test_the_fast_path_undo_without_a_reset_still_gives_its_unit_back(deps, monkeypatch):
+    def fail(strategy):
+        raise RuntimeError("the purchase died before its write")
+
+    monkeypatch.setattr(services, "_path_for", fail)
+    with pytest.raises(RuntimeError):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert books(deps) == (0, 50, 50, True)
