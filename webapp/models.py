@@ -63,7 +63,8 @@ class Order(Base):
     __table_args__ = (UniqueConstraint("sale_id", "user_id", name="uq_orders_sale_user"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    sale_id: Mapped[int] = mapped_column(ForeignKey("sales.id"), index=True)
+    #: no index of its own: uq_orders_sale_user's leading column serves lookups by sale
+    sale_id: Mapped[int] = mapped_column(ForeignKey("sales.id"))
     sku: Mapped[str] = mapped_column(String(64))
     user_id: Mapped[str] = mapped_column(String(64))
     quantity: Mapped[int] = mapped_column(Integer)
