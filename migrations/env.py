@@ -2,7 +2,8 @@
 
 The database URL comes from ``config.attributes["database_url"]`` (set by
 ``webapp.db``), else the ``DATABASE_URL`` environment variable. SQLite gets batch mode,
-since it cannot ALTER most things in place.
+since it cannot ALTER most things in place, and a new SQLite file our page size
+(``webapp.db.SQLITE_PAGE_SIZE``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine
 
+from webapp.db import sqlite_file_layout
 from webapp.models import Base
 
 config = context.config
@@ -38,6 +40,8 @@ def run_migrations_online() -> None:
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
+            if url.startswith("sqlite"):  # before the first table: a new file's layout
+                sqlite_file_layout(connection.connection.cursor())
             context.configure(connection=connection, target_metadata=target_metadata,
                               render_as_batch=url.startswith("sqlite"))
             with context.begin_transaction():

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .batching import gevent_patched
 from .cohort import Cohorts
+from .db import sqlite_file_layout
 from .pipelining import ScriptPipeline
 from .problems import Busy
 from .takenorders import write_taken
@@ -31,6 +32,11 @@ from .takenorders import write_taken
 logger = logging.getLogger(__name__)
 
 SQLITE_BUSY_TIMEOUT_S = 20
+#: WAL pages between checkpoints (SQLite's default 1,000). A checkpoint writes each
+#: distinct page back once, and the orders' random index pages recur in the WAL: ten
+#: times fewer checkpoints, each writing not many more pages (an order 1-2 us cheaper;
+#: docs/performance.md, session 12). At 2 KB pages, a WAL of about 20 MB.
+SQLITE_CHECKPOINT_PAGES = 10_000
 
 
 def make_engine(url: str) -> Engine:
@@ -42,10 +48,12 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, record: Any) -> None:
             cursor = dbapi_connection.cursor()
+            sqlite_file_layout(cursor)  # before WAL mode, which writes a new file's header
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
             cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA wal_autocheckpoint={SQLITE_CHECKPOINT_PAGES}")
             cursor.close()
 
         return engine
