@@ -34,7 +34,9 @@ logger = logging.getLogger(__name__)
 SQLITE_BUSY_TIMEOUT_S = 20
 #: WAL pages between checkpoints (SQLite's default 1,000). A checkpoint writes each
 #: distinct page back once, and the orders' random index pages recur in the WAL: ten
-#: times fewer checkpoints, each writing not many more pages (an order 1-2 us cheaper;
+#: times fewer checkpoints, each writing not many more pages: an order 1-3 us cheaper,
+#: but the commit that runs a checkpoint takes 20-30 ms, not 7-11, and a gevent worker
+#: runs nothing else meanwhile (``python -m loadtest.bench.orderwrites``;
 #: docs/performance.md, session 12). At 2 KB pages, a WAL of about 20 MB.
 SQLITE_CHECKPOINT_PAGES = 10_000
 
