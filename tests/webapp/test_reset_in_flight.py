@@ -61,27 +61,35 @@ def test_a_buyer_who_looked_the_sale_up_before_a_reset_takes_nothing_from_the_ne
     assert checkout(deps, PurchaseRequest(SKU, "ann", idempotency_key="key-1")).created
 
 
-def test_a_failed_write_gives_units_back_only_to_the_generation_they_came_from(
-        deps, monkeypatch):
-    from webapp import orders
+#: where a purchase fails once ``atomic_checkout.lua`` took its units: in the order write
+#: (``record_order`` gives them back), or before it (``services._undo_fast`` does)
+FAILURE_POINTS = [pytest.param("webapp.orders", "insert_grouped", id="in-the-write"),
+                  pytest.param("webapp.services", "_path_for", id="before-the-write")]
 
+
+@pytest.mark.parametrize(("module", "name"), FAILURE_POINTS)
+def test_a_failed_purchase_gives_units_back_only_to_the_generation_they_came_from(
+        deps, monkeypatch, module, name):
     def reset_then_fail(*args, **kwargs):
-        reset(deps)
-        raise RuntimeError("disk full")
+        reset(deps)  # the units were taken from g0; the new sale (g1) has 50
+        raise RuntimeError("the purchase died")
 
-    monkeypatch.setattr(orders, "insert_grouped", reset_then_fail)
+    monkeypatch.setattr(f"{module}.{name}", reset_then_fail)
     with pytest.raises(RuntimeError):
         checkout(deps, PurchaseRequest(SKU, "ann"))
     assert books(deps) == (0, 50, 50, True)  # before: Redis 51, the old unit added
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+    assert books(deps) == (1, 49, 49, True)
 
 
-def test_a_failed_write_without_a_reset_still_gives_its_units_back(deps, monkeypatch):
-    from webapp import orders
-
+@pytest.mark.parametrize(("module", "name"), FAILURE_POINTS)
+def test_a_failed_purchase_without_a_reset_still_gives_its_units_back(
+        deps, monkeypatch, module, name):
     def fail(*args, **kwargs):
-        raise RuntimeError("disk full")
+        raise RuntimeError("the purchase died")
 
-    monkeypatch.setattr(orders, "insert_grouped", fail)
+    monkeypatch.setattr(f"{module}.{name}", fail)
     with pytest.raises(RuntimeError):
         checkout(deps, PurchaseRequest(SKU, "ann"))
     assert books(deps) == (0, 50, 50, True)
@@ -132,32 +140,3 @@ def test_a_sharded_buyer_who_looked_the_sale_up_before_a_reset_takes_nothing_new
     assert checkout(sharded, PurchaseRequest(SKU, "ann")).created
     assert books(sharded) == (1, 49, 49, True)
 
-
-def test_a_purchase_that_fails_after_its_script_gives_units_back_only_to_their_generation(
-        deps, monkeypatch):
-    """The fast path's undo (``services._undo_fast``): the script took the unit (g0), then
-    something before the order write failed while a reset loaded the new sale (g1)."""
-    real = services._path_for
-
-    def reset_then_fail(strategy):
-        real(strategy)
-        reset(deps)
-        raise RuntimeError("the purchase died before its write")
-
-    monkeypatch.setattr(services, "_path_for", reset_then_fail)
-    with pytest.raises(RuntimeError):
-        checkout(deps, PurchaseRequest(SKU, "ann"))
-    assert books(deps) == (0, 50, 50, True)  # before: Redis 51, the old unit added
-    monkeypatch.undo()
-    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
-    assert books(deps) == (1, 49, 49, True)
-
-
-def test_the_fast_path_undo_without_a_reset_still_gives_its_unit_back(deps, monkeypatch):
-    def fail(strategy):
-        raise RuntimeError("the purchase died before its write")
-
-    monkeypatch.setattr(services, "_path_for", fail)
-    with pytest.raises(RuntimeError):
-        checkout(deps, PurchaseRequest(SKU, "ann"))
-    assert books(deps) == (0, 50, 50, True)
