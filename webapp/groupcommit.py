@@ -50,7 +50,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from .batching import Batcher, Pending, own_copy
+from .batching import SERVED, Batcher, Pending, own_copy
 from .models import Order, PlacedOrder
 from .problems import SaleReset, SoldOut
 from .rowinsert import RowInsert
@@ -102,7 +102,7 @@ class OrderWriter(Batcher[OrderWrite]):
         every switch is a scheduler round the stock lock stays held: ``allocation.py``;
         the script batch that took an ``atomic`` purchase's units: ``takenorders.py``).
         Each ``Pending`` comes back with its order (with its id) or its own error."""
-        batch = [Pending(write) for write in writes]
+        batch = [Pending(write, done=SERVED) for write in writes]
         self._serve(batch)
         return batch
 

@@ -14,6 +14,7 @@ or sleeps.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -45,10 +46,13 @@ def _find_by_key(sessions: sessionmaker[Session], key: str) -> Order | None:
 
 
 def new_order(sale: Any, user_id: str, quantity: int, fencing_token: int | None,
-              idempotency_key: str | None) -> tuple[PlacedOrder, dict[str, Any]]:
+              idempotency_key: str | None, created_at: datetime | None = None
+              ) -> tuple[PlacedOrder, dict[str, Any]]:
+    """The order (no id yet) and its row's columns; ``created_at`` now unless given."""
     row = {"sale_id": sale.id, "sku": sale.sku, "user_id": user_id, "quantity": quantity,
            "strategy": sale.strategy, "fencing_token": fencing_token,
-           "idempotency_key": idempotency_key, "created_at": utcnow()}
+           "idempotency_key": idempotency_key,
+           "created_at": utcnow() if created_at is None else created_at}
     return PlacedOrder(**row), row
 
 

@@ -74,6 +74,27 @@ def test_rows_come_back_with_their_ids_and_read_back_as_core_writes_them(engine)
         (SKU, 1, "atomic")
 
 
+def test_each_row_keeps_its_own_created_at_shared_or_not(engine):
+    """The rows of a batch may share one datetime object (converted once) or not; each
+    row gets the text of its own, whatever the one before it had."""
+    inserter = RowInsert.for_connection(Order.__table__, ORDER_COLUMNS,
+                                        ("id", "sale_id", "user_id"), engine.dialect)
+    assert inserter is not None
+    early = datetime(2026, 11, 24, 3, 4, 5, 1, tzinfo=UTC)
+    late = datetime(2026, 11, 24, 3, 4, 5, 2, tzinfo=UTC)
+    written = rows(engine, "ann", "bob", "cat", "dan", "eve")
+    again = early.replace()  # equal, another object
+    for row, when in zip(written, (early, early, late, again, late), strict=True):
+        row["created_at"] = when
+    with engine.begin() as connection:
+        inserter.execute(connection, written)
+    with engine.connect() as connection:
+        stored = dict(connection.execute(
+            select(Order.user_id, Order.created_at).where(Order.sku == SKU)).all())
+    as_utc = {user: when.replace(tzinfo=when.tzinfo or UTC) for user, when in stored.items()}
+    assert as_utc == {"ann": early, "bob": early, "cat": late, "dan": early, "eve": late}
+
+
 def test_a_unique_violation_is_sqlalchemys_integrity_error_and_nothing_stays(engine):
     inserter = RowInsert.for_connection(Order.__table__, ORDER_COLUMNS,
                                         ("id", "sale_id", "user_id"), engine.dialect)
@@ -81,4 +102,5 @@ def test_a_unique_violation_is_sqlalchemys_integrity_error_and_nothing_stays(eng
     with pytest.raises(IntegrityError), engine.begin() as connection:
         inserter.execute(connection, rows(engine, "ann", "ann"))  # one order per user
     with engine.connect() as connection:
-        assert connection.execute(select(Order.id).where(Order.user_id == "ann")).all() == []
+        assert connection.execute(select(Order.id).where(
+            Order.sku == SKU, Order.user_id == "ann")).all() == []

@@ -102,6 +102,17 @@ def test_a_row_that_cannot_be_built_is_left_to_its_caller(piped):
         assert session.scalar(select(func.count()).select_from(Order)) == 1
 
 
+def test_the_rows_of_one_batch_share_the_moment_their_units_were_taken(piped):
+    owners = [TakenOrder(piped.sessions, SKU, user, 1) for user in ("ann", "bob", "cat")]
+    reply = [1, 49, [b"id", b"1", b"strategy", b"atomic", b"work_ms", b"0",
+                     b"per_user_limit", b"1", b"initial_stock", b"50"]]
+    before = datetime.now(UTC)
+    write_taken([(owner, reply) for owner in owners])
+    after = datetime.now(UTC)
+    times = {owner.written.outcome().created_at for owner in owners}  # type: ignore[union-attr]
+    assert len(times) == 1 and before <= times.pop() <= after
+
+
 def test_a_failing_after_leaves_every_buyer_to_write_its_own_row(piped, monkeypatch):
     def broken(follow):
         raise RuntimeError("a bug in the leader's work after the round trip")
