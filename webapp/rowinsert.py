@@ -29,6 +29,9 @@ from sqlalchemy.exc import DBAPIError
 #: placeholder of one value, by DBAPI paramstyle (the positional ones)
 _MARKERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
+#: before the first value: no value is the same object as it
+_UNSET: Any = object()
+
 
 class RowInsert:
     """``INSERT INTO table (columns) VALUES (...), ... RETURNING returning`` for one
@@ -91,7 +94,7 @@ def _processed(values: list[Any], process: Callable[[Any], Any]) -> list[Any]:
     their ``created_at`` (``takenorders.py``), and SQLite's datetime-to-text conversion
     was ~2.5 us a row."""
     out = []
-    last: Any = out
+    last: Any = _UNSET
     done: Any = None
     for value in values:
         if value is not last:

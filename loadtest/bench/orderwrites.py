@@ -55,12 +55,18 @@ class Setup(NamedTuple):
     connections: int = 1
 
 
+def buyer_batches(batch: int, count: int) -> list[list[str]]:
+    """``count`` transactions' buyer ids, ``batch`` each, shaped as Locust's
+    (``buyer-<pid>-<12 hex>``) from four processes, made before any clock starts."""
+    pids = [os.getpid() + n for n in range(4)]  # four Locust processes' buyers
+    return [[f"buyer-{pids[n % 4]}-{uuid.uuid4().hex[:12]}" for n in range(batch)]
+            for _ in range(count)]
+
+
 def _buyers(batch: int, count: int) -> list[list[str]]:
     """``count`` transactions' parameters: (buyer id, created_at) for each order."""
-    pids = [os.getpid() + n for n in range(4)]  # four Locust processes' buyers
-    return [[value for n in range(batch) for value in
-             (f"buyer-{pids[n % 4]}-{uuid.uuid4().hex[:12]}", "2026-11-24 09:00:00")]
-            for _ in range(count)]
+    return [[value for buyer in buyers for value in (buyer, "2026-11-24 09:00:00")]
+            for buyers in buyer_batches(batch, count)]
 
 
 def _insert(sale_id: int, batch: int) -> str:

@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy.orm import sessionmaker
 
+from loadtest.bench.orderwrites import buyer_batches
 from webapp import db
 from webapp.extensions import make_engine
 from webapp.saleinfo import SaleInfo, generation
@@ -58,9 +57,7 @@ def measure(batch: int, rows: int, profile: bool = False) -> float:
                 "per_user_limit, started_at) VALUES (1, 'sku-1', ?, ?, 'atomic', 0, 1, ?)",
                 (rows + 10 * batch, rows + 10 * batch, "2026-11-24 00:00:00.000000"))
         sale = SaleInfo(1, "sku-1", "atomic", 0, 1, rows, generation(STARTED))
-        pids = [os.getpid() + n for n in range(4)]  # four Locust processes' buyers
-        batches = [[f"buyer-{pids[n % 4]}-{uuid.uuid4().hex[:12]}" for n in range(batch)]
-                   for _ in range(rows // batch + 5)]
+        batches = buyer_batches(batch, rows // batch + 5)
 
         def write(users: list[str]) -> None:
             follow = [(TakenOrder(sessions, "sku-1", user, 1, sale), TAKEN) for user in users]
