@@ -124,14 +124,19 @@ def baseline_rates(results: list[StrategyResult]) -> tuple[float | None, float |
 
 
 def post_baseline(results: list[StrategyResult], r: StrategyResult) -> float | None:
-    """The POST no-op rate that ``r``'s share is of. A phase of a round: the mean of the
-    baselines just before and just after its round, so a machine whose speed drifts
-    over a long run moves both sides of each round's ratio. Otherwise (a baseline, a
-    run without rounds): the mean of every POST baseline."""
-    if r.mode not in NOOP_MODES and r.round_no > 0:
-        around = [x.rate for x in results
-                  if x.mode == "noop" and not x.error and x.rate is not None
-                  and x.round_no in (r.round_no - 1, r.round_no)]
+    """The POST no-op rate that ``r``'s share is of. A strategy's phase in a sustained
+    run: the mean of the nearest good POST baselines before and after it in run order
+    (``results`` is in the order the phases ran), so a machine whose speed drifts over
+    a long run moves both sides of each ratio: with ``--rounds`` the baselines that
+    close the rounds either side of it, with ``--paired`` the ones right beside it.
+    Otherwise (a baseline, or ``r`` not in ``results``): the mean of every POST
+    baseline."""
+    at = next((i for i, x in enumerate(results) if x is r), None)
+    if r.mode not in NOOP_MODES and at is not None:
+        good = [(i, x.rate) for i, x in enumerate(results)
+                if x.mode == "noop" and not x.error and x.rate is not None]
+        around = [rate for i, rate in good if i < at][-1:] + \
+            [rate for i, rate in good if i > at][:1]
         if around:
             return sum(around) / len(around)
     return baseline_rates(results)[0]

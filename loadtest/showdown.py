@@ -75,6 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sustained: run the strategies this many times, the POST no-op "
                              "again after each round; each round is a share of the no-op "
                              "just before and after it, and the median is printed")
+    parser.add_argument("--paired", action="store_true",
+                        help="sustained: the POST no-op after every strategy phase, not "
+                             "only after each round, so each phase is a share of the "
+                             "baselines right beside it (a machine whose speed drifts "
+                             "within minutes moves both sides of its ratio)")
     parser.add_argument("--lock-timeout", type=float, default=None,
                         help="seconds a buyer waits for the lock before 503 busy "
                              "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
@@ -98,7 +103,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
 
 
 def run_showdown(target: Target, names: list[str], plan: Plan,
-                 raw_dir: Path, rounds: int = 1) -> list[StrategyResult]:
+                 raw_dir: Path, rounds: int = 1, paired: bool = False) -> list[StrategyResult]:
     """One phase per strategy (plus the no-op baselines when sustained), with progress.
 
     Sustained runs start with two baselines: ``POST /api/noop`` through the purchase's
@@ -106,7 +111,11 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
     the POST baseline runs again at the end, and the ratio's denominator is the mean of
     both (this machine's no-op rate moved 2,400-3,300/s between runs of one evening).
     With ``rounds`` the strategies run that many times, the POST baseline after each
-    round, and each round is a share of the baselines on either side of it."""
+    round, and each round is a share of the baselines on either side of it. ``paired``
+    runs the POST baseline after every strategy phase instead, so that each phase's
+    share is of the baselines just before and after that phase: with four strategies a
+    round lasts minutes, and this machine's no-op rate moved by 60% within one run
+    (docs/performance.md, sessions 14 and 15)."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     if plan.mode != "sustained":
         phases = [(name, strategy_safety(name), plan, 0) for name in names]
@@ -116,10 +125,14 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
         phases = [(BASELINE_POST, True, noop, 0),
                   (BASELINE_GET, True, Plan(**{**plan.__dict__, "mode": "noop-get"}), 0)]
         for k in range(1, rounds + 1):
-            phases += [(name, strategy_safety(name), plan, k if numbered else 0)
-                       for name in names]
+            round_no = k if numbered else 0
+            for j, name in enumerate(names, 1):
+                phases.append((name, strategy_safety(name), plan, round_no))
+                if paired and j < len(names):
+                    shown = phase_label(name, plan.mode, round_no)
+                    phases.append((f"no-op baseline (after {shown})", True, noop, round_no))
             after = BASELINE_POST_END if k == rounds else f"no-op baseline (round {k})"
-            phases.append((after, True, noop, k if numbered else 0))
+            phases.append((after, True, noop, round_no))
     results = []
     for i, (name, safe, phase_plan, round_no) in enumerate(phases, 1):
         shown = phase_label(name, phase_plan.mode, round_no)
@@ -176,6 +189,8 @@ def main(args: argparse.Namespace) -> int:
     problem = _unwritable(report_dir, args.json)
     if args.rounds > 1 and not args.sustained:
         problem = "--rounds is for --sustained runs (a flash sale is over in one round)"
+    if args.paired and not args.sustained:
+        problem = "--paired is for --sustained runs (a flash sale has no no-op baseline)"
     if problem is not None:
         print(f"seckill showdown: error: {problem}", file=sys.stderr)
         return 2
@@ -196,7 +211,7 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
         names = target.strategies
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"
         results = run_showdown(target, names, plan, raw_dir,
-                               args.rounds if args.sustained else 1)
+                               args.rounds if args.sustained else 1, args.paired)
         machine = target.describe()
     elapsed = time.monotonic() - started
     print()

@@ -58,3 +58,31 @@ def test_a_reset_that_fails_once_is_retried_and_one_that_keeps_failing_is_an_err
         assert ShopClient(url, "t").reset_sale("sku-1", 5, "token", 0)["stock"] == 5
     with serve(StubShop(failing_resets=99)) as url, pytest.raises(ShopError, match="500"):
         ShopClient(url, "t").reset_sale("sku-1", 5, "token", 0, attempts=2)
+
+
+def test_paired_puts_a_post_no_op_after_every_strategy_phase(tmp_path, monkeypatch):
+    from loadtest import showdown as module
+    from loadtest.compare import StrategyResult
+    from loadtest.phase import Plan
+
+    ran = []
+
+    def fake_phase(shop, redis_clients, name, safe, plan, raw_dir, round_no=0):
+        ran.append((name, plan.mode, round_no))
+        return StrategyResult(name, safe, mode=plan.mode, round_no=round_no)
+
+    monkeypatch.setattr(module, "run_phase", fake_phase)
+    target = type("Target", (), {"shop": None, "redis_clients": []})()
+    module.run_showdown(target, ["token", "atomic"], Plan(mode="sustained"), tmp_path,
+                        rounds=2, paired=True)
+    assert ran == [
+        ("no-op baseline", "noop", 0), ("no-op GET (old)", "noop-get", 0),
+        ("token", "sustained", 1), ("no-op baseline (after token)", "noop", 1),
+        ("atomic", "sustained", 1), ("no-op baseline (round 1)", "noop", 1),
+        ("token", "sustained", 2), ("no-op baseline (after token #2)", "noop", 2),
+        ("atomic", "sustained", 2), ("no-op baseline (end)", "noop", 2)]
+
+
+def test_paired_is_refused_without_sustained(tmp_path, capsys):
+    assert main(["showdown", "--report", str(tmp_path), "--paired"]) == 2
+    assert "--paired is for --sustained" in capsys.readouterr().err

@@ -154,3 +154,25 @@ def test_bar_heights_are_proportional_to_the_values():
     heights = [float(h) for h in re.findall(r'<rect x="[^"]+" y="[^"]+" width="[^"]+" '
                                             r'height="([^"]+)"', chart)]
     assert heights[0] == pytest.approx(2 * heights[1], abs=0.2)  # rounded to 0.1 px
+
+
+def test_a_paired_phase_is_a_share_of_the_baselines_right_beside_it():
+    def noop(name: str, rate: float, error: str | None = None) -> StrategyResult:
+        return StrategyResult(name, True, mode="noop", rps=rate, purchases_per_s=rate,
+                              round_no=1, error=error)
+
+    def sold(name: str, rate: float) -> StrategyResult:
+        return result(name, True, mode="sustained", purchases_per_s=rate, round_no=1)
+
+    # the machine slows down in the middle of the round: 1000/s, then 800/s
+    run = [noop("no-op baseline", 1000.0), sold("token", 950.0),
+           noop("no-op baseline (after token)", 1000.0), sold("fair", 810.0),
+           noop("no-op baseline (after fair)", 800.0, error="locust broke"),
+           sold("atomic", 720.0), noop("no-op baseline (end)", 800.0)]
+    header, rule, *rows = format_table(run).splitlines()
+    post_at = re.split(r"\s{2,}", header.strip()).index("% POST no-op")
+    cells = {row[0]: row for row in (re.split(r"\s{2,}", line.strip()) for line in rows)}
+    # 950 / 1000 and 810 / 900, not the round's (1000 + 800) / 2; a broken baseline is
+    # passed over for the next good one: 720 / 800 (beside it: 1000 and 800)
+    assert [cells[name][post_at] for name in ("token", "fair", "atomic")] == \
+        ["95%", "90%", "80%"]
