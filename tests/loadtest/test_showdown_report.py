@@ -172,7 +172,8 @@ def test_a_paired_phase_is_a_share_of_the_baselines_right_beside_it():
     header, rule, *rows = format_table(run).splitlines()
     post_at = re.split(r"\s{2,}", header.strip()).index("% POST no-op")
     cells = {row[0]: row for row in (re.split(r"\s{2,}", line.strip()) for line in rows)}
-    # 950 / 1000 and 810 / 900, not the round's (1000 + 800) / 2; a broken baseline is
-    # passed over for the next good one: 720 / 800 (beside it: 1000 and 800)
+    # 950 / 1000, not the round's (1000 + 800) / 2; a broken baseline is passed over
+    # for the next good one on its side: 810 / 900 (1000 before, 800 after) and
+    # 720 / 900 (1000 before, past the broken one, and 800 after)
     assert [cells[name][post_at] for name in ("token", "fair", "atomic")] == \
         ["95%", "90%", "80%"]
