@@ -289,7 +289,7 @@ EXPERIMENTS: list[Contender] = [
               _experiment("strict"), "lockcore.strategies.token"),
     *(Contender(f"x-handoff{ms}", "experiment", "redis", f"token-notify handoff_after_ms={ms}",
                 _lockcore("token", "redis", wait="notify", handoff_after_ms=ms),
-                "lockcore.strategies.token") for ms in (0, 5, 7, 20, 40)),
+                "lockcore.strategies.token") for ms in (0, 5, 7, 10, 15, 20, 40)),
     *(Contender(f"x-turn{ms}", "experiment", "redis", f"token; queue at once, {ms} ms turns",
                 _experiment("turn", turn_ms=ms), "lockcore.strategies.token")
       for ms in (0.3, 0.6, 0.8, 1, 1.5, 2)),

@@ -31,7 +31,7 @@ at most the bound. ``handoff_after_ms=0`` queues at once: strict FIFO hand-off.
 **Failure timeline**::
 
     A: holds, releases, re-takes (barges) every 0.3 ms;  B: fails at t=0, sleeps
-    t=10 ms  B: joins the queue;  A: release -> handed to B; A now waits its turn
+    t=15 ms  B: joins the queue;  A: release -> handed to B; A now waits its turn
     B: crashes while queued -> its lease (3 s) runs out, the next release skips it
     A (holder) paused past its ttl -> the key expires; queued waiters wake at that ttl
 
@@ -51,11 +51,14 @@ from .. import scripts
 from .handoff import HandOffLock
 
 #: how long a notify-waiter may be overtaken by bargers before a release hands it the lock
-#: (Go's starvation threshold is 1 ms). The p99 wait is about this bound plus the queue's
-#: drain: 20 ms gave 21 ms, 10 ms 11 ms for 3-5% fewer acquisitions. 5 ms gave 6-7 ms, but
-#: 8 busy processes then often stayed in the FIFO queue (p50 wait 5.4 ms, not 0.07) and
-#: got 15-30% fewer (docs/performance.md, "Session 8").
-DEFAULT_HANDOFF_AFTER_MS = 10
+#: (Go's starvation threshold is 1 ms). Every waiter takes one hand-off per bound, so
+#: the bound must be long against a round of them (waiters x one hand-off, ~0.8 ms each
+#: on 2 busy cores): only the rest of it is barging. The p99 wait is about the bound plus
+#: 1 ms. 5 ms left 8 busy processes in the queue (docs/performance.md, "Session 8"); on a
+#: slower machine 10 ms gave 8-18% fewer acquisitions than 15 ms (p99 11 against 16 ms),
+#: and 20 ms 1-15% more for a 21 ms p99, near python-redis-lock's best (26 ms there;
+#: docs/performance.md, "Session 16").
+DEFAULT_HANDOFF_AFTER_MS = 15
 #: a shorter BLPOP is not worth sending (and 0 would mean "forever")
 MIN_BLOCK_S = 0.01
 #: a queued waiter calls at least every second; skipped once silent this long
