@@ -28,6 +28,8 @@ out for good (a *lane*) and talks to Redis on them directly: one ``send``, one r
 * An idle connection is checked before use with one non-blocking peek (a server
   restart closed it: reconnect; bytes nobody asked for: reconnect), which is what the
   pool's checkout checks, without its layers.
+* A single command's reply is waited for by spinning first (``lockcore.spin``): a near
+  Redis answers sooner than a sleeping process wakes up.
 * What a lane gives up is what a lock must not use anyway: a retry of a command whose
   reply was lost (an acquire could run twice).
 * The connections stay the pool's: ``client.close()`` disconnects them, and they
@@ -46,6 +48,8 @@ from typing import Any
 
 from redis import BlockingConnectionPool, ConnectionPool, Redis
 from redis.exceptions import ResponseError
+
+from .spin import Spinner
 
 
 def round_trip(client: Any, commands: list[tuple[Any, ...]], replies: int) -> list[Any]:
@@ -100,12 +104,14 @@ class Lane:
         self._held = 0  # connections the lane has taken from the pool
         self._pid = os.getpid()
         self._mutex = threading.Lock()
+        self.spinner = Spinner()
 
     def call(self, *args: Any) -> Any:
         """One command, one round trip: its reply (a Redis error is raised)."""
         connection, ours = self.take()
         try:  # a failed write or read disconnects the connection itself (redis-py)
             connection.send_packed_command(connection.pack_command(*args))
+            self.spinner.wait(connection)  # a near Redis answers sooner than we would wake
             return connection.read_response()
         finally:
             self.give_back(connection, ours)
