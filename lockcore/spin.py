@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import _socket
 import socket
+import ssl
 import time
 from typing import Any
 
@@ -53,8 +54,9 @@ class Spinner:
     def wait(self, connection: Any) -> None:
         """Return once ``connection`` has bytes to read, or at once if spinning does not pay."""
         sock = getattr(connection, "_sock", None)
-        if type(sock) is not socket.socket:  # gevent, TLS, not connected: block as usual
-            return
+        # gevent's socket is no C socket (and may be what ``socket.socket`` names now)
+        if not isinstance(sock, _socket.socket) or isinstance(sock, ssl.SSLSocket):
+            return  # gevent, TLS, not connected: block as usual
         if self.hit_rate < MIN_HIT_RATE:
             self._skipped += 1
             if self._skipped < PROBE_EVERY:

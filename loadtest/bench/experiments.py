@@ -8,6 +8,9 @@ Not part of lockcore: they exist so the figures in docs/performance.md can be re
   acquisition), and a releaser among waiters queues before it tries again.
 * ``x-handoff<N>``: lockcore's token-notify with ``handoff_after_ms=N`` (the default is
   what ``token-notify`` runs), to compare bounds within one run.
+* ``x-nospin-notify``, ``x-nospin-fair``: lockcore's token-notify and fair on a client
+  whose lane never spins (``lockcore.spin``): the A/B baseline of spinning, as lockcore
+  was before session 17.
 
 * ``x-turn<N>``: session 10's suggestion, "a waiter queues at once and still barges
   while queued". A failed try joins ``fair``'s FIFO queue at once (no sleep); while
@@ -38,7 +41,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from lockcore import scripts
+import redis
+
+from lockcore import scripts, wire
 from lockcore.base import DistributedLock, new_token
 from lockcore.errors import LockNotOwned
 from lockcore.strategies.token import TokenLock
@@ -283,6 +288,28 @@ def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
     return build
 
 
+class _Blocking:
+    """A lane's spinner that never spins: every reply is read blocking."""
+
+    def wait(self, connection: Any) -> None:
+        pass
+
+
+def _nospin(strategy: str, **options: Any) -> Callable[..., Handle]:
+    def build(conns: Connections, name: str) -> Handle:
+        import lockcore
+
+        pool = conns.redis().connection_pool  # a client of our own: its lane is ours too
+        client = redis.Redis(connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class, **pool.connection_kwargs))
+        lane = wire.lane(client)
+        assert lane is not None
+        lane.spinner = _Blocking()  # type: ignore[assignment]
+        lock = lockcore.create(strategy, client, name, ttl_ms=TTL_S * 1000, **options)
+        return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
+    return build
+
+
 #: what ``--experimental`` adds to a run
 EXPERIMENTS: list[Contender] = [
     Contender("x-strict", "experiment", "redis", "token-notify before: hand-off per release",
@@ -290,6 +317,10 @@ EXPERIMENTS: list[Contender] = [
     *(Contender(f"x-handoff{ms}", "experiment", "redis", f"token-notify handoff_after_ms={ms}",
                 _lockcore("token", "redis", wait="notify", handoff_after_ms=ms),
                 "lockcore.strategies.token") for ms in (0, 5, 7, 10, 15, 20, 40)),
+    Contender("x-nospin-notify", "experiment", "redis", "token-notify, lane never spins",
+              _nospin("token", wait="notify"), "lockcore.spin"),
+    Contender("x-nospin-fair", "experiment", "redis", "fair, lane never spins",
+              _nospin("fair", wait="notify"), "lockcore.spin"),
     *(Contender(f"x-turn{ms}", "experiment", "redis", f"token; queue at once, {ms} ms turns",
                 _experiment("turn", turn_ms=ms), "lockcore.strategies.token")
       for ms in (0.3, 0.6, 0.8, 1, 1.5, 2)),

@@ -7,6 +7,7 @@ to the machine's speed; a lane on a real Redis checks that spinning leaves it in
 from __future__ import annotations
 
 import socket
+import ssl
 from types import SimpleNamespace
 
 import pytest
@@ -83,17 +84,28 @@ def test_a_closed_peer_ends_the_spin_at_once_for_the_read_to_report(pair):
     assert spinner.hit_rate == 1.0
 
 
-class WrappedSocket:  # what gevent's socket is: not a socket.socket
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
+def _gevent_socket(pair):
+    gevent_socket = pytest.importorskip("gevent.socket")
+    return gevent_socket.socket(fileno=pair[0].detach())
 
 
-@pytest.mark.parametrize("sock", [None, "wrapped"])
-def test_an_unconnected_or_wrapped_socket_is_never_spun_on(pair, sock, monkeypatch):
+def _tls_socket(pair):
+    return ssl.create_default_context().wrap_socket(pair[0], server_hostname="localhost",
+                                                    do_handshake_on_connect=False)
+
+
+@pytest.mark.parametrize("make", [lambda pair: None, _gevent_socket, _tls_socket],
+                         ids=["unconnected", "gevent", "tls"])
+def test_an_unconnected_gevent_or_tls_socket_is_never_spun_on(pair, make, monkeypatch):
     spins = []
     monkeypatch.setattr(spin, "_spin", lambda s: spins.append(s) or True)
-    wrapped = None if sock is None else WrappedSocket(pair[0])
-    spin.Spinner().wait(SimpleNamespace(_sock=wrapped))
+    pair[1].sendall(b"+OK\r\n")
+    sock = make(pair)
+    try:
+        spin.Spinner().wait(SimpleNamespace(_sock=sock))
+    finally:
+        if sock is not None:
+            sock.close()
     assert spins == []
 
 
