@@ -26,7 +26,6 @@ Never spun on:
 from __future__ import annotations
 
 import _socket
-import socket
 import ssl
 import time
 from typing import Any
@@ -66,7 +65,7 @@ class Spinner:
         self.hit_rate += ALPHA * (hit - self.hit_rate)
 
 
-def _spin(sock: socket.socket) -> bool:
+def _spin(sock: _socket.socket) -> bool:
     """Peek at ``sock`` until it has bytes (or EOF): True, or ``SPIN_S`` passed: False."""
     timeout = sock.gettimeout()
     if timeout:  # with a timeout, CPython polls before every recv: make it non-blocking
