@@ -43,13 +43,14 @@ from typing import Any
 
 import redis
 
-from lockcore import scripts, wire
+from lockcore import scripts
 from lockcore.base import DistributedLock, new_token
 from lockcore.errors import LockNotOwned
 from lockcore.strategies.token import TokenLock
 from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS, wake_and_try
 
 from .contenders import TTL_S, Adapter, Connections, Contender, Handle, _lockcore
+from .spinning import never_spin
 
 
 @cache
@@ -288,23 +289,13 @@ def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
     return build
 
 
-class _Blocking:
-    """A lane's spinner that never spins: every reply is read blocking."""
-
-    def wait(self, connection: Any) -> None:
-        pass
-
-
 def _nospin(strategy: str, **options: Any) -> Callable[..., Handle]:
     def build(conns: Connections, name: str) -> Handle:
         import lockcore
 
         pool = conns.redis().connection_pool  # a client of our own: its lane is ours too
-        client = redis.Redis(connection_pool=redis.ConnectionPool(
-            connection_class=pool.connection_class, **pool.connection_kwargs))
-        lane = wire.lane(client)
-        assert lane is not None
-        lane.spinner = _Blocking()  # type: ignore[assignment]
+        client = never_spin(redis.Redis(connection_pool=redis.ConnectionPool(
+            connection_class=pool.connection_class, **pool.connection_kwargs)))
         lock = lockcore.create(strategy, client, name, ttl_ms=TTL_S * 1000, **options)
         return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
     return build
