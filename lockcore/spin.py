@@ -2,8 +2,9 @@
 
 A blocking ``recv`` puts the process to sleep until Redis answers, and waking it costs
 more than the wait when Redis is near: on the 2-core VM of docs/performance.md
-("Session 17") a loopback GET took 72 us read blocking and 25 us read by polling. The
-sleep and the wake-up were two thirds of the round trip. A lock pays a round trip to
+("Session 17") a loopback GET took 59-61 us read blocking and 22 us read by polling
+(``python -m loadtest.bench.spinning``). The sleep and the wake-up were two thirds of
+the round trip. A lock pays a round trip to
 acquire and one to release, on the critical path of everyone waiting for it.
 
 So a lane call (``lockcore.wire``) polls its socket with a non-blocking ``MSG_PEEK`` for
