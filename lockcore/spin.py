@@ -16,6 +16,10 @@ across a network, or one too busy to answer quickly) it blocks at once, and spin
 every ``PROBE_EVERY``-th call to see whether that has changed. A far Redis then costs
 at most ``SPIN_S / PROBE_EVERY`` of CPU per call.
 
+Under contention on an oversubscribed machine (the bench's eight processes on two
+cores) spinning gained nothing measurable and cost up to 15% more client CPU: the spinner
+keeps a core someone else could use. ``lockcore.spin.SPIN_S = 0`` turns it off.
+
 Never spun on:
 
 * a gevent (or other wrapped) socket: blocking there lets other greenlets run, which
@@ -31,7 +35,8 @@ import ssl
 import time
 from typing import Any
 
-#: longest spin before blocking: a few loopback round trips (docs/performance.md, Session 17)
+#: longest spin before blocking: a few loopback round trips (docs/performance.md, Session 17);
+#: 0 never spins
 SPIN_S = 100e-6
 #: below this share of spins that saw their reply, a lane blocks at once
 MIN_HIT_RATE = 0.5
@@ -53,6 +58,8 @@ class Spinner:
 
     def wait(self, connection: Any) -> None:
         """Return once ``connection`` has bytes to read, or at once if spinning does not pay."""
+        if SPIN_S <= 0:
+            return
         sock = getattr(connection, "_sock", None)
         # gevent's socket is no C socket (and may be what ``socket.socket`` names now)
         if not isinstance(sock, _socket.socket) or isinstance(sock, ssl.SSLSocket):

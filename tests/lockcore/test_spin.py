@@ -69,6 +69,14 @@ def test_a_lane_whose_replies_come_back_in_time_spins_again(pair, monkeypatch):
     assert spinner.hit_rate >= spin.MIN_HIT_RATE
 
 
+def test_spinning_is_off_when_its_budget_is_zero(pair, monkeypatch):
+    spins = []
+    monkeypatch.setattr(spin, "_spin", lambda sock: spins.append(sock) or True)
+    monkeypatch.setattr(spin, "SPIN_S", 0)
+    spin.Spinner().wait(SimpleNamespace(_sock=pair[0]))
+    assert spins == []
+
+
 def test_a_socket_timeout_is_kept(pair):
     ours, _ = pair
     ours.settimeout(0.25)
