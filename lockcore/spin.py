@@ -17,8 +17,9 @@ every ``PROBE_EVERY``-th call to see whether that has changed. A far Redis then 
 at most ``SPIN_S / PROBE_EVERY`` of CPU per call.
 
 Under contention on an oversubscribed machine (the bench's eight processes on two
-cores) spinning gained nothing measurable and cost up to 15% more client CPU: the spinner
-keeps a core someone else could use. ``lockcore.spin.SPIN_S = 0`` turns it off.
+cores) spinning gained nothing measurable and cost up to 15% more client CPU, most
+likely because the spinner keeps a core someone else could use.
+``lockcore.spin.SPIN_S = 0`` turns it off.
 
 Never spun on:
 
