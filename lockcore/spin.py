@@ -4,8 +4,8 @@ A blocking ``recv`` puts the process to sleep until Redis answers, and waking it
 more than the wait when Redis is near: on the 2-core VM of docs/performance.md
 ("Session 17") a loopback GET took 59-61 us read blocking and 22 us read by polling
 (``python -m loadtest.bench.spinning``). The sleep and the wake-up were two thirds of
-the round trip. A lock pays a round trip to
-acquire and one to release, on the critical path of everyone waiting for it.
+the round trip. A lock pays a round trip to acquire and one to release, on the
+critical path of everyone waiting for it.
 
 So a lane call (``lockcore.wire``) polls its socket with a non-blocking ``MSG_PEEK`` for
 up to ``SPIN_S`` before the usual blocking read. This is the adaptive mutex's bet (glibc's
@@ -74,23 +74,27 @@ class Spinner:
         self.hit_rate += ALPHA * (hit - self.hit_rate)
 
 
-def _spin(sock: _socket.socket) -> bool:
-    """Peek at ``sock`` until it has bytes (or EOF): True, or ``SPIN_S`` passed: False."""
+def readable(sock: _socket.socket) -> bool:
+    """Whether ``sock`` has bytes, EOF or an error waiting: one peek that never blocks."""
     timeout = sock.gettimeout()
-    if timeout:  # with a timeout, CPython polls before every recv: make it non-blocking
+    if timeout:  # with a timeout, CPython polls before the recv: make it non-blocking
         sock.settimeout(0.0)
-    deadline = time.perf_counter() + SPIN_S
     try:
-        while True:
-            try:
-                _recv(sock, 1, _PEEK)
-                return True  # a reply, or EOF: the read that follows deals with it
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                return True  # a reset: the read raises it properly
-            if time.perf_counter() > deadline:
-                return False
+        _recv(sock, 1, _PEEK)
+    except (BlockingIOError, InterruptedError):
+        return False  # nothing to read yet
+    except OSError:
+        return True  # a reset: the read that follows raises it properly
     finally:
         if timeout:
             sock.settimeout(timeout)
+    return True  # bytes, or EOF (b""): the read that follows deals with them
+
+
+def _spin(sock: _socket.socket) -> bool:
+    """Peek at ``sock`` until it is ``readable``: True, or ``SPIN_S`` passed: False."""
+    deadline = time.perf_counter() + SPIN_S
+    while not readable(sock):
+        if time.perf_counter() > deadline:
+            return False
+    return True

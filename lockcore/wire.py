@@ -49,7 +49,7 @@ from typing import Any
 from redis import BlockingConnectionPool, ConnectionPool, Redis
 from redis.exceptions import ResponseError
 
-from .spin import Spinner
+from .spin import Spinner, readable
 
 
 def round_trip(client: Any, commands: list[tuple[Any, ...]], replies: int) -> list[Any]:
@@ -162,21 +162,8 @@ def _closed_or_unread(connection: Any) -> bool:
     raw = sock if isinstance(sock, _socket.socket) else getattr(sock, "_sock", None)
     if not isinstance(raw, _socket.socket):  # not connected yet, or a socket we don't know
         return False
-    # The C socket's recv: gevent's wrapper would wait for the bytes. With a timeout
-    # set, CPython polls for that long first: peek with none, as redis-py's check does.
-    timeout = raw.gettimeout()
-    try:
-        if timeout != 0.0:
-            raw.settimeout(0.0)
-        _socket.socket.recv(raw, 1, _socket.MSG_PEEK)
-    except (BlockingIOError, InterruptedError):
-        return False  # nothing to read: in step
-    except OSError:
-        return True
-    finally:
-        if timeout != 0.0:
-            raw.settimeout(timeout)
-    return True  # EOF (b"") or a stray reply
+    # The C socket's recv (gevent's wrapper would wait for the bytes), without blocking.
+    return readable(raw)  # EOF, an error, or a stray reply
 
 
 #: the most connections one lane keeps (a process rarely runs more lock calls at once)
