@@ -43,14 +43,13 @@ from typing import Any
 
 import redis
 
-from lockcore import scripts
+from lockcore import scripts, wire
 from lockcore.base import DistributedLock, new_token
 from lockcore.errors import LockNotOwned
 from lockcore.strategies.token import TokenLock
 from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS, wake_and_try
 
 from .contenders import TTL_S, Adapter, Connections, Contender, Handle, _lockcore
-from .spinning import never_spin
 
 
 @cache
@@ -287,6 +286,22 @@ def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:
         lock = cls(conns.redis(), name, ttl_ms=TTL_S * 1000, **options, **extra)
         return Adapter(lock, lambda t: bool(lock.acquire(blocking=True, timeout=t)))
     return build
+
+
+class _Blocking:
+    """A lane's spinner that never spins: every reply is read blocking."""
+
+    def wait(self, connection: Any) -> None:
+        pass
+
+
+def never_spin(client: redis.Redis) -> redis.Redis:
+    """``client``, whose lane now reads every reply blocking (lockcore before session
+    17); the ``x-nospin`` contenders and ``python -m loadtest.bench.spinning`` use it."""
+    lane = wire.lane(client)
+    assert lane is not None, "only a client with a lane spins"
+    lane.spinner = _Blocking()  # type: ignore[assignment]
+    return client
 
 
 def _nospin(strategy: str, **options: Any) -> Callable[..., Handle]:

@@ -26,20 +26,7 @@ import lockcore
 from lockcore import wire
 from lockcore.embedded import RedisServer
 
-
-class _Blocking:
-    """A lane's spinner that never spins: every reply is read blocking."""
-
-    def wait(self, connection: Any) -> None:
-        pass
-
-
-def never_spin(client: redis.Redis) -> redis.Redis:
-    """``client``, whose lane now reads every reply blocking (lockcore before session 17)."""
-    lane = wire.lane(client)
-    assert lane is not None, "only a client with a lane spins"
-    lane.spinner = _Blocking()  # type: ignore[assignment]
-    return client
+from .experiments import never_spin
 
 
 def _per_call_us(call: Callable[[], Any], seconds: float) -> float:
