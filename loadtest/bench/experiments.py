@@ -19,6 +19,9 @@ Not part of lockcore: they exist so the figures in docs/performance.md can be re
   lock to the head (``scripts/turn.lua``). It measured on the same throughput/p99 curve
   as ``x-handoff<N>`` (docs/performance.md, "Session 11").
 
+* ``x-deferred<N>``, ``x-spinjoin<N>-<us>``, ``x-paced<K>``: session 18's attempts at
+  cheaper turns, in ``turncost.py`` (its docstring says what each tried and measured).
+
 * ``x-separate-try``: token-notify as it was before issue 6's hand-off: the releaser
   barges (tries at once), a woken waiter BLPOPs and then tries in a second round trip.
   The A/B baseline for lockcore's pipelined BLPOP + attempt and its queue-first rule
@@ -50,6 +53,7 @@ from lockcore.strategies.token import TokenLock
 from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS, wake_and_try
 
 from .contenders import TTL_S, Adapter, Connections, Contender, Handle, _lockcore
+from .turncost import TURN_COST
 
 
 @cache
@@ -322,7 +326,7 @@ EXPERIMENTS: list[Contender] = [
               _experiment("strict"), "lockcore.strategies.token"),
     *(Contender(f"x-handoff{ms}", "experiment", "redis", f"token-notify handoff_after_ms={ms}",
                 _lockcore("token", "redis", wait="notify", handoff_after_ms=ms),
-                "lockcore.strategies.token") for ms in (0, 5, 7, 10, 15, 20, 40)),
+                "lockcore.strategies.token") for ms in (0, 5, 7, 10, 12, 15, 20, 40)),
     Contender("x-nospin-notify", "experiment", "redis", "token-notify, lane never spins",
               _nospin("token", wait="notify"), "lockcore.spin"),
     Contender("x-nospin-fair", "experiment", "redis", "fair, lane never spins",
@@ -330,6 +334,7 @@ EXPERIMENTS: list[Contender] = [
     *(Contender(f"x-turn{ms}", "experiment", "redis", f"token; queue at once, {ms} ms turns",
                 _experiment("turn", turn_ms=ms), "lockcore.strategies.token")
       for ms in (0.3, 0.6, 0.8, 1, 1.5, 2)),
+    *TURN_COST,
     Contender("x-separate-try", "experiment", "redis", "token-notify before: barge, BLPOP, try",
               _experiment("separate"), "lockcore.strategies.token"),
     Contender("x-polite", "experiment", "redis", "token; releaser queues behind the woken",

@@ -86,15 +86,7 @@ class HandOffLock(DistributedLock):
 
     def join_block_claim(self, block_s: float, *, join: bool) -> Any:
         """(Join,) BLPOP our wake list and claim: one round trip; the claim's reply."""
-        sha, keys = self._queue_script.sha, self.queue_keys
-        commands: list[tuple[Any, ...]] = []
-        if join:
-            scripts.loaded(self.client, "fair")  # a NOSCRIPT join would block in vain
-            # No reply for the join: the claim's reply says it all (module docstring).
-            commands += [("CLIENT", "REPLY", "SKIP"),
-                         ("EVALSHA", sha, len(keys), *keys, *self._queue_args("1"))]
-        commands += [("BLPOP", self.signal_key, block_s),
-                     ("EVALSHA", sha, len(keys), *keys, *self._queue_args())]
+        commands = self.block_claim_commands(block_s, join=join)
         wake, reply = round_trip(self.client, commands, replies=2)
         if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
             reply = self._queue_try()
@@ -102,6 +94,18 @@ class HandOffLock(DistributedLock):
             if isinstance(answer, Exception):
                 raise answer
         return reply
+
+    def block_claim_commands(self, block_s: float, *, join: bool) -> list[tuple[Any, ...]]:
+        """``join_block_claim``'s commands; they answer twice (the join answers nothing)."""
+        sha, keys = self._queue_script.sha, self.queue_keys
+        commands: list[tuple[Any, ...]] = []
+        if join:
+            scripts.loaded(self.client, "fair")  # a NOSCRIPT join would block in vain
+            # No reply for the join: the claim's reply says it all (module docstring).
+            commands += [("CLIENT", "REPLY", "SKIP"),
+                         ("EVALSHA", sha, len(keys), *keys, *self._queue_args("1"))]
+        return commands + [("BLPOP", self.signal_key, block_s),
+                           ("EVALSHA", sha, len(keys), *keys, *self._queue_args())]
 
     def _on_acquired(self, token: str) -> None:
         super()._on_acquired(self._uuid)  # the value in Redis is the acquisition's uuid

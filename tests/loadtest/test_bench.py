@@ -140,7 +140,8 @@ def test_percentile_is_nearest_rank():
 
 def test_experimental_waiting_protocols_still_exclude_and_report(tmp_path):
     out = tmp_path / "x.json"
-    args = bench_args("--quick", "--only", "x-polite,x-awake5,x-turn1,x-nospin-fair",
+    args = bench_args("--quick", "--only", "x-polite,x-awake5,x-turn1,x-nospin-fair,x-deferred10,"
+                      "x-spinjoin10-300,x-paced20",
                       "--json", str(out))
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(args) == 0
