@@ -31,7 +31,7 @@ at most the bound. ``handoff_after_ms=0`` queues at once: strict FIFO hand-off.
 **Failure timeline**::
 
     A: holds, releases, re-takes (barges) every 0.3 ms;  B: fails at t=0, sleeps
-    t=15 ms  B: joins the queue;  A: release -> handed to B; A now waits its turn
+    t=10 ms  B: joins the queue;  A: release -> handed to B; A now waits its turn
     B: crashes while queued -> its lease (3 s) runs out, the next release skips it
     A (holder) paused past its ttl -> the key expires; queued waiters wake at that ttl
 
@@ -51,14 +51,14 @@ from .. import scripts
 from .handoff import HandOffLock
 
 #: how long a notify-waiter may be overtaken by bargers before a release hands it the lock
-#: (Go's starvation threshold is 1 ms). Every waiter takes one hand-off per bound, so
-#: the bound must be long against a round of them (waiters x one hand-off, ~0.8 ms each
-#: on 2 busy cores): only the rest of it is barging. The p99 wait is about the bound plus
-#: 1 ms. 5 ms left 8 busy processes in the queue (docs/performance.md, "Session 8"); on a
-#: slower machine 10 ms gave 8-18% fewer acquisitions than 15 ms (p99 11 against 16 ms),
-#: and 20 ms 1-15% more for a 21 ms p99, near python-redis-lock's best (26 ms there;
-#: docs/performance.md, "Session 16").
-DEFAULT_HANDOFF_AFTER_MS = 15
+#: (Go's starvation threshold is 1 ms). Every waiter takes one hand-off per bound, and a
+#: hand-off costs the lock more than a barge, so a longer bound sells more; but the p99
+#: wait is about the bound plus 1 ms, and a FIFO lock's p99 is several of its holds.
+#: 5 ms left 8 busy processes in the queue (docs/performance.md, "Session 8"). 15 ms sold
+#: 3-21% more than 10 ms, but on a quiet fast machine python-redis-lock's p99 fell to
+#: 10.7-16 ms, under 15 ms's 16 ms in half the runs; 10 ms (p99 11 ms) sold 1.57-1.73x
+#: its rate there and 1.44-1.52x on a slower machine ("Session 16", "Session 18").
+DEFAULT_HANDOFF_AFTER_MS = 10
 #: a shorter BLPOP is not worth sending (and 0 would mean "forever")
 MIN_BLOCK_S = 0.01
 #: a queued waiter calls at least every second; skipped once silent this long
