@@ -11,10 +11,10 @@ beat the fixed bound (figures in docs/performance.md, "Session 18"):
   queues the waiter at once, due ``N`` ms later; a release with a due head hands it the
   lock. The waiter blocks in one BLPOP from its failure to its turn: no timer wakes it
   at the bound and it sends no join. It ran 8-15% slower than ``x-handoff<N>``: every
-  barge now reads the queue's head and Redis's clock (+20-25 us of server CPU per
+  barge now reads the queue's head and Redis's clock (+20-30 us of server CPU per
   acquisition), and the wake-up it saves was worth less than that.
 * ``x-spinjoin<N>-<us>``: the waiter that joins at its bound spins up to ``us`` for its
-  hand-off, so the turn's new holder is on a CPU already. 14-40% slower: on two cores
+  hand-off, so the turn's new holder is on a CPU already. 9-34% slower: on two cores
   the spinner takes the CPU the holder and Redis need.
 * ``x-paced<K>``: the bound as ``K`` acquisitions at the lock's recent pace (seen from
   this process through the fencing tokens), at most 15 ms, so that it would follow the
@@ -176,12 +176,12 @@ TURN_COST: list[Contender] = [
     *(Contender(f"x-deferred{ms}", "experiment", "redis",
                 f"token; bound {ms} ms kept in Redis, one BLPOP a turn",
                 _build(DeferredTokenLock, handoff_after_ms=ms), "lockcore.strategies.token")
-      for ms in (7, 10, 15)),
+      for ms in (10, 15)),
     *(Contender(f"x-spinjoin{ms}-{us}", "experiment", "redis",
                 f"token; bound {ms} ms, a joined waiter spins {us} us for its turn",
                 _build(SpinJoinTokenLock, handoff_after_ms=ms, spin_us=us),
                 "lockcore.strategies.token")
-      for ms in (7, 10, 15) for us in (300, 1000)),
+      for ms in (7, 10) for us in (300, 1000)),
     *(Contender(f"x-paced{n}", "experiment", "redis",
                 f"token; bound {n} acquisitions at the lock's pace, at most 15 ms",
                 _build(PacedTokenLock, overtakes=n, handoff_after_ms=15),
