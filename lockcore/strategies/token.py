@@ -56,7 +56,7 @@ from .handoff import HandOffLock
 #: wait is about the bound plus 1 ms, and a FIFO lock's p99 is several of its holds.
 #: 5 ms left 8 busy processes in the queue (docs/performance.md, "Session 8"). 15 ms sold
 #: 3-21% more than 10 ms, but on a quiet fast machine python-redis-lock's p99 fell to
-#: 10.7-16 ms, under 15 ms's 16 ms in half the runs; 10 ms (p99 11 ms) sold 1.57-1.73x
+#: 10.4-16 ms, under 15 ms's 16 ms in half the runs; 10 ms (p99 11 ms) sold 1.53-1.73x
 #: its rate there and 1.44-1.52x on a slower machine ("Session 16", "Session 18").
 DEFAULT_HANDOFF_AFTER_MS = 10
 #: a shorter BLPOP is not worth sending (and 0 would mean "forever")
