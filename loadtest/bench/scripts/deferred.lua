@@ -3,6 +3,8 @@
 -- waiter is due, a running acquirer may take a free lock (barge). A release with a due
 -- waiter at the head hands the lock to it and wakes only it, so a waiter blocks in one
 -- BLPOP from its failure to its turn: no client-side timer, no separate join.
+-- Its release and queue bookkeeping copy lockcore's fair.lua (the queue scored by due
+-- time instead of a ticket): a prototype, kept beside the figures it produced.
 -- KEYS[1] lock  KEYS[2] queue (ZSET uuid -> due ms)  KEYS[3] leases (ZSET uuid -> expiry)
 -- KEYS[4] fence  KEYS[5] wake-list prefix
 -- ARGV: op ('acquire'|'release'), uuid, ttl_ms, lease_ms, bound_ms, ring ('1': on
