@@ -49,6 +49,7 @@ import redis
 from lockcore import scripts, wire
 from lockcore.base import DistributedLock, new_token
 from lockcore.errors import LockNotOwned
+from lockcore.strategies.handoff import RELEASED
 from lockcore.strategies.token import TokenLock
 from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS, wake_and_try
 
@@ -269,17 +270,9 @@ class TurnTokenLock(TokenLock):
         reply = self.join_block_claim(max(0.001, min(block_s, self.IDLE_S)), join=join)
         return self._uuid, self._took(reply)
 
-    def _release(self, token: str) -> None:
-        done = self._op("release", token)
-        if done not in (1, 3, 4):
-            raise LockNotOwned("the lock expired or is held by someone else", self.name)
-        self.queue_first = done == 3
-        self._released_at = self.clock.monotonic()
-
-    def _leave_queue(self) -> None:
-        if self._queued:
-            self._queued = False
-            self._op("release", self._uuid)
+    def _queue_release(self, uuid: str) -> Any:
+        done = self._op("release", uuid)
+        return RELEASED if done == 4 else done  # 4: freed within the turn, not handed on
 
 
 def _experiment(kind: str, **options: Any) -> Callable[..., Handle]:

@@ -32,7 +32,6 @@ from importlib import resources
 from typing import Any
 
 from lockcore import scripts, wire
-from lockcore.errors import LockNotOwned
 from lockcore.spin import readable
 from lockcore.strategies.token import TokenLock
 
@@ -87,17 +86,8 @@ class DeferredTokenLock(TokenLock):
         self._queued = not acquired
         return self._uuid, acquired
 
-    def _release(self, token: str) -> None:
-        done = self._deferred(keys=self.deferred_keys, args=self._args("release", token))
-        if done not in (1, 3):
-            raise LockNotOwned("the lock expired or is held by someone else", self.name)
-        self.queue_first = done == 3
-        self._released_at = self.clock.monotonic()
-
-    def _leave_queue(self) -> None:
-        if self._queued:
-            self._queued = False
-            self._deferred(keys=self.deferred_keys, args=self._args("release", self._uuid))
+    def _queue_release(self, uuid: str) -> Any:  # the same codes as fair.lua's
+        return self._deferred(keys=self.deferred_keys, args=self._args("release", uuid))
 
 
 class SpinJoinTokenLock(TokenLock):

@@ -110,9 +110,13 @@ class HandOffLock(DistributedLock):
     def _on_acquired(self, token: str) -> None:
         super()._on_acquired(self._uuid)  # the value in Redis is the acquisition's uuid
 
+    def _queue_release(self, uuid: str) -> Any:
+        """``fair.lua``'s release for ``uuid``: a holder releases, a waiter leaves."""
+        return self._queue_script(keys=self.queue_keys,
+                                  args=["release", uuid, self.ttl_ms, self.lease_ms])
+
     def _release(self, token: str) -> None:
-        done = self._queue_script(keys=self.queue_keys,
-                                  args=["release", token, self.ttl_ms, self.lease_ms])
+        done = self._queue_release(token)
         if done not in (RELEASED, HANDED_ON):
             raise LockNotOwned("the lock expired or is held by someone else", self.name)
         # Handed on: others are queued, so our next try could only fail.
@@ -125,8 +129,7 @@ class HandOffLock(DistributedLock):
     def _leave_queue(self) -> None:
         """Giving up: leave the queue, or pass the lock on if it was handed to us meanwhile."""
         try:
-            self._queue_script(keys=self.queue_keys,
-                               args=["release", self._uuid, self.ttl_ms, self.lease_ms])
+            self._queue_release(self._uuid)
         except Exception as exc:  # our lease runs out anyway
             logger.warning("%s lock %r: could not leave the queue: %s", self.strategy,
                            self.name, exc)
