@@ -8,6 +8,7 @@ import redis
 from sqlalchemy.orm import sessionmaker
 
 from .extensions import make_engine
+from .saleinfo import cached_sale
 from .sales import create_product, reset_sale
 
 logger = logging.getLogger(__name__)
@@ -23,11 +24,14 @@ PRODUCTS = [
 ]
 
 
-def seed(database_url: str, redis_url: str, *, reset: bool = True,
+def seed(database_url: str, redis_url: str, *, reset: bool = False,
          featured_strategy: str | None = None) -> None:
-    """Create the demo products if missing; with ``reset``, restock every sale.
+    """Create the demo products that are missing and start their sales. A sale that
+    exists keeps its orders and stock (``seckill serve`` restarted on the same database):
+    its Redis copy is loaded from the database if Redis lacks it. ``reset`` restocks
+    every sale instead, deleting its orders.
 
-    :param featured_strategy: the strategy of ``sku-1`` (``LOCK_STRATEGY``; ``token``).
+    :param featured_strategy: the strategy of a new ``sku-1`` (``LOCK_STRATEGY``; ``token``).
     """
     engine = make_engine(database_url)
     client = redis.Redis.from_url(redis_url)
@@ -36,10 +40,12 @@ def seed(database_url: str, redis_url: str, *, reset: bool = True,
         for sku, name, price, stock, strategy, description in PRODUCTS:
             if sku == "sku-1" and featured_strategy:
                 strategy = featured_strategy
-            create_product(sessions, sku, name, price, stock=stock, strategy=strategy,
-                           description=description)
-            if reset:
+            created = create_product(sessions, sku, name, price, stock=stock,
+                                     strategy=strategy, description=description)
+            if created or reset:
                 reset_sale(sessions, client, sku, stock=stock, strategy=strategy)
+            else:  # a restart: the database is the truth (a fresh embedded Redis is empty)
+                cached_sale(client, sessions, sku)
         logger.info("demo catalogue ready: %s", ", ".join(p[0] for p in PRODUCTS))
     finally:
         client.close()

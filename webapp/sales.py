@@ -75,16 +75,18 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
 
 
 def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_cents: int,
-                   *, stock: int, strategy: str, description: str = "") -> None:
-    """Add a product and its sale unless the sku exists (demo seeding is idempotent)."""
+                   *, stock: int, strategy: str, description: str = "") -> bool:
+    """Add a product and its sale unless the sku exists (demo seeding is idempotent);
+    True if it was added."""
     with sessions.begin() as session:
         if session.get(Product, sku) is not None:
-            return
+            return False
         session.add(Product(sku=sku, name=name, price_cents=price_cents,
                             description=description))
         session.flush()
         session.add(Sale(sku=sku, initial_stock=stock, remaining=stock, strategy=strategy,
                          work_ms=0, per_user_limit=1))
+    return True
 
 
 def audit(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, Any]:

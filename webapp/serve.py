@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .served import ServedApp
+from .served import ServedApp, StartupError
 
 __all__ = ["ServedApp", "add_arguments", "main"]
 
@@ -53,7 +54,12 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     served = ServedApp(args.host, args.port, args.workers, os.environ.get("REDIS_URL"),
                        database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"))
-    with served:
+    try:
+        served.start()  # stops what it started if it fails
+    except StartupError as exc:
+        print(f"seckill serve: {exc}", file=sys.stderr)
+        return 1
+    try:
         print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"
               f"admin token {served.admin_token}\nRedis       {served.redis_url}\n"
               f"database    {served.database_url}\nCtrl-C stops everything.", flush=True)
@@ -62,4 +68,6 @@ def main(args: argparse.Namespace) -> int:
                 time.sleep(0.5)
         except KeyboardInterrupt:
             print("stopping ...", flush=True)
+    finally:
+        served.stop()
     return 0

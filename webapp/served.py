@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,28 @@ from . import db, demo
 
 #: started and not yet stopped; stopped at interpreter exit if the owner forgot
 _live: set[ServedApp] = set()
+
+
+class StartupError(RuntimeError):
+    """The shop could not be served (its port is taken, gunicorn did not come up)."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ``StartupError`` if something listens on ``host:port`` already. Checked
+    before starting: else the health check could reach the other server and take it for
+    ours (and print an admin token that is not its)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise StartupError(f"cannot serve on {host}:{port}: {exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise StartupError(f"cannot serve on {host}:{port}: {exc.strerror or exc}"
+                               " (is another server running there?)") from None
 
 
 class ServedApp:
@@ -80,6 +103,7 @@ class ServedApp:
         return self
 
     def _start(self) -> None:
+        check_port_free(self.host, self.port)
         self.workdir = Path(tempfile.mkdtemp(prefix="seckill-serve-"))
         if self.redis_url is None:
             self.redis_url = self._stack.enter_context(EmbeddedRedis(1)).urls[0]
@@ -110,7 +134,7 @@ class ServedApp:
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not become healthy at {self.url}:\n"
+                raise StartupError(f"gunicorn did not become healthy at {self.url}:\n"
                                    f"{self.logfile.read_text(errors='replace')[-2000:]}")
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=2) as response:

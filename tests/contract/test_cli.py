@@ -187,3 +187,21 @@ def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_p
             raise
     assert proc.returncode == 0 and "Traceback" not in rest, rest[-1000:]
     assert started and not [pid for pid in started if running(pid)]
+
+
+def test_serve_on_a_port_in_use_says_so_and_starts_nothing(tmp_path):
+    """Not a traceback, not the URL and token of someone else's server: exit 1."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+        proc = subprocess.run([str(SECKILL), "serve", "--port", str(port)], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc
+    assert f"127.0.0.1:{port}" in proc.stderr and "in use" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "admin token" not in proc.stdout
+    assert not (tmp_path / "instance").exists()  # checked before anything was started

@@ -1,0 +1,59 @@
+"""``demo.seed``, which ``seckill serve`` runs at every start on ``./instance/``: a
+restart keeps the sales, their orders and their stock (the audit's verdict survives)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy.orm import sessionmaker
+
+from lockcore.embedded import RedisServer
+from webapp import db, demo, sales
+from webapp.extensions import make_engine
+from webapp.services import Checkout, PurchaseRequest, checkout
+
+
+@pytest.fixture
+def shop(tmp_path) -> Iterator[tuple[str, Any]]:
+    url = f"sqlite:///{tmp_path / 'instance.sqlite'}"
+    db.upgrade(url)
+    engine = make_engine(url)
+    yield url, sessionmaker(engine, expire_on_commit=False)
+    engine.dispose()
+
+
+def buy(sessions: Any, client: Any, sku: str, user: str) -> None:
+    deps = Checkout(sessions=sessions, redis=client, lock_for=lambda sale, user: None,
+                    sleep=lambda seconds: None)
+    checkout(deps, PurchaseRequest(sku, user))
+
+
+def test_a_restart_on_the_same_database_keeps_orders_and_stock(shop, redis_client, redis_url):
+    url, sessions = shop
+    demo.seed(url, redis_url)
+    buy(sessions, redis_client, "sku-2", "early-bird")  # sku-2 is the demo's atomic sale
+    demo.seed(url, redis_url)  # seckill serve again, same Redis
+    found = sales.audit(sessions, redis_client, "sku-2")
+    assert found["orders"] == 1 and found["remaining"] == 49 and found["consistent"], found
+    # ... and with a fresh embedded Redis, as `seckill serve` starts one each time
+    fresh = RedisServer().start()
+    try:
+        client = redis.Redis.from_url(fresh.url)
+        demo.seed(url, fresh.url)
+        found = sales.audit(sessions, client, "sku-2")
+        assert found["orders"] == 1 and found["remaining"] == 49 and found["consistent"], found
+        client.close()
+    finally:
+        fresh.stop()
+
+
+def test_reset_restocks_every_sale_and_deletes_its_orders(shop, redis_client, redis_url):
+    url, sessions = shop
+    demo.seed(url, redis_url)
+    buy(sessions, redis_client, "sku-2", "early-bird")
+    demo.seed(url, redis_url, reset=True)
+    found = sales.audit(sessions, redis_client, "sku-2")
+    assert found["orders"] == 0 and found["remaining"] == 50 and found["consistent"], found
