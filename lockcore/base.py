@@ -19,6 +19,7 @@ each other's locks (redis-py's ``thread_local=False`` lesson).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -35,6 +36,18 @@ logger = logging.getLogger(__name__)
 LostCallback = Callable[["DistributedLock", str], None]
 
 DEFAULT_TTL_MS = 10_000
+#: a lock held longer than a year is a bug; Redis refuses a PX past its 64-bit clock
+MAX_TTL_MS = 365 * 24 * 3600 * 1000
+
+
+def check_timeout(timeout: Any) -> None:
+    """``ValueError`` unless ``timeout`` is None (wait forever) or a finite number >= 0."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be None or a finite number of seconds >= 0, "
+                         f"not {timeout!r}")
 
 
 def new_token() -> str:
@@ -54,6 +67,8 @@ class DistributedLock(ABC):
     expires: ClassVar[bool] = True
     #: True when ``_release`` itself wakes a notify-waiter (inside its Lua script)
     signals_on_release: ClassVar[bool] = False
+    #: True when the backend must be a redis-py client (checked at construction)
+    needs_redis: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -74,8 +89,12 @@ class DistributedLock(ABC):
         if ttl_ms is not None:
             if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
                 raise TypeError("ttl_ms must be an int (milliseconds) or None")
-            if ttl_ms <= 0:
-                raise ValueError("ttl_ms must be positive")
+            if not 0 < ttl_ms <= MAX_TTL_MS:
+                raise ValueError(f"ttl_ms must be between 1 and {MAX_TTL_MS} (a year)")
+        check_timeout(timeout)
+        if self.needs_redis and not callable(getattr(client, "execute_command", None)):
+            raise TypeError(f"the {self.strategy} lock needs a redis-py client, not "
+                            f"{type(client).__name__}")
         if watchdog and (ttl_ms is None or not self.expires):
             raise ValueError(f"a watchdog needs a lock that expires; {self.strategy!r} with "
                              f"ttl_ms={ttl_ms!r} does not")
@@ -96,6 +115,7 @@ class DistributedLock(ABC):
         self._lost_reason: str | None = None
         self._mutex = threading.RLock()  # serialises a renewal against a release
         self._watchdog: Any = None
+        self._acquirer: int | None = None  # the thread in acquire (``_enter_acquire``)
         #: set by a release that woke a waiter: the next blocking acquire waits first
         self.queue_first = False
 
@@ -138,14 +158,38 @@ class DistributedLock(ABC):
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Take the lock; False when not blocking or when ``timeout`` seconds pass."""
+        outer = self._enter_acquire()
+        try:
+            return self._acquire(blocking, timeout)
+        finally:
+            self._exit_acquire(outer)
+
+    def _enter_acquire(self) -> bool:
+        """Claim this handle for the calling thread's acquire; True if not nested.
+
+        A handle is one holder (its token and, for queue locks, its place in line are
+        the handle's): a second thread acquiring with it at the same time would
+        overwrite them. It gets ``LockError`` instead of corrupting the first's."""
+        me = threading.get_ident()
+        with self._mutex:
+            if self._acquirer is not None and self._acquirer != me:
+                raise LockError("another thread is acquiring with this handle; a handle is "
+                                "one holder: make one per thread", self.name)
+            outer, self._acquirer = self._acquirer is None, me
+        return outer
+
+    def _exit_acquire(self, outer: bool) -> None:
+        if outer:
+            self._acquirer = None
+
+    def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         if self._token is not None:
             raise LockError("this handle already holds the lock; locks are not reentrant",
                             self.name)
         if timeout is not None:
             if not blocking:
                 raise ValueError("timeout makes no sense with blocking=False")
-            if timeout < 0:
-                raise ValueError("timeout must be >= 0")
+            check_timeout(timeout)
         deadline = None if timeout is None else self.clock.monotonic() + timeout
         attempt, token, acquired = 0, "", False
         if blocking and self.queue_first and timeout != 0:

@@ -30,6 +30,7 @@ TTL accurate to a few milliseconds instead of a tenth of a second.
 
 from __future__ import annotations
 
+import math
 import random
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -112,9 +113,17 @@ class NotifyWaiter:
         return tried
 
 
+def positive_ms(name: str, value: Any) -> float:
+    """``value`` if it is a finite number > 0 (not a bool), else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of milliseconds, not {value!r}")
+    return value
+
+
 def make_waiter(wait: str, *, poll_ms: float, max_poll_ms: float) -> Waiter:
-    if not isinstance(poll_ms, (int, float)) or poll_ms <= 0:
-        raise ValueError("poll_ms must be a positive number")
+    positive_ms("poll_ms", poll_ms)
+    positive_ms("max_poll_ms", max_poll_ms)
     if wait == "poll":
         return PollWaiter(poll_ms)
     if wait == "backoff":

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..waiting import positive_ms
 from .handoff import HandOffLock
 
 
@@ -57,7 +58,8 @@ class FairLock(HandOffLock):
 
     def __init__(self, client: Any, name: str, *, lease_ms: int | None = None,
                  **options: Any) -> None:
-        ceiling = max(options.get("poll_ms", 50), options.get("max_poll_ms", 1_000))
+        ceiling = max(positive_ms("poll_ms", options.get("poll_ms", 50)),
+                      positive_ms("max_poll_ms", options.get("max_poll_ms", 1_000)))
         super().__init__(client, name, lease_ms=lease_ms or max(3_000, int(3 * ceiling)),
                          **options)
         self.keys = self.queue_keys

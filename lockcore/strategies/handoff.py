@@ -62,17 +62,21 @@ class HandOffLock(DistributedLock):
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """As ``DistributedLock.acquire``; leaves the queue if it gives up while queued."""
-        if self._token is not None:
-            return super().acquire(blocking, timeout)  # raises: locks are not reentrant
-        self._new_acquisition()
+        outer = self._enter_acquire()
         try:
-            gotten = super().acquire(blocking, timeout)
-        except BaseException:
-            self._leave_queue()
-            raise
-        if not gotten:
-            self._leave_queue()
-        return gotten
+            if self._token is not None:
+                return self._acquire(blocking, timeout)  # raises: locks are not reentrant
+            self._new_acquisition()
+            try:
+                gotten = self._acquire(blocking, timeout)
+            except BaseException:
+                self._leave_queue()
+                raise
+            if not gotten:
+                self._leave_queue()
+            return gotten
+        finally:
+            self._exit_acquire(outer)
 
     def _new_acquisition(self) -> None:
         self._uuid = new_token()  # one identity for every attempt of this acquisition

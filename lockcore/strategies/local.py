@@ -60,6 +60,7 @@ class _LocalNotifyWaiter:
 
 
 class LocalLock(DistributedLock):
+    needs_redis = False
     strategy = "local"
     safe = False
     origin = "seed 000"

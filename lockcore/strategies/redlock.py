@@ -54,6 +54,7 @@ from .redlock_nodes import JitterWaiter, on_every_node, quorum, validity_ms
 
 
 class RedLock(DistributedLock):
+    needs_redis = False
     strategy = "redlock"
     safe = True
     origin = "seed 004"

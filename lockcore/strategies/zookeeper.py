@@ -47,12 +47,13 @@ try:  # the "zookeeper" extra; without it lockcore.strategies() still lists this
 except ImportError:  # pragma: no cover
     KazooClient = None
 
-from ..base import DistributedLock, new_token
+from ..base import DistributedLock, check_timeout, new_token
 from ..errors import LockError, LockNotOwned
 from .zookeeper_clients import shared_client
 
 ROOT = "/seckill/locks"
 class ZooKeeperLock(DistributedLock):
+    needs_redis = False
     strategy = "zookeeper"
     safe = True
     origin = "seed 001"
@@ -72,13 +73,14 @@ class ZooKeeperLock(DistributedLock):
         self.path = f"{ROOT}/{name.replace('/', '%2F')}"
         self._recipe: KazooLock | None = None
 
-    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+    def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         """Queue in ZooKeeper and wait for our turn (kazoo does the waiting)."""
         if self._token is not None:
             raise LockError("this handle already holds the lock; locks are not reentrant",
                             self.name)
-        if timeout is not None and (not blocking or timeout < 0):
-            raise ValueError("timeout needs blocking=True and must be >= 0")
+        if timeout is not None and not blocking:
+            raise ValueError("timeout needs blocking=True")
+        check_timeout(timeout)
         token = new_token()
         recipe = KazooLock(self.client, self.path, identifier=token)
         try:

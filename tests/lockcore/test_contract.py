@@ -93,6 +93,31 @@ def test_a_handle_is_not_reentrant(pair):
         lock.acquire(blocking=False)
 
 
+def test_a_second_thread_acquiring_with_the_same_handle_gets_lock_error(pair):
+    """A handle is one holder: a concurrent acquire on it from another thread must not
+    overwrite the first's token (or its place in a queue); it raises instead."""
+    import threading
+
+    lock, rival = pair
+    assert rival.acquire()
+    outcome: list[bool] = []
+    first = threading.Thread(target=lambda: outcome.append(lock.acquire(timeout=10)))
+    first.start()
+    try:
+        deadline = time.monotonic() + 5
+        while lock._acquirer is None and time.monotonic() < deadline:  # it is waiting
+            time.sleep(0.005)
+        with pytest.raises(lockcore.LockError, match="another thread"):
+            lock.acquire(timeout=0.1)
+    finally:
+        rival.release()
+        first.join(15)
+    assert outcome == [True]
+    lock.release()  # the first thread's acquisition is intact
+    assert rival.acquire(blocking=False)
+    rival.release()
+
+
 def test_context_manager_holds_inside_and_frees_after(pair):
     lock, rival = pair
     with lock as held:
@@ -137,3 +162,40 @@ def test_strategies_lists_every_registry_name_with_its_origin():
 def test_unknown_strategy_is_a_value_error():
     with pytest.raises(ValueError, match="unknown lock strategy"):
         lockcore.create("no-such-lock", None, "res")
+
+
+BAD_OPTIONS = {
+    "poll_ms-nan": {"poll_ms": float("nan")},
+    "poll_ms-str": {"poll_ms": "5"},
+    "max_poll_ms-inf": {"max_poll_ms": float("inf")},
+    "ttl_ms-past-redis": {"ttl_ms": 2**63},
+    "timeout-negative": {"timeout": -1},
+    "timeout-nan": {"timeout": float("nan")},
+    "timeout-str": {"timeout": "x"},
+}
+
+
+@pytest.mark.parametrize("options", [pytest.param(v, id=k) for k, v in BAD_OPTIONS.items()])
+@pytest.mark.parametrize("strategy", [s for s in ALL if s != "zookeeper"])
+def test_a_bad_option_is_a_value_error_at_create(make_lock, strategy, options):
+    """Not at the first acquire (a Redis ResponseError, a NaN that waits forever, a key
+    left behind without a TTL), and not a TypeError from inside the library."""
+    lock_class_or_skip(strategy)
+    with pytest.raises(ValueError, match=next(iter(options))):
+        make_lock(strategy, **options)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -0.5])
+def test_acquire_refuses_a_timeout_that_is_not_a_finite_number(pair, timeout):
+    lock, _ = pair
+    with pytest.raises(ValueError, match="timeout"):
+        lock.acquire(timeout=timeout)
+    assert lock.token is None
+
+
+@pytest.mark.parametrize("backend", [None, "redis://127.0.0.1:6379"])
+@pytest.mark.parametrize("strategy", ["naive", "setnx", "setnx-expire", "getset", "token",
+                                      "fair", "multi"])
+def test_a_redis_strategy_on_something_else_is_a_type_error(strategy, backend):
+    with pytest.raises(TypeError, match="redis-py client"):
+        lockcore.create(strategy, backend, ["a", "b"] if strategy == "multi" else "res")
