@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .machine import describe
-from .shop import ShopClient
+from .shop import ShopClient, ShopUnreachable
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,9 @@ def serve_target(args: argparse.Namespace, wanted: list[str]) -> Iterator[Target
         if getattr(args, "url", None):
             token = args.admin_token or os.environ.get("SECKILL_ADMIN_TOKEN")
             shop = ShopClient(args.url, token)
+            reason = shop.unreachable()
+            if reason is not None:
+                raise ShopUnreachable(f"cannot reach the shop at {args.url}: {reason}")
             redis_urls = [u for u in [os.environ.get("REDIS_URL"), *redlock] if u]
         else:
             zk_hosts = None

@@ -24,6 +24,10 @@ class ShopError(RuntimeError):
         self.status = status
 
 
+class ShopUnreachable(RuntimeError):
+    """Nothing answered at the shop's URL (``seckill showdown --url``)."""
+
+
 class ShopClient:
     def __init__(self, url: str, admin_token: str | None, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
@@ -85,6 +89,16 @@ class ShopClient:
             elif time.monotonic() - still_since >= quiet_s:
                 break
         return audit
+
+    def unreachable(self) -> str | None:
+        """Why the shop cannot be reached at all (None: it answered, maybe with an error)."""
+        try:
+            self._call("GET", "/healthz")
+        except ShopError:
+            return None  # it answered: 503 names a part that is down, the phase says more
+        except (OSError, ValueError) as exc:  # refused, no such host, timeout, bad URL
+            return str(getattr(exc, "reason", None) or exc)
+        return None
 
     def healthy(self) -> bool:
         try:

@@ -14,16 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
 from .compare import StrategyResult, failed, format_rounds, format_table, phase_label
 from .phase import Plan, run_phase
 from .serving import Target, serve_target, strategy_names, strategy_safety
+from .shop import ShopUnreachable
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,24 @@ def _strategy_list(text: str) -> str:
     return text
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
+    return value
+
+
+def _shop_url(text: str) -> str:
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL: {text!r} "
+                                         "(like http://127.0.0.1:8000)")
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--users", type=_at_least(1), default=1000, help="buyers (default 1000)")
     parser.add_argument("--stock", type=_at_least(1), default=100,
@@ -80,11 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "only after each round, so each phase is a share of the "
                              "baselines right beside it (a machine whose speed drifts "
                              "within minutes moves both sides of its ratio)")
-    parser.add_argument("--lock-timeout", type=float, default=None,
+    parser.add_argument("--lock-timeout", type=_seconds, default=None,
                         help="seconds a buyer waits for the lock before 503 busy "
                              "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
     parser.add_argument("--workers", type=_at_least(1), default=2, help="gunicorn workers")
-    parser.add_argument("--url", help="a running shop instead of serving one")
+    parser.add_argument("--url", type=_shop_url, help="a running shop instead of serving one")
     parser.add_argument("--admin-token", help="with --url (default $SECKILL_ADMIN_TOKEN)")
 
 
@@ -197,8 +218,13 @@ def main(args: argparse.Namespace) -> int:
     # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C, so the shop, its Redis nodes and
     # ZooKeeper are stopped instead of left running with no parent
     signal.signal(signal.SIGTERM, _stop_on_term)
+    from webapp.served import StartupError  # the shop could not be served
+
     try:
         return _run(args, plan, report_dir, started)
+    except (ShopUnreachable, StartupError) as exc:
+        print(f"seckill showdown: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("showdown interrupted; everything it started is stopped", file=sys.stderr)
         return 130

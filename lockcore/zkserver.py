@@ -113,12 +113,16 @@ class ZooKeeperServer:
         log.close()
         _live[self.proc.pid] = self.proc
         deadline = time.monotonic() + timeout
-        while not self.serving():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = (self.workdir / "zookeeper.log").read_text(errors="replace")[-1500:]
-                self.stop()
-                raise ZooKeeperUnavailable(f"ZooKeeper on port {self.port} did not start:\n{tail}")
-            time.sleep(0.05)
+        try:
+            while not self.serving():
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    tail = (self.workdir / "zookeeper.log").read_text(errors="replace")[-1500:]
+                    raise ZooKeeperUnavailable(
+                        f"ZooKeeper on port {self.port} did not start:\n{tail}")
+                time.sleep(0.05)
+        except BaseException:  # also Ctrl-C/SIGTERM while it starts: nothing left behind
+            self.stop()
+            raise
         logger.info("ZooKeeper pid %s on %s", self.proc.pid, self.hosts)
         return self
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import signal
+import sys
 from pathlib import Path
 
 from .contenders import CONTENDERS
@@ -31,17 +34,43 @@ logger = logging.getLogger(__name__)
 QUICK = {"duration": 1.0, "uncontended": 0.3, "processes": 4}
 
 
+def seconds(text: str) -> float:
+    """A finite number of seconds > 0 (argparse type: anything else is a usage error)."""
+    value = float(text)  # ValueError: argparse's "invalid seconds value"
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
+    return value
+
+
+def contender_names(text: str) -> list[str]:
+    """Comma-separated names of contenders (an unknown one is a usage error)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = {c.name for c in CONTENDERS + EXPERIMENTS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown contender(s) {', '.join(unknown)} "
+                                         "(seckill bench --list names them)")
+    return names
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=5.0,
+    parser.add_argument("--duration", type=seconds, default=5.0,
                         help="seconds of the contended run per contender (default 5)")
-    parser.add_argument("--uncontended", type=float, default=2.0, metavar="SECONDS",
+    parser.add_argument("--uncontended", type=seconds, default=2.0, metavar="SECONDS",
                         help="seconds of the solo acquire+release loop (default 2)")
-    parser.add_argument("--processes", type=int, default=8,
+    parser.add_argument("--processes", type=at_least_one, default=8,
                         help="worker processes on the hot lock (default 8)")
-    parser.add_argument("--rounds", type=int, default=1,
+    parser.add_argument("--rounds", type=at_least_one, default=1,
                         help="measure each contender this many times, round-robin, and add "
                              "the rounds up (steadier figures on a busy machine)")
-    parser.add_argument("--only", default="",
+    parser.add_argument("--only", type=contender_names, default=[],
                         help="comma-separated contenders (see --list)")
     parser.add_argument("--experimental", action="store_true",
                         help="also run the prototype protocols of loadtest/bench/experiments.py")
@@ -49,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a smoke run: 1 s, 4 processes (overrides the sizes above)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
     parser.add_argument("--list", action="store_true", help="list the contenders and exit")
+
+
+def _stop_on_term(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(args: argparse.Namespace) -> int:
@@ -61,16 +94,21 @@ def main(args: argparse.Namespace) -> int:
     config = BenchConfig(duration=args.duration, uncontended=args.uncontended,
                          processes=args.processes, rounds=args.rounds,
                          experimental=args.experimental,
-                         only=[n.strip() for n in args.only.split(",") if n.strip()] or None)
+                         only=list(args.only) or None)
     if args.quick:
         config.duration = QUICK["duration"]
         config.uncontended = QUICK["uncontended"]
         config.processes = int(QUICK["processes"])
-    if min(config.duration, config.uncontended) <= 0 or min(config.processes,
-                                                             config.rounds) < 1:
-        raise SystemExit("--duration and --uncontended must be > 0, --processes and "
-                         "--rounds >= 1")
-    outcome = run(config)
+    # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C: the workers, the redis-servers
+    # and ZooKeeper this run started are stopped by pid instead of left running.
+    signal.signal(signal.SIGTERM, _stop_on_term)
+    # a shell starts a background job with SIGINT ignored: `kill -INT` must still stop it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        outcome = run(config)
+    except KeyboardInterrupt:
+        print("bench interrupted; everything it started is stopped", file=sys.stderr)
+        return 130
     outcome["targets"] = targets(outcome["results"])
     print(render(outcome), flush=True)
     if args.json:

@@ -76,11 +76,16 @@ class WorkerPool:
                 good.append(report)
         return good, errors
 
-    def close(self) -> None:
+    def close(self, *, at_once: bool = False) -> None:
+        """Stop the workers: asked to, or (``at_once``: interrupted) by SIGKILL. They
+        hold nothing but their connections, and a worker still starting up would print
+        a traceback for a SIGTERM."""
         for q in self.commands:
             q.put(None)
         for proc in self.processes:
-            proc.join(timeout=10)
+            if at_once and proc.is_alive():
+                proc.kill()
+            proc.join(timeout=5 if at_once else 10)
             if proc.is_alive():
                 logger.warning("killing bench worker pid %s", proc.pid)
                 proc.kill()
@@ -91,4 +96,4 @@ class WorkerPool:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
+        self.close(at_once=exc_type is not None)

@@ -14,6 +14,7 @@ benchmark of a lock that does not exclude would be meaningless.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from multiprocessing.queues import Queue
 from typing import Any
@@ -61,6 +62,9 @@ class WorkerConnections(Connections):
 
 def serve(index: int, commands: Queue[Any], results: Queue[Any]) -> None:
     """Run specs from ``commands`` until it yields None."""
+    # Ctrl-C reaches the whole process group: the parent stops us (pool.py), and a
+    # KeyboardInterrupt traceback from each of eight workers would only be noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A worker still waiting when the window closes times out on purpose; lockcore's
     # "gave up" warning would only be noise on the benchmark's terminal.
     logging.getLogger("lockcore").setLevel(logging.ERROR)

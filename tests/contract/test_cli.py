@@ -114,6 +114,14 @@ IMPOSSIBLE = {
     "negative-users": ["showdown", "--users", "-5"],
     "negative-stock": ["showdown", "--stock", "-1"],
     "unknown-strategy": ["showdown", "--strategies", "token,nope"],
+    "lock-timeout-negative": ["showdown", "--lock-timeout", "-1"],
+    "lock-timeout-nan": ["showdown", "--lock-timeout", "nan"],
+    "url-not-a-url": ["showdown", "--url", "notaurl"],
+    "bench-unknown-contender": ["bench", "--only", "token-notify,nosuch"],
+    "bench-duration-nan": ["bench", "--duration", "nan"],
+    "bench-duration-inf": ["bench", "--duration", "inf"],
+    "bench-zero-rounds": ["bench", "--rounds", "0"],
+    "bench-zero-processes": ["bench", "--processes", "0"],
 }
 CASES = [pytest.param(args, id=name) for name, args in {**BAD_ARGS, **IMPOSSIBLE}.items()]
 
@@ -141,6 +149,14 @@ def descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
 
 
 def running(pid: int) -> bool:
@@ -205,3 +221,48 @@ def test_serve_on_a_port_in_use_says_so_and_starts_nothing(tmp_path):
     assert f"127.0.0.1:{port}" in proc.stderr and "in use" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "admin token" not in proc.stdout
     assert not (tmp_path / "instance").exists()  # checked before anything was started
+
+
+def test_showdown_against_a_url_where_nothing_answers_is_one_line_and_exit_1():
+    done = seckill("showdown", "--url", f"http://127.0.0.1:{free_port()}", "--users", "5",
+                   "--strategies", "atomic")
+    assert done.returncode == 1, done
+    assert "cannot reach the shop" in done.stderr and "Traceback" not in done.stderr + done.stdout
+
+
+def test_bench_stopped_by_sigterm_stops_every_process_it_started():
+    """`timeout`, `kill` and CI stop a run with SIGTERM: its workers, redis-servers and
+    ZooKeeper must go with it, not run on without a parent."""
+    import time
+
+    proc = subprocess.Popen([str(SECKILL), "bench", "--quick"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    started: set[int] = set()
+    survivors: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            started.update(descendants(proc.pid))
+            if len(started) >= 5:  # a redis-server and the four --quick workers
+                time.sleep(0.5)
+                started.update(descendants(proc.pid))
+                break
+            time.sleep(0.1)
+        assert len(started) >= 5, started
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        # multiprocessing's resource tracker leaves when it sees its parent's pipe close
+        grace = time.monotonic() + 5
+        while [pid for pid in started if running(pid)] and time.monotonic() < grace:
+            time.sleep(0.1)
+        survivors = {pid: cmdline(pid) for pid in started if running(pid)}  # judged below
+        for pid in survivors:  # cleaned up by pid whatever happened
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-1000:]
+    assert "everything it started is stopped" in err and "Traceback" not in err, err[-1000:]
+    assert not survivors

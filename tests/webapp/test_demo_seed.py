@@ -47,7 +47,7 @@ def test_a_restart_on_the_same_database_keeps_orders_and_stock(shop, redis_clien
         assert found["orders"] == 1 and found["remaining"] == 49 and found["consistent"], found
         client.close()
     finally:
-        fresh.stop()
+        fresh.cleanup()
 
 
 def test_reset_restocks_every_sale_and_deletes_its_orders(shop, redis_client, redis_url):
