@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .batching import own_copy
+from .deadlines import set_stock
 from .problems import Busy, SoldOut
 from .section import stock_if_still
 from .sectionorders import give_back_failed, write_batch
@@ -95,7 +96,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
         if winners:
             if sale.work_ms > 0:  # the simulated business work of every winner
                 deps.sleep(sale.work_ms * len(winners) / 1000)
-            deps.redis.set(sale.keys.stock, left)
+            set_stock(deps.redis, sale.keys.stock, left)
     except BaseException as exc:  # nothing was taken: every buyer hears the error
         for buyer in batch:
             buyer.error = exc if buyer is me else own_copy(exc)

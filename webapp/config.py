@@ -36,6 +36,9 @@ def from_env(instance_path: str) -> dict[str, Any]:
         # BlockingConnectionPool makes the 1001st request wait instead (for this long)
         "REDIS_MAX_CONNECTIONS": int(os.environ.get("REDIS_MAX_CONNECTIONS", "400")),
         "REDIS_POOL_TIMEOUT_S": float(os.environ.get("REDIS_POOL_TIMEOUT_S", "5")),
+        # how long a reply may take before 503 busy; a purchase script run later than
+        # this (a paused Redis) changes nothing (deadlines.py)
+        "REDIS_SOCKET_TIMEOUT_S": float(os.environ.get("REDIS_SOCKET_TIMEOUT_S", "10")),
         # how long a buyer waits for the stock lock before hearing 503 busy; a 1000-buyer
         # spike on two busy cores queues ~100 sections behind one lock, so not too short
         "LOCK_TIMEOUT_S": float(os.environ.get("LOCK_TIMEOUT_S", "10")),

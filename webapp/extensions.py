@@ -120,7 +120,7 @@ class Backends:
         pool = BlockingConnectionPool.from_url(
             self.config["REDIS_URL"], max_connections=self.config["REDIS_MAX_CONNECTIONS"],
             timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=2,
-            socket_timeout=10, health_check_interval=30)
+            socket_timeout=self.config["REDIS_SOCKET_TIMEOUT_S"], health_check_interval=30)
         return Redis(connection_pool=pool)
 
     @functools.cached_property

@@ -22,6 +22,7 @@ from typing import Any
 from lockcore.registry import lock_class
 
 from .combining import CombinableLock
+from .deadlines import set_stock
 from .orders import record_order
 from .paths import StockPath
 from .problems import Busy, SoldOut
@@ -71,7 +72,7 @@ class LockedPath(StockPath):
                 raise SoldOut(f"{sale.sku} is sold out" if stock <= 0
                               else f"only {stock} left of {sale.sku}")
             self._work(deps, sale)
-            deps.redis.set(sale.keys.stock, stock - request.quantity)
+            set_stock(deps.redis, sale.keys.stock, stock - request.quantity)
             return record_order(deps.sessions, deps.redis, sale, request.user_id,
                                 request.quantity, lock.fencing_token, request.idempotency_key)
         finally:

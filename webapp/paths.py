@@ -21,6 +21,7 @@ from sqlalchemy import bindparam, select
 import lockcore
 
 from . import scripts
+from .deadlines import LATE, deadline, too_late
 from .groupcommit import stock_after
 from .models import Sale
 from .orders import give_back, insert_grouped, record_order
@@ -110,7 +111,10 @@ class AtomicPath(StockPath):
         take = scripts.script(deps.redis, "atomic_purchase")
         generation = "" if sale.generation is None else sale.generation
         left = int(take(keys=[sale.keys.stock, sale.keys.soldout, sale.keys.stock_gen],
-                        args=[request.quantity, sale.per_user_limit, generation]))
+                        args=[request.quantity, sale.per_user_limit, generation,
+                              deadline(deps.redis)]))
+        if left == LATE:
+            raise too_late()
         if left == -2:
             raise InvalidRequest(f"at most {sale.per_user_limit} per buyer")
         if left == -3:  # reset since this request looked the sale up: nothing taken

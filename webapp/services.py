@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
 from .batching import Pending
+from .deadlines import LATE, deadline, reserve, too_late
 from .keys import SaleKeys
 from .models import OrderLike
 from .orders import find_order, give_back
@@ -197,9 +198,11 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     sale the whole purchase but its order row."""
     script_keys = _script_keys(request.sku)  # shared: nobody may change it
     known = latest_sale(request.sku)
-    script_args: list[Any] = [request.user_id, request.quantity]
-    if known is not None and known.generation is not None:
-        script_args.append(known.generation)  # the script leaves out a row we have
+    script_args: list[Any] = [
+        request.user_id, request.quantity,
+        # the script leaves out a row we have; and changes nothing if run too late
+        known.generation if known is not None and known.generation is not None else "",
+        deadline(deps.redis)]
     then = None
     if deps.script_pipeline is not None:
         then = TakenOrder(deps.sessions, request.sku, request.user_id, request.quantity, known)
@@ -209,6 +212,8 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     code, _, *rest = reply
     fast = _Fast(rest[0] if rest else [], reserved=code in (1, 2), taken=code == 1,
                  same=None if rest or code == -4 else known)
+    if code == LATE:  # Redis ran it after we would have given up: nothing changed
+        raise too_late()
     if code == -3:
         raise AlreadyPurchased(f"{request.user_id!r} already bought {request.sku}")
     if code == -1:
@@ -246,7 +251,7 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
         if not soldout_checked and deps.redis.get(keys.soldout):
             raise SoldOut(f"{sale.sku} is sold out")
         soldout_checked = False
-        if deps.redis.sadd(keys.buyers, request.user_id) == 1:
+        if reserve(deps.redis, keys.buyers, request.user_id):
             return None
         if request.idempotency_key is None:
             raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")

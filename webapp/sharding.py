@@ -40,6 +40,7 @@ import zlib
 from typing import Any
 
 from . import scripts
+from .deadlines import deadline, too_late
 from .orders import record_order
 from .paths import StockPath
 from .problems import SaleReset, SoldOut
@@ -128,9 +129,12 @@ class ShardedPath(StockPath):
         for step in range(self.probes):
             index = (start + step) % self.shards
             keys = (shard_key(sale.sku, index), shard_gen_key(sale.sku, index))
-            reply = take(keys=list(keys), args=[request.quantity, generation])
+            reply = take(keys=list(keys), args=[request.quantity, generation,
+                                                deadline(deps.redis)])
             if reply == b"stale":  # reset since this request looked the sale up
                 raise SaleReset(sale.sku)
+            if reply == b"late":
+                raise too_late()
             left = int(reply)
             if left >= 0:
                 return self._record(deps, sale, request, keys)

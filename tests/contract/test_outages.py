@@ -21,11 +21,14 @@ from webapp.locks import stock_resource
 
 SKU, SLOW = "qa-outage-1", "qa-outage-2"
 LOCK_TIMEOUT_S = 2
+#: the shop's wait for a Redis reply before 503 (10 s by default)
+REPLY_TIMEOUT_S = 2
 
 
 @pytest.fixture(scope="module")
 def own_shop() -> Iterator[Shop]:
-    with served_shop([SKU, SLOW], LOCK_TIMEOUT_S=str(LOCK_TIMEOUT_S)) as shop:
+    with served_shop([SKU, SLOW], LOCK_TIMEOUT_S=str(LOCK_TIMEOUT_S),
+                     REDIS_SOCKET_TIMEOUT_S=str(REPLY_TIMEOUT_S)) as shop:
         yield shop
 
 
@@ -131,6 +134,27 @@ def test_after_redis_loses_its_data_the_sale_goes_on_from_the_database(shop, str
     assert_error(shop.buy("before-loss", SKU), 409, "already_purchased")
     audit = shop.assert_books_balance(SKU)
     assert (audit["orders"], audit["remaining"]) == (2, 8)
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "token", "sql"])
+def test_a_purchase_cut_off_by_a_paused_redis_changes_nothing(shop, strategy):
+    """Redis stalls past the shop's reply timeout: the buyer hears 503 busy, "try
+    again". Redis runs the purchase's script when it wakes, after the shop gave up on
+    it; it must change nothing, or the buyer is reserved without an order (the retry
+    hears 409 already_purchased) and an atomic sale loses a unit for good: seed 001's
+    lost reply, on the shop's own writes (webapp/deadlines.py)."""
+    shop.reset(SKU, 10, strategy)
+    shop.redis_server.pause()
+    try:
+        stalled = shop.buy("stalled", SKU)
+    finally:
+        shop.redis_server.resume()
+    assert_error(stalled, 503, "busy")
+    wait_healthy(shop)
+    retry = shop.buy("stalled", SKU)
+    assert retry.status == 201, retry.body
+    audit = shop.audit(SKU)
+    assert audit["orders"] == 1 and audit["remaining"] == 9 and audit["consistent"], audit
 
 
 def test_a_buyer_kept_waiting_past_the_lock_timeout_hears_busy(shop):

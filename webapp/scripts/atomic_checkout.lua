@@ -12,6 +12,8 @@
 -- ARGV[1]  user_id
 -- ARGV[2]  quantity             positive integer
 -- ARGV[3]  generation           optional: the sale generation the caller already knows
+-- ARGV[4]  deadline             optional: ms since the epoch, Redis's clock; run later
+--                               (the caller gave up on the reply: a 503), change nothing
 --
 -- Returns {code, units, info}: `info` is the HGETALL reply of KEYS[3], `units` the
 -- units left. `info` is absent for codes -1 and -3 when the sale is over, for -4, and
@@ -25,9 +27,16 @@
 --   -2  quantity above the sale's per-user limit (nothing changed)
 --   -3  already purchased (the user is in KEYS[2])
 --   -4  no sale row in Redis (it lost its data): the caller reloads it
+--   -5  past the deadline: nothing changed (webapp/deadlines.py)
 --
 -- Redis runs a script to the end before any other command: the check of the user,
 -- the check of the stock and the decrement cannot interleave with another buyer's.
+if ARGV[4] and ARGV[4] ~= '' then
+  local now = redis.call('TIME')
+  if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[4]) then
+    return {-5, 0}
+  end
+end
 local soldout = redis.call('GET', KEYS[1])
 if soldout then
   if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then

@@ -6,6 +6,8 @@
 -- KEYS[3]  sale:{sku}:stockgen  the sale generation the stock belongs to (every reset)
 -- ARGV[2]  per-user limit       the most units one user may buy in this sale
 -- ARGV[3]  generation           the one the caller looked up ('': do not check)
+-- ARGV[4]  deadline             optional: ms since the epoch, Redis's clock; run later,
+--                               change nothing (webapp/deadlines.py)
 --
 -- Returns  >= 0  the units left after this purchase (it succeeded)
 --          -1    sold out (not enough units; nothing changed)
@@ -13,9 +15,16 @@
 --          -3    the sale was reset since the caller looked it up, or is being reset
 --                (no generation yet): nothing changed; these units are the new sale's,
 --                and the caller's row would be refused
+--          -5    past the deadline (the caller gave up on the reply): nothing changed
 --
 -- Redis runs a script to the end before any other command, so the read, the check
 -- and the decrement cannot interleave with another buyer's: no lost update.
+if ARGV[4] and ARGV[4] ~= '' then
+  local now = redis.call('TIME')
+  if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[4]) then
+    return -5
+  end
+end
 local quantity = tonumber(ARGV[1])
 if quantity > tonumber(ARGV[2]) then
   return -2

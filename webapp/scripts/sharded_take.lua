@@ -5,15 +5,24 @@
 -- KEYS[2]  sale:{sku#i}:stockgen the sale generation shard i's units belong to
 -- ARGV[1]  quantity             positive integer
 -- ARGV[2]  generation           the one the caller looked up ('': do not check)
+-- ARGV[3]  deadline             optional: ms since the epoch, Redis's clock; run later,
+--                               change nothing (webapp/deadlines.py)
 --
 -- Returns  >= 0  the units left in this shard after the purchase (it succeeded)
 --          -1 - n   not enough here: the shard holds n units (n < quantity), nothing
 --                   changed; the caller tries the next shard
+--          'late'   past the deadline (the caller gave up on the reply): nothing changed
 --          'stale'  the sale was reset since the caller looked it up (or is being
 --                   reset): nothing changed, these units are the new sale's
 --
 -- One slot (the shard's hash tag), so the script runs on whichever node owns that
 -- shard: no cross-slot call however the shards are spread.
+if ARGV[3] and ARGV[3] ~= '' then
+  local now = redis.call('TIME')
+  if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[3]) then
+    return 'late'
+  end
+end
 if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then
   return 'stale'
 end

@@ -1,0 +1,60 @@
+"""A purchase's Redis write whose reply was lost must not land later.
+
+redis-py gives up on a reply after the client's ``socket_timeout`` and the shop answers
+503 busy: "nothing happened, try again". But the command was sent. A Redis that was
+only slow (paused, swapping, a long fork) runs it when it wakes: the buyer is reserved,
+a unit is gone, and no order will ever be written; the buyer's retry hears 409
+``already_purchased``, and the audit stays inconsistent for good (a paused-Redis probe
+found it in session 19: seed 001's lost reply, on the shop's own writes).
+
+So each purchase script carries a *deadline* in Redis's clock (ms since the epoch), a
+margin before the client will give up, and changes nothing if Redis runs it later: it
+answers ``LATE``, which the shop turns into the same 503. Redis's ``TIME`` and the
+client's ``time.time()`` must agree within the margin: on one host they are one clock,
+across hosts NTP keeps them within milliseconds. A clock off by more is seed 004's
+lesson again (a timing assumption, not a guarantee).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import scripts
+from .problems import Busy
+
+#: what a purchase script answers when it ran past its deadline (it changed nothing)
+LATE = -5
+#: the deadline comes this long before the client gives up (at most half its timeout)
+MARGIN_S = 1.0
+
+
+def deadline(client: Any) -> int | str:
+    """The deadline to send with a script on ``client``: ms since the epoch, or ''
+    (no check) for a client that waits for its replies forever."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    timeout = kwargs.get("socket_timeout")
+    if not timeout:
+        return ""
+    return int((time.time() + timeout - min(MARGIN_S, timeout / 2)) * 1000)
+
+
+def too_late() -> Busy:
+    """The 503 for a script that answered ``LATE``: Redis ran it after the deadline."""
+    return Busy("Redis answered too late; nothing was bought, try again", retry_after_s=1)
+
+
+def set_stock(client: Any, key: str, units: int) -> None:
+    """The locked section's write of the stock it computed (``set_stock.lua``): a plain
+    SET, unless Redis runs it after the deadline (then 503, nothing written)."""
+    if scripts.script(client, "set_stock")(keys=[key], args=[units, deadline(client)]) == LATE:
+        raise too_late()
+
+
+def reserve(client: Any, buyers_key: str, user_id: str) -> bool:
+    """SADD the buyer (``reserve.lua``): True if reserved, False if already; 503 late."""
+    done = scripts.script(client, "reserve")(keys=[buyers_key], args=[user_id, deadline(client)])
+    if done == LATE:
+        raise too_late()
+    return bool(done == 1)
