@@ -13,7 +13,9 @@ watchdog, lost-lock reporting and the context manager. A strategy implements onl
 
 ``token`` is fresh and random for every acquisition and belongs to this *handle*,
 not to a thread-local: two asyncio tasks or greenlets sharing a thread cannot release
-each other's locks (redis-py's ``thread_local=False`` lesson).
+each other's locks (redis-py's ``thread_local=False`` lesson). So a handle is one
+holder: make one per thread (or greenlet); a second one acquiring with a handle that is
+already acquiring gets ``LockError`` (``_enter_acquire``).
 """
 
 from __future__ import annotations
