@@ -217,9 +217,9 @@ def main(args: argparse.Namespace) -> int:
         return 2
     # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C, so the shop, its Redis nodes and
     # ZooKeeper are stopped instead of left running with no parent
-    signal.signal(signal.SIGTERM, _stop_on_term)
-    from webapp.served import StartupError  # the shop could not be served
+    from webapp.served import StartupError  # the shop could not be served (slow: Flask)
 
+    signal.signal(signal.SIGTERM, _stop_on_term)
     try:
         return _run(args, plan, report_dir, started)
     except (ShopUnreachable, StartupError) as exc:

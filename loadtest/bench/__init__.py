@@ -101,14 +101,17 @@ def main(args: argparse.Namespace) -> int:
         config.processes = int(QUICK["processes"])
     # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C: the workers, the redis-servers
     # and ZooKeeper this run started are stopped by pid instead of left running.
-    signal.signal(signal.SIGTERM, _stop_on_term)
+    previous = signal.signal(signal.SIGTERM, _stop_on_term)
     # a shell starts a background job with SIGINT ignored: `kill -INT` must still stop it
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         outcome = run(config)
     except KeyboardInterrupt:
         print("bench interrupted; everything it started is stopped", file=sys.stderr)
         return 130
+    finally:  # called in-process (the tests): leave the caller's handlers as they were
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     outcome["targets"] = targets(outcome["results"])
     print(render(outcome), flush=True)
     if args.json:

@@ -70,7 +70,7 @@ def measure(seconds: float) -> list[tuple[str, float, float]]:
                 spinning = _per_call_us(make(True), seconds)
                 rows.append((what, blocking, spinning))
     finally:
-        server.stop()
+        server.cleanup()
     return rows
 
 
