@@ -40,8 +40,15 @@ class WorkerPool:
         self.processes = [ctx.Process(target=worker.serve, args=(i, q, self.results),
                                       name=f"bench-worker-{i}", daemon=True)
                           for i, q in enumerate(self.commands)]
-        for proc in self.processes:
-            proc.start()
+        try:
+            for proc in self.processes:
+                proc.start()
+        except BaseException:  # interrupted while starting them: stop those started
+            for proc in self.processes:
+                if proc.pid is not None:
+                    proc.kill()
+                    proc.join(timeout=5)
+            raise
 
     def run(self, spec: dict[str, Any], workers: int, duration: float,
             at_start: Callable[[], Any]) -> tuple[list[dict[str, Any]], list[str], Any]:
