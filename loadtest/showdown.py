@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 
+from .cliargs import at_least, seconds, stop_on_term
 from .compare import StrategyResult, failed, format_rounds, format_table, phase_label
 from .phase import Plan, run_phase
 from .serving import Target, serve_target, strategy_names, strategy_safety
@@ -32,18 +31,6 @@ logger = logging.getLogger(__name__)
 
 BASELINE_POST, BASELINE_GET = "no-op baseline", "no-op GET (old)"
 BASELINE_POST_END = "no-op baseline (end)"
-
-
-def _at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
-        return value
-    return parse
 
 
 def _strategy_list(text: str) -> str:
@@ -60,16 +47,6 @@ def _strategy_list(text: str) -> str:
     return text
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
-    return value
-
-
 def _shop_url(text: str) -> str:
     parts = urllib.parse.urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -79,20 +56,20 @@ def _shop_url(text: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--users", type=_at_least(1), default=1000, help="buyers (default 1000)")
-    parser.add_argument("--stock", type=_at_least(1), default=100,
+    parser.add_argument("--users", type=at_least(1), default=1000, help="buyers (default 1000)")
+    parser.add_argument("--stock", type=at_least(1), default=100,
                         help="units on sale (default 100)")
     parser.add_argument("--strategies", type=_strategy_list, default=None,
                         help="comma-separated (default: every strategy the shop offers)")
     parser.add_argument("--report", metavar="DIR", help="write DIR/index.html and raw data")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    parser.add_argument("--work-ms", type=_at_least(0), default=None,
+    parser.add_argument("--work-ms", type=at_least(0), default=None,
                         help="simulated work inside the critical section (default 20; "
                              "0 with --sustained: 20 ms would cap a lock at 50/s)")
     parser.add_argument("--sustained", action="store_true",
                         help="large stock, fresh buyers for --duration: purchases/s")
-    parser.add_argument("--duration", type=_at_least(1), default=10, help="sustained seconds")
-    parser.add_argument("--rounds", type=_at_least(1), default=1,
+    parser.add_argument("--duration", type=at_least(1), default=10, help="sustained seconds")
+    parser.add_argument("--rounds", type=at_least(1), default=1,
                         help="sustained: run the strategies this many times, the POST no-op "
                              "again after each round; each round is a share of the no-op "
                              "just before and after it, and the median is printed")
@@ -101,10 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "only after each round, so each phase is a share of the "
                              "baselines right beside it (a machine whose speed drifts "
                              "within minutes moves both sides of its ratio)")
-    parser.add_argument("--lock-timeout", type=_seconds, default=None,
+    parser.add_argument("--lock-timeout", type=seconds, default=None,
                         help="seconds a buyer waits for the lock before 503 busy "
                              "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
-    parser.add_argument("--workers", type=_at_least(1), default=2, help="gunicorn workers")
+    parser.add_argument("--workers", type=at_least(1), default=2, help="gunicorn workers")
     parser.add_argument("--url", type=_shop_url, help="a running shop instead of serving one")
     parser.add_argument("--admin-token", help="with --url (default $SECKILL_ADMIN_TOKEN)")
 
@@ -198,10 +175,6 @@ def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
     return None
 
 
-def _stop_on_term(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
@@ -219,7 +192,7 @@ def main(args: argparse.Namespace) -> int:
     # ZooKeeper are stopped instead of left running with no parent
     from webapp.served import StartupError  # the shop could not be served (slow: Flask)
 
-    signal.signal(signal.SIGTERM, _stop_on_term)
+    signal.signal(signal.SIGTERM, stop_on_term)
     try:
         return _run(args, plan, report_dir, started)
     except (ShopUnreachable, StartupError) as exc:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import signal
 import sys
 from pathlib import Path
 
+from ..cliargs import at_least, seconds, stop_on_term
 from .contenders import CONTENDERS
 from .experiments import EXPERIMENTS
 from .report import render, targets
@@ -32,21 +32,6 @@ logger = logging.getLogger(__name__)
 
 #: --quick: enough to exercise every code path in a few seconds, not to measure anything
 QUICK = {"duration": 1.0, "uncontended": 0.3, "processes": 4}
-
-
-def seconds(text: str) -> float:
-    """A finite number of seconds > 0 (argparse type: anything else is a usage error)."""
-    value = float(text)  # ValueError: argparse's "invalid seconds value"
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
-    return value
-
-
-def at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {text!r}")
-    return value
 
 
 def contender_names(text: str) -> list[str]:
@@ -65,9 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds of the contended run per contender (default 5)")
     parser.add_argument("--uncontended", type=seconds, default=2.0, metavar="SECONDS",
                         help="seconds of the solo acquire+release loop (default 2)")
-    parser.add_argument("--processes", type=at_least_one, default=8,
+    parser.add_argument("--processes", type=at_least(1), default=8,
                         help="worker processes on the hot lock (default 8)")
-    parser.add_argument("--rounds", type=at_least_one, default=1,
+    parser.add_argument("--rounds", type=at_least(1), default=1,
                         help="measure each contender this many times, round-robin, and add "
                              "the rounds up (steadier figures on a busy machine)")
     parser.add_argument("--only", type=contender_names, default=[],
@@ -78,10 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a smoke run: 1 s, 4 processes (overrides the sizes above)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
     parser.add_argument("--list", action="store_true", help="list the contenders and exit")
-
-
-def _stop_on_term(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def main(args: argparse.Namespace) -> int:
@@ -101,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
         config.processes = int(QUICK["processes"])
     # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C: the workers, the redis-servers
     # and ZooKeeper this run started are stopped by pid instead of left running.
-    previous = signal.signal(signal.SIGTERM, _stop_on_term)
+    previous = signal.signal(signal.SIGTERM, stop_on_term)
     # a shell starts a background job with SIGINT ignored: `kill -INT` must still stop it
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
