@@ -184,7 +184,8 @@ class DistributedLock(ABC):
         if outer:
             self._acquirer = None
 
-    def _acquire(self, blocking: bool, timeout: float | None) -> bool:
+    def _check_acquire(self, blocking: bool, timeout: float | None) -> None:
+        """What every ``acquire`` refuses: a held handle (not reentrant), a bad timeout."""
         if self._token is not None:
             raise LockError("this handle already holds the lock; locks are not reentrant",
                             self.name)
@@ -192,6 +193,9 @@ class DistributedLock(ABC):
             if not blocking:
                 raise ValueError("timeout makes no sense with blocking=False")
             check_timeout(timeout)
+
+    def _acquire(self, blocking: bool, timeout: float | None) -> bool:
+        self._check_acquire(blocking, timeout)
         deadline = None if timeout is None else self.clock.monotonic() + timeout
         attempt, token, acquired = 0, "", False
         if blocking and self.queue_first and timeout != 0:

@@ -47,8 +47,8 @@ try:  # the "zookeeper" extra; without it lockcore.strategies() still lists this
 except ImportError:  # pragma: no cover
     KazooClient = None
 
-from ..base import DistributedLock, check_timeout, new_token
-from ..errors import LockError, LockNotOwned
+from ..base import DistributedLock, new_token
+from ..errors import LockNotOwned
 from .zookeeper_clients import shared_client
 
 ROOT = "/seckill/locks"
@@ -75,12 +75,7 @@ class ZooKeeperLock(DistributedLock):
 
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         """Queue in ZooKeeper and wait for our turn (kazoo does the waiting)."""
-        if self._token is not None:
-            raise LockError("this handle already holds the lock; locks are not reentrant",
-                            self.name)
-        if timeout is not None and not blocking:
-            raise ValueError("timeout needs blocking=True")
-        check_timeout(timeout)
+        self._check_acquire(blocking, timeout)
         token = new_token()
         recipe = KazooLock(self.client, self.path, identifier=token)
         try:
