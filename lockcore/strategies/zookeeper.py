@@ -27,6 +27,11 @@ So we report both SUSPENDED and LOST to the holder as a lost lock (``lock.lost``
 ``on_lost``, ``LockLost`` on leaving ``with``). A paused holder (GC) sees neither in
 time: its writes still need ``fencing_token`` checked by the store.
 
+**Unreachable ZooKeeper.** kazoo queues its calls until the connection is back and
+waits for them without a limit, whatever ``acquire``'s timeout. So ``acquire`` on a
+client that is not connected raises kazoo's ``ConnectionLoss`` at once (the shop answers
+503). A waiter already queued when the connection drops still waits for it to return.
+
 **Options.** ``ttl_ms``, ``wait``, ``poll_ms`` do not apply (the session is the lease,
 watches are the wake-up). ``backend``: a started ``KazooClient`` or a hosts string.
 
@@ -40,7 +45,7 @@ from typing import Any
 
 try:  # the "zookeeper" extra; without it lockcore.strategies() still lists this class
     from kazoo.client import KazooClient
-    from kazoo.exceptions import KazooException, NoNodeError
+    from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError
     from kazoo.exceptions import LockTimeout as KazooLockTimeout
     from kazoo.protocol.states import KazooState
     from kazoo.recipe.lock import Lock as KazooLock
@@ -76,6 +81,11 @@ class ZooKeeperLock(DistributedLock):
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         """Queue in ZooKeeper and wait for our turn (kazoo does the waiting)."""
         self._check_acquire(blocking, timeout)
+        if not self.client.connected:
+            # kazoo queues every call until the connection is back and waits for it with
+            # no limit, whatever the timeout: a purchase would hang for the whole outage.
+            raise ConnectionLoss(f"ZooKeeper is not connected (state {self.client.state}): "
+                                 f"cannot acquire {self.name!r}")
         token = new_token()
         recipe = KazooLock(self.client, self.path, identifier=token)
         try:

@@ -163,3 +163,38 @@ def test_leaving_with_after_a_server_outage_raises_lock_lost(request) -> None:
         finally:
             client.stop()
             client.close()
+
+
+def test_acquire_while_zookeeper_is_down_fails_at_once_instead_of_hanging(request) -> None:
+    from kazoo.exceptions import ConnectionLoss
+
+    from lockcore.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        client = _client(server.hosts)
+        try:
+            lock = lockcore.create("zookeeper", client, request.node.name)
+            assert lock.acquire(timeout=2)
+            lock.release()
+            server.kill()
+            assert _wait_until(lambda: not client.connected)
+            outcome: list[object] = []
+
+            def attempt() -> None:
+                try:
+                    outcome.append(lock.acquire(blocking=True, timeout=1))
+                except ConnectionLoss as exc:
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=attempt, daemon=True)
+            thread.start()
+            thread.join(5)  # kazoo alone waits for the connection with no limit
+            assert not thread.is_alive(), "acquire(timeout=1) hung while ZooKeeper was down"
+            assert isinstance(outcome[0], ConnectionLoss)
+            server.start()
+            assert _wait_until(lambda: client.connected, 20)
+            assert lock.acquire(timeout=5)  # back to normal once it reconnects
+            lock.release()
+        finally:
+            client.stop()
+            client.close()
