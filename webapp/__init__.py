@@ -27,6 +27,7 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.config.update(settings.from_env(app.instance_path))
     if test_config is not None:
         app.config.update(test_config)
+    settings.check_urls(app.config)
     os.makedirs(app.instance_path, exist_ok=True)
     if not app.config["SECKILL_ADMIN_TOKEN"]:
         # never run the admin routes open; seckill serve always passes one in

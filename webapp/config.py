@@ -7,6 +7,7 @@ folder and a Redis on localhost (``seckill serve`` starts an embedded one and ex
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -19,6 +20,35 @@ def _csv(value: str | None) -> list[str]:
 
 def _flag(value: str) -> bool:
     return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+class ConfigError(ValueError):
+    """A setting from the environment that cannot work; the message names it."""
+
+
+def _number(name: str, default: str, kind: type = float, *, low: float = 0.0) -> Any:
+    """``name`` from the environment: a finite ``kind`` above ``low`` (else ConfigError)."""
+    text = os.environ.get(name, default)
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= low:
+        raise ConfigError(f"{name} must be a finite number above {low:g}, got {text!r}")
+    return value
+
+
+def check_urls(config: dict[str, Any]) -> None:
+    """REDIS_URL and REDLOCK_URLS must be Redis URLs (a bad one failed every purchase)."""
+    from redis import ConnectionPool
+
+    for name, urls in (("REDIS_URL", [config["REDIS_URL"]]),
+                       ("REDLOCK_URLS", config["REDLOCK_URLS"] or [])):
+        for url in urls:
+            try:
+                ConnectionPool.from_url(url)
+            except ValueError as exc:
+                raise ConfigError(f"{name}: {url!r} is not a Redis URL ({exc})") from None
 
 
 def from_env(instance_path: str) -> dict[str, Any]:
@@ -34,33 +64,33 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "LOCK_STRATEGY": os.environ.get("LOCK_STRATEGY", "token"),
         # redis-py's default pool raises "Too many connections" past its limit; a
         # BlockingConnectionPool makes the 1001st request wait instead (for this long)
-        "REDIS_MAX_CONNECTIONS": int(os.environ.get("REDIS_MAX_CONNECTIONS", "400")),
-        "REDIS_POOL_TIMEOUT_S": float(os.environ.get("REDIS_POOL_TIMEOUT_S", "5")),
+        "REDIS_MAX_CONNECTIONS": _number("REDIS_MAX_CONNECTIONS", "400", int),
+        "REDIS_POOL_TIMEOUT_S": _number("REDIS_POOL_TIMEOUT_S", "5"),
         # how long a reply may take before 503 busy; a purchase script run later than
         # this (a paused Redis) changes nothing (deadlines.py)
-        "REDIS_SOCKET_TIMEOUT_S": float(os.environ.get("REDIS_SOCKET_TIMEOUT_S", "10")),
+        "REDIS_SOCKET_TIMEOUT_S": _number("REDIS_SOCKET_TIMEOUT_S", "10"),
         # how long a buyer waits for the stock lock before hearing 503 busy; a 1000-buyer
         # spike on two busy cores queues ~100 sections behind one lock, so not too short
-        "LOCK_TIMEOUT_S": float(os.environ.get("LOCK_TIMEOUT_S", "10")),
-        "LOCK_TTL_MS": int(os.environ.get("LOCK_TTL_MS", "10000")),
+        "LOCK_TIMEOUT_S": _number("LOCK_TIMEOUT_S", "10"),
+        "LOCK_TTL_MS": _number("LOCK_TTL_MS", "10000", int),
         # lock-path purchases in progress per worker; the rest wait their turn without
         # running. Under gevent every round trip inside the critical section waits for all
         # the runnable greenlets of its worker: fewer of them, a faster lock holder. The
         # lock-free paths (atomic, sql) are not bounded: it capped them by Little's law.
         # A combined lock's buyers (LOCK_COMBINE) are bounded by LOCK_COMBINE_MAX_BATCH
         # instead: they wait locally, not on the lock (docs/performance.md, session 7).
-        "PURCHASE_CONCURRENCY": int(os.environ.get("PURCHASE_CONCURRENCY", "64")),
+        "PURCHASE_CONCURRENCY": _number("PURCHASE_CONCURRENCY", "64", int),
         # lock cohorting (webapp/cohort.py): a worker passes a held safe lock to its own
         # next buyer, up to MAX_PASSES times within MAX_MS, instead of releasing it
         "LOCK_COHORT": _flag(os.environ.get("SECKILL_LOCK_COHORT", "1")),
-        "LOCK_COHORT_MAX_PASSES": int(os.environ.get("SECKILL_LOCK_COHORT_MAX_PASSES", "64")),
-        "LOCK_COHORT_MAX_MS": float(os.environ.get("SECKILL_LOCK_COHORT_MAX_MS", "20")),
+        "LOCK_COHORT_MAX_PASSES": _number("SECKILL_LOCK_COHORT_MAX_PASSES", "64", int),
+        "LOCK_COHORT_MAX_MS": _number("SECKILL_LOCK_COHORT_MAX_MS", "20"),
         # flat combining (webapp/combining.py): the holder of a safe lock serves the
         # batch of its worker's queued buyers (at most MAX_BATCH) in one section; at most
         # MAX_BATCH such buyers per worker are in progress. 256: token sold 78-81% of the
         # no-op's rate sustained, against 65-68% at 64 (docs/performance.md, session 7)
         "LOCK_COMBINE": _flag(os.environ.get("SECKILL_LOCK_COMBINE", "1")),
-        "LOCK_COMBINE_MAX_BATCH": int(os.environ.get("SECKILL_LOCK_COMBINE_MAX_BATCH", "256")),
+        "LOCK_COMBINE_MAX_BATCH": _number("SECKILL_LOCK_COMBINE_MAX_BATCH", "256", int),
         # auto-pipelining (webapp/pipelining.py): the first script of every purchase
         # waiting at the same moment in a worker goes to Redis in one round trip
         "REDIS_AUTOPIPELINE": _flag(os.environ.get("SECKILL_REDIS_AUTOPIPELINE", "1")),

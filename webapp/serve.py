@@ -17,6 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from . import config as settings
 from .served import ServedApp, StartupError
 
 __all__ = ["ServedApp", "add_arguments", "main"]
@@ -43,6 +47,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     database_url = os.environ.get("DATABASE_URL") or \
         f"sqlite:///{Path.cwd() / 'instance' / 'seckill.sqlite'}"
+    try:  # what the workers will read, checked before anything starts
+        config = settings.from_env(str(Path.cwd() / "instance"))
+        if os.environ.get("REDIS_URL"):
+            settings.check_urls(config)
+        else:
+            settings.check_urls({**config, "REDIS_URL": settings.DEFAULT_REDIS_URL})
+        try:
+            make_url(database_url)
+        except ArgumentError as exc:
+            raise settings.ConfigError(f"DATABASE_URL: {exc}") from None
+    except settings.ConfigError as exc:
+        print(f"seckill serve: {exc}", file=sys.stderr)
+        return 2
     redlock = [u for u in os.environ.get("REDLOCK_URLS", "").split(",") if u] or None
 
     def stop_on_term(signum: int, frame: object) -> None:
@@ -58,6 +75,10 @@ def main(args: argparse.Namespace) -> int:
         served.start()  # stops what it started if it fails
     except StartupError as exc:
         print(f"seckill serve: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # an unreachable REDIS_URL or database, a missing driver
+        print(f"seckill serve: could not start: {type(exc).__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
         return 1
     try:
         print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"

@@ -269,3 +269,33 @@ def test_bench_stopped_by_sigterm_stops_every_process_it_started():
     assert proc.returncode == 130, err[-1000:]
     assert "everything it started is stopped" in err and "Traceback" not in err, err[-1000:]
     assert not survivors
+
+
+@pytest.mark.parametrize(("setting", "named"), [
+    ("REDLOCK_URLS=garbage", "REDLOCK_URLS"),   # was: served, then every purchase 500
+    ("LOCK_TIMEOUT_S=-5", "LOCK_TIMEOUT_S"),    # was: served, then every reset 500
+    ("LOCK_TIMEOUT_S=abc", "LOCK_TIMEOUT_S"),   # was: gunicorn's HaltServer traceback
+    ("REDIS_URL=garbage", "REDIS_URL"),
+    ("DATABASE_URL=garbage", "DATABASE_URL"),
+])
+def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(
+        tmp_path, setting, named):
+    name, value = setting.split("=", 1)
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
+                          env={**env, name: value}, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc
+    assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "admin token" not in proc.stdout
+    assert not (tmp_path / "instance").exists()
+
+
+def test_serve_with_an_unreachable_redis_url_is_one_line_and_exit_1(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc
+    assert "could not start" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
