@@ -247,8 +247,8 @@ class DistributedLock(ABC):
         if not self.expires:
             raise NotImplementedError(f"{self.strategy!r} locks do not expire")
         ttl = self.ttl_ms if ttl_ms is None else ttl_ms
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
-            raise ValueError("ttl_ms must be a positive int")
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_TTL_MS:
+            raise ValueError(f"ttl_ms must be an int between 1 and {MAX_TTL_MS} (a year)")
         with self._mutex:
             if self._token is None:
                 raise LockNotOwned("extend of a lock this handle does not hold", self.name)

@@ -65,6 +65,8 @@ class RedLock(DistributedLock):
                  **options: Any) -> None:
         if not isinstance(clients, (list, tuple)) or not clients:
             raise TypeError("redlock needs a list of independent redis clients")
+        if not all(callable(getattr(c, "execute_command", None)) for c in clients):
+            raise TypeError("redlock needs a list of redis-py clients")
         super().__init__(list(clients), name, **options)
         if self.ttl_ms is None:
             raise ValueError("redlock needs a ttl_ms: validity is measured against it")

@@ -199,3 +199,16 @@ def test_acquire_refuses_a_timeout_that_is_not_a_finite_number(pair, timeout):
 def test_a_redis_strategy_on_something_else_is_a_type_error(strategy, backend):
     with pytest.raises(TypeError, match="redis-py client"):
         lockcore.create(strategy, backend, ["a", "b"] if strategy == "multi" else "res")
+
+
+@pytest.mark.parametrize("ttl_ms", [10**13, 2**63, 0, -1])
+def test_extend_refuses_a_ttl_create_would_refuse(pair, ttl_ms):
+    """Was: a PTTL of centuries, or redis-py's raw ResponseError past Redis's range."""
+    lock, _ = pair
+    if not lock.expires:
+        pytest.skip(f"{lock.strategy} locks do not expire")
+    assert lock.acquire(blocking=False)
+    with pytest.raises(ValueError, match="ttl_ms"):
+        lock.extend(ttl_ms)
+    assert lock.held()  # still ours, untouched
+    lock.release()

@@ -266,3 +266,8 @@ def test_works_in_a_gevent_monkey_patched_process(redlock_cluster) -> None:
     out = subprocess.run([sys.executable, "-c", program, *redlock_cluster.urls],
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_client_list_with_something_else_in_it_is_a_type_error(redlock_clients) -> None:
+    with pytest.raises(TypeError, match="redis-py clients"):  # was an AttributeError
+        lockcore.create("redlock", [*redlock_clients[:2], "redis://x"], "stock:sku-1")
