@@ -26,21 +26,24 @@ class ConfigError(ValueError):
     """A setting from the environment that cannot work; the message names it."""
 
 
-def _number(name: str, default: str, kind: type = float, *, low: float = 0.0) -> Any:
-    """``name`` from the environment: a finite ``kind`` above ``low`` (else ConfigError)."""
+def _number(name: str, default: str, kind: type = float) -> Any:
+    """``name`` from the environment: a finite ``kind`` above 0 (else ConfigError)."""
     text = os.environ.get(name, default)
     try:
         value = kind(text)
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= low:
-        raise ConfigError(f"{name} must be a finite number above {low:g}, got {text!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a finite number above 0, got {text!r}")
     return value
 
 
 def check_urls(config: dict[str, Any]) -> None:
-    """REDIS_URL and REDLOCK_URLS must be Redis URLs (a bad one failed every purchase)."""
+    """REDIS_URL and REDLOCK_URLS must be Redis URLs (a bad one failed every purchase),
+    and DATABASE_URL a SQLAlchemy URL."""
     from redis import ConnectionPool
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     for name, urls in (("REDIS_URL", [config["REDIS_URL"]]),
                        ("REDLOCK_URLS", config["REDLOCK_URLS"] or [])):
@@ -49,6 +52,10 @@ def check_urls(config: dict[str, Any]) -> None:
                 ConnectionPool.from_url(url)
             except ValueError as exc:
                 raise ConfigError(f"{name}: {url!r} is not a Redis URL ({exc})") from None
+    try:
+        make_url(config["DATABASE_URL"])
+    except ArgumentError as exc:
+        raise ConfigError(f"DATABASE_URL: {exc}") from None
 
 
 def from_env(instance_path: str) -> dict[str, Any]:

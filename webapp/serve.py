@@ -17,9 +17,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from . import config as settings
 from .served import ServedApp, StartupError
 
@@ -45,22 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    database_url = os.environ.get("DATABASE_URL") or \
-        f"sqlite:///{Path.cwd() / 'instance' / 'seckill.sqlite'}"
     try:  # what the workers will read, checked before anything starts
-        config = settings.from_env(str(Path.cwd() / "instance"))
-        if os.environ.get("REDIS_URL"):
-            settings.check_urls(config)
-        else:
-            settings.check_urls({**config, "REDIS_URL": settings.DEFAULT_REDIS_URL})
-        try:
-            make_url(database_url)
-        except ArgumentError as exc:
-            raise settings.ConfigError(f"DATABASE_URL: {exc}") from None
+        config = settings.from_env(str(Path.cwd() / "instance"))  # SQLite lives there
+        settings.check_urls(config)
     except settings.ConfigError as exc:
         print(f"seckill serve: {exc}", file=sys.stderr)
         return 2
-    redlock = [u for u in os.environ.get("REDLOCK_URLS", "").split(",") if u] or None
+    database_url, redlock = config["DATABASE_URL"], config["REDLOCK_URLS"] or None
 
     def stop_on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
