@@ -67,14 +67,16 @@ class LocustCluster:
             return code
         finally:
             for proc in (master, *workers):
-                _stop(proc)
+                stop_locust(proc)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
                          for p in sorted(self.workdir.glob("*.log")))
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_locust(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a Locust process by pid and wait for it: SIGTERM (it quits cleanly), then
+    SIGKILL."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGTERM)

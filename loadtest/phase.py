@@ -19,6 +19,7 @@ from typing import Any
 
 from . import arrivals, commandstats, locust_csv, sustained
 from .compare import NOOP_MODES, StrategyResult
+from .multihost_locust import stop_locust
 from .shop import ShopClient
 from .verdict import NOOP, PURCHASE_NAME
 
@@ -62,7 +63,8 @@ def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> l
 
 
 def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
-    """Run Locust to completion (killed by pid past ``timeout``); returns its exit code.
+    """Run Locust to completion (killed by pid past ``timeout``, or when we are
+    interrupted); returns its exit code.
 
     Exit code 1 only means some requests failed, which the audit judges; not an error.
     """
@@ -76,6 +78,9 @@ def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
             logger.warning("locust pid %s overran %.0fs; killing it", proc.pid, timeout)
             proc.kill()
             proc.wait(timeout=10)
+            raise
+        except BaseException:  # Ctrl-C, SIGTERM: Locust is ours to stop, not left writing
+            stop_locust(proc)  # its CSVs into a scratch dir the caller is removing
             raise
 
 

@@ -6,6 +6,8 @@
 * A showdown stopped with SIGTERM (``timeout``, ``kill``, a CI job's cancel) left the
   shop it served running with no parent: gunicorn, six redis-servers and, for
   ``zookeeper``, a JVM. SIGTERM now unwinds like Ctrl-C.
+* It also left Locust running, which wrote its CSVs into the showdown's scratch dir while
+  that was being removed, so the dir stayed behind in /tmp: Locust is now stopped first.
 """
 
 from __future__ import annotations
@@ -67,26 +69,41 @@ def test_an_empty_strategy_list_is_a_usage_error_not_every_strategy(names):
     assert "serving the shop" not in done.stdout
 
 
+def _is_locust(pid: int) -> bool:
+    try:
+        return b"locust" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def test_sigterm_stops_everything_the_showdown_started(tmp_path):
     out = (tmp_path / "out.txt").open("w")
-    proc = subprocess.Popen([str(SECKILL), "showdown", "--users", "200", "--stock", "20",
-                             "--strategies", "token", "--work-ms", "50"],
-                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    scratch = tmp_path / "tmp"  # the showdown's own TMPDIR: what it leaves there is seen
+    scratch.mkdir()
+    # a minute of sustained load: Locust is still running when signalled
+    proc = subprocess.Popen([str(SECKILL), "showdown", "--sustained", "--duration", "60",
+                             "--users", "50", "--strategies", "token"],
+                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "TMPDIR": str(scratch)})
     started: set[int] = set()
     try:
         deadline = time.monotonic() + 120
-        while "[1/1]" not in (tmp_path / "out.txt").read_text():
+        while not (locust := {p for p in _descendants(proc.pid) if _is_locust(p)}):
             assert proc.poll() is None and time.monotonic() < deadline, \
                 (tmp_path / "out.txt").read_text()
             time.sleep(0.2)
         started = _descendants(proc.pid)
-        assert started, "the showdown started no processes?"
+        assert locust <= started, "Locust finished before the signal: nothing tested"
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+        # Locust was stopped and waited for before its scratch dir went: left running,
+        # it wrote its CSVs into the dir being removed, which then stayed behind
+        assert not locust & set(_children()), "Locust outlived the showdown"
         deadline = time.monotonic() + 20
         while (left := started & set(_children())) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not left, f"left running after SIGTERM: {sorted(left)}"
+        assert not list(scratch.iterdir()), f"left behind: {list(scratch.iterdir())}"
     finally:
         if proc.poll() is None:
             proc.kill()
