@@ -14,7 +14,6 @@ from webapp.serve import ServedApp
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOT = "/tmp/seckill-storefront.png"
 
 
 @pytest.fixture
@@ -34,7 +33,8 @@ def page() -> Iterator[object]:
             browser.close()
 
 
-def test_a_shopper_buys_sees_the_stock_fall_and_then_the_sold_out_state(page):
+def test_a_shopper_buys_sees_the_stock_fall_and_then_the_sold_out_state(page, tmp_path):
+    # screenshots go to pytest's tmp_path (it keeps the last three runs), not /tmp
     from playwright.sync_api import expect
 
     with ServedApp(workers=1) as app:
@@ -59,7 +59,7 @@ def test_a_shopper_buys_sees_the_stock_fall_and_then_the_sold_out_state(page):
         expect(card).to_have_class("card sold-out")
         expect(card.locator(".buy")).to_be_disabled()
         expect(card.locator(".buy")).to_have_text("Sold out")
-        page.screenshot(path=SCREENSHOT, full_page=True)
+        page.screenshot(path=tmp_path / "storefront.png", full_page=True)
 
         page.goto(app.url + "/admin")
         expect(page.locator("#a-units_sold")).to_have_text("2")
@@ -71,4 +71,4 @@ def test_a_shopper_buys_sees_the_stock_fall_and_then_the_sold_out_state(page):
         expect(page.locator("#reset-message")).to_contain_text("Reset sku-1: 3 units")
         expect(page.locator("#a-units_sold")).to_have_text("0")
         expect(page.locator("#a-strategy")).to_have_text("atomic")
-        page.screenshot(path="/tmp/seckill-admin.png", full_page=True)
+        page.screenshot(path=tmp_path / "admin.png", full_page=True)
