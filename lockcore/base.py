@@ -258,6 +258,26 @@ class DistributedLock(ABC):
                 self._mark_lost("extend found the lock no longer ours")
                 raise
 
+    def fence_at_least(self, issued: int) -> None:
+        """Make every later ``fencing_token`` of this resource greater than ``issued``.
+
+        A fencing counter lives in the lock's backend; a Redis restarted without
+        persistence starts it again at 1, and the next holders' tokens fall below those
+        its storage has already seen. Whoever keeps the tokens (the shop's orders) then
+        seeds the counter with the highest it holds. Never lowers the counter.
+        A lock without fencing tokens ignores it (``fencing_token`` stays None), and so
+        does ``zookeeper``: its tokens are sequence numbers ZooKeeper keeps on its disk.
+        ``redlock`` raises a majority of its nodes, or raises ``LockError``.
+        """
+        if isinstance(issued, bool) or not isinstance(issued, int) or issued < 0:
+            raise ValueError(f"issued must be an int >= 0, not {issued!r}")
+        if issued > 0:
+            self._fence_at_least(issued)
+
+    def _fence_at_least(self, issued: int) -> None:
+        """Raise this lock's fencing counter; only locks that have one override it."""
+        return None
+
     def held(self) -> bool:
         """Ask the backend whether this handle still holds the lock."""
         token = self._token

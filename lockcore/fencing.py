@@ -70,3 +70,9 @@ def fenced_write(client: Any, name: str, value: str | int | float | bytes,
                  fencing_token: int) -> None:
     """One-shot ``FencedStore(client).write(name, value, fencing_token)``."""
     FencedStore(client).write(name, value, fencing_token)
+
+
+def raise_counter(client: Any, fence_key: str, issued: int) -> int:
+    """Raise the fencing counter at ``fence_key`` to at least ``issued``
+    (``fence_at_least.lua``); returns the counter after it."""
+    return int(scripts.script(client, "fence_at_least")(keys=[fence_key], args=[issued]))

@@ -28,6 +28,7 @@ from redis.exceptions import NoScriptError
 from .. import scripts
 from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
+from ..fencing import raise_counter
 from ..wire import round_trip
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ class HandOffLock(DistributedLock):
         self._uuid = new_token()  # this acquisition's name: in the queue and in the key
         self._queue_script = scripts.script(client, "fair")
         self._extend_script = scripts.script(client, "token_extend")
+
+    def _fence_at_least(self, issued: int) -> None:
+        raise_counter(self.client, self.fence_key, issued)
 
     @property
     def signal_key(self) -> str:

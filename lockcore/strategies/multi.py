@@ -42,6 +42,7 @@ from typing import Any
 from .. import scripts
 from ..base import DistributedLock
 from ..errors import LockNotOwned
+from ..fencing import raise_counter
 from ..waiting import SIGNAL_TTL_MS
 
 
@@ -73,6 +74,9 @@ class MultiLock(DistributedLock):
         self._acquire_script = scripts.script(client, "multi_acquire")
         self._release_script = scripts.script(client, "multi_release")
         self._extend_script = scripts.script(client, "multi_extend")
+
+    def _fence_at_least(self, issued: int) -> None:
+        raise_counter(self.client, self.fence_key, issued)
 
     @property
     def signal_key(self) -> str:

@@ -48,9 +48,9 @@ from typing import Any
 
 from .. import scripts
 from ..base import DistributedLock
-from ..errors import LockNotOwned
+from ..errors import LockError, LockNotOwned
 from ..waiting import SIGNAL_TTL_MS, BackoffWaiter
-from .redlock_nodes import JitterWaiter, on_every_node, quorum, validity_ms
+from .redlock_nodes import JitterWaiter, check_independent, on_every_node, quorum, validity_ms
 
 
 class RedLock(DistributedLock):
@@ -67,6 +67,7 @@ class RedLock(DistributedLock):
             raise TypeError("redlock needs a list of independent redis clients")
         if not all(callable(getattr(c, "execute_command", None)) for c in clients):
             raise TypeError("redlock needs a list of redis-py clients")
+        check_independent(clients)
         super().__init__(list(clients), name, **options)
         if self.ttl_ms is None:
             raise ValueError("redlock needs a ttl_ms: validity is measured against it")
@@ -135,6 +136,15 @@ class RedLock(DistributedLock):
             raise LockNotOwned("cannot extend on a majority: the lock is no longer ours",
                                self.name)
         self.validity_ms, self._valid_until = validity, start + validity / 1000
+
+    def _fence_at_least(self, issued: int) -> None:
+        """On a majority at least: any later majority shares a node with it, whose
+        ``INCR`` then exceeds ``issued``, and the new token is the majority's max."""
+        replies = self._call("fence_at_least", [self.fence_key], [issued])
+        raised = sum(not isinstance(r, BaseException) for r in replies)
+        if raised < self.quorum:
+            raise LockError(f"raised the fencing counter on only {raised} of "
+                            f"{len(self.clients)} nodes, fewer than a majority", self.name)
 
     def remaining_validity_ms(self) -> float:
         """Ms left before the lock may have expired on a majority (<= 0: assume it has)."""

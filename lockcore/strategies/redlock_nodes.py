@@ -66,6 +66,26 @@ def _attempt(call: Callable[[Any], Any], client: Any) -> Any:
         return exc
 
 
+def check_independent(clients: Sequence[Any]) -> None:
+    """``ValueError`` if two clients name the same server (host and port, or socket).
+
+    One server counted as several nodes is one vote wearing several hats: three
+    clients of one server never won a majority of five, and with five they would let a
+    single crash free the lock everywhere. Two names of one address (``localhost`` and
+    ``127.0.0.1``) are not caught.
+    """
+    seen: set[tuple[Any, ...]] = set()
+    for client in clients:
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+        if not isinstance(kwargs, dict):
+            continue  # not a plain client (a stand-in): nothing to compare
+        address = (kwargs.get("host"), kwargs.get("port"), kwargs.get("path"))
+        if address in seen:
+            where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+            raise ValueError(f"redlock needs independent nodes; {where} is given twice")
+        seen.add(address)
+
+
 def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable[[Any], Any],
                   timeout: float) -> list[Any]:
     """Send ``command`` to every node, then read every reply; each reply or its exception.

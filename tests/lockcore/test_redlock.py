@@ -271,3 +271,14 @@ def test_works_in_a_gevent_monkey_patched_process(redlock_cluster) -> None:
 def test_a_client_list_with_something_else_in_it_is_a_type_error(redlock_clients) -> None:
     with pytest.raises(TypeError, match="redis-py clients"):  # was an AttributeError
         lockcore.create("redlock", [*redlock_clients[:2], "redis://x"], "stock:sku-1")
+
+
+def test_one_server_given_as_several_nodes_is_refused(redlock_clients) -> None:
+    # three clients of one server never won a majority of five: acquire just timed out
+    port = redlock_clients[0].connection_pool.connection_kwargs["port"]
+    again = redis.Redis(host="127.0.0.1", port=port, db=1)  # another db: the same server
+    try:
+        with pytest.raises(ValueError, match="given twice"):
+            lockcore.create("redlock", [*redlock_clients[:4], again], "stock:sku-1")
+    finally:
+        again.close()

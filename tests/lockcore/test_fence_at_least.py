@@ -1,0 +1,107 @@
+"""``lock.fence_at_least(issued)``: a fencing counter lost with a Redis restarted empty is
+raised again past the tokens already handed out, so tokens keep increasing.
+
+The gap it closes (found by the contract audit): ``seckill serve`` runs an embedded
+Redis without persistence; after a restart every counter started again at 1, and new
+orders carried tokens below the earlier ones'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+import lockcore
+from lockcore import LockError
+from lockcore.embedded import EmbeddedRedis, RedisServer
+
+FENCED = ["token", "fair", "multi"]
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A server of this test's own: it is restarted empty."""
+    with EmbeddedRedis(nodes=1) as cluster:
+        yield cluster.servers[0]
+
+
+def _tokens(lock: lockcore.DistributedLock, times: int) -> list[int]:
+    tokens = []
+    for _ in range(times):
+        with lock:
+            assert lock.fencing_token is not None
+            tokens.append(lock.fencing_token)
+    return tokens
+
+
+def _lock(strategy: str, client: redis.Redis) -> lockcore.DistributedLock:
+    resource = ["stock:sku-1", "buyer:1"] if strategy == "multi" else "stock:sku-1"
+    return lockcore.create(strategy, client, resource, wait="notify")
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_a_restart_without_persistence_rewinds_the_tokens_until_the_fence_is_raised(
+        own_server, strategy):
+    client = redis.Redis.from_url(own_server.url)
+    try:
+        lock = _lock(strategy, client)
+        before = _tokens(lock, 3)
+        assert before == sorted(before) and len(set(before)) == 3
+        own_server.restart()  # comes back empty, fencing counter and all
+        client.connection_pool.disconnect()
+        assert _tokens(lock, 1)[0] <= before[-1]  # the gap: a token already handed out
+        lock.fence_at_least(before[-1])
+        after = _tokens(lock, 2)
+        assert after[0] > before[-1] and after[1] > after[0]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("strategy", FENCED)
+def test_the_fence_is_never_lowered(redis_client, strategy):
+    lock = _lock(strategy, redis_client)
+    lock.fence_at_least(40)
+    assert _tokens(lock, 1) == [41]
+    lock.fence_at_least(5)  # an older floor than the counter: no effect
+    lock.fence_at_least(0)
+    assert _tokens(lock, 1) == [42]
+
+
+def test_redlock_raises_a_majority_so_any_later_majority_exceeds_it(redlock_cluster,
+                                                                    redlock_clients):
+    servers = redlock_cluster.servers
+    lock = lockcore.create("redlock", redlock_clients, "stock:sku-1")
+    for server in servers[3:]:
+        server.kill()
+    lock.fence_at_least(50)  # raised on nodes 0, 1, 2 only
+    for server in servers[3:]:
+        server.start()
+    for server in servers[:2]:
+        server.kill()  # the next majority is 2, 3, 4: only node 2 was raised
+    assert _tokens(lock, 1)[0] > 50
+
+
+def test_redlock_refuses_to_call_a_minority_raised(redlock_cluster, redlock_clients):
+    for server in redlock_cluster.servers[:3]:
+        server.kill()
+    lock = lockcore.create("redlock", redlock_clients, "stock:sku-1")
+    with pytest.raises(LockError, match="2 of 5"):
+        lock.fence_at_least(50)
+
+
+@pytest.mark.parametrize("strategy", ["naive", "setnx", "setnx-expire", "getset"])
+def test_a_lock_without_fencing_tokens_ignores_it(redis_client, strategy):
+    lock = lockcore.create(strategy, redis_client, "stock:sku-1")
+    lock.fence_at_least(7)
+    with lock:
+        assert lock.fencing_token is None
+    assert redis_client.keys("*fence*") == []
+
+
+@pytest.mark.parametrize("issued", [-1, True, 1.5, "3", None])
+def test_fence_at_least_wants_a_whole_number(redis_client, issued):
+    lock = lockcore.create("token", redis_client, "stock:sku-1")
+    with pytest.raises(ValueError, match="issued"):
+        lock.fence_at_least(issued)
