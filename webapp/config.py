@@ -40,10 +40,12 @@ def _number(name: str, default: str, kind: type = float) -> Any:
 
 def check_urls(config: dict[str, Any]) -> None:
     """REDIS_URL and REDLOCK_URLS must be Redis URLs (a bad one failed every purchase),
-    and DATABASE_URL a SQLAlchemy URL."""
-    from redis import ConnectionPool
+    REDLOCK_URLS each a different server, and DATABASE_URL a SQLAlchemy URL."""
+    from redis import ConnectionPool, Redis
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
+
+    from lockcore.strategies.redlock_nodes import check_independent
 
     for name, urls in (("REDIS_URL", [config["REDIS_URL"]]),
                        ("REDLOCK_URLS", config["REDLOCK_URLS"] or [])):
@@ -52,6 +54,10 @@ def check_urls(config: dict[str, Any]) -> None:
                 ConnectionPool.from_url(url)
             except ValueError as exc:
                 raise ConfigError(f"{name}: {url!r} is not a Redis URL ({exc})") from None
+    try:  # every purchase on such a list failed: one server never wins two votes
+        check_independent([Redis.from_url(url) for url in config["REDLOCK_URLS"] or []])
+    except ValueError as exc:
+        raise ConfigError(f"REDLOCK_URLS: {exc}") from None
     try:
         make_url(config["DATABASE_URL"])
     except ArgumentError as exc:

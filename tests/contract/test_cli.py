@@ -273,6 +273,8 @@ def test_bench_stopped_by_sigterm_stops_every_process_it_started():
 
 @pytest.mark.parametrize(("setting", "named"), [
     ("REDLOCK_URLS=garbage", "REDLOCK_URLS"),   # was: served, then every purchase 500
+    # one server five times: was served, then every redlock purchase 503 (never a majority)
+    ("REDLOCK_URLS=" + ",".join(["redis://127.0.0.1:1/0"] * 5), "REDLOCK_URLS"),
     ("LOCK_TIMEOUT_S=-5", "LOCK_TIMEOUT_S"),    # was: served, then every reset 500
     ("LOCK_TIMEOUT_S=abc", "LOCK_TIMEOUT_S"),   # was: gunicorn's HaltServer traceback
     ("REDIS_URL=garbage", "REDIS_URL"),

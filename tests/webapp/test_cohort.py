@@ -218,14 +218,14 @@ def test_two_worker_processes_with_cohorts_sell_exactly_the_stock_and_both_sell(
     ("naive", False), ("setnx", False), ("local", False),  # must keep failing as taught
 ])
 def test_only_safe_single_resource_locks_join_a_cohort_and_only_when_switched_on(
-        sqlite_url, redis_url, strategy, cohorted):
+        sqlite_url, redis_url, redlock_cluster, strategy, cohorted):
     from webapp import locks
     from webapp.saleinfo import SaleInfo
 
     sale = SaleInfo(1, SKU, strategy, 0, 1, 10)
     for switch in (True, False):
         app = make_app(sqlite_url, redis_url, LOCK_COHORT=switch, LOCK_COMBINE=False,
-                       REDLOCK_URLS=[redis_url] * 5)
+                       REDLOCK_URLS=redlock_cluster.urls)
         lock = locks.lock_for(app.extensions["seckill"], sale, "ann")
         assert isinstance(lock, CohortLock) is (switch and cohorted), (strategy, switch)
         app.extensions["seckill"].close()
@@ -233,12 +233,12 @@ def test_only_safe_single_resource_locks_join_a_cohort_and_only_when_switched_on
 
 @pytest.mark.parametrize("strategy, max_batch", [("token", 256), ("redlock", 256),
                                                  ("fair", 64)])
-def test_a_combined_section_is_smaller_for_the_fifo_lock(sqlite_url, redis_url, strategy,
-                                                         max_batch):
+def test_a_combined_section_is_smaller_for_the_fifo_lock(sqlite_url, redis_url,
+                                                         redlock_cluster, strategy, max_batch):
     from webapp import locks
     from webapp.saleinfo import SaleInfo
 
-    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=[redis_url] * 5)
+    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=redlock_cluster.urls)
     lock = locks.lock_for(app.extensions["seckill"], SaleInfo(1, SKU, strategy, 0, 1, 10),
                           "ann")
     assert lock.combiner.max_batch == max_batch

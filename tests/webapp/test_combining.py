@@ -238,13 +238,14 @@ def test_a_batch_whose_sale_was_reset_to_another_strategy_hears_busy_and_takes_n
     ("multi", False), ("naive", False), ("setnx", False), ("local", False),
 ])
 def test_only_safe_single_resource_locks_combine_and_only_when_switched_on(
-        sqlite_url, redis_url, strategy, combined):
+        sqlite_url, redis_url, redlock_cluster, strategy, combined):
     from webapp import locks
     from webapp.saleinfo import SaleInfo
 
     sale = SaleInfo(1, SKU, strategy, 0, 1, 10)
     for switch in (True, False):
-        app = make_app(sqlite_url, redis_url, LOCK_COMBINE=switch, REDLOCK_URLS=[redis_url] * 5)
+        app = make_app(sqlite_url, redis_url, LOCK_COMBINE=switch,
+                       REDLOCK_URLS=redlock_cluster.urls)
         lock = locks.lock_for(backends(app), sale, "ann")
         assert isinstance(lock, CombinableLock) is (switch and combined), (strategy, switch)
         backends(app).close()
