@@ -19,7 +19,7 @@ from lockcore import LockError
 from . import locks, paths, sales, validation
 from .extensions import Backends, get_backends
 from .lockedpath import LockedPath
-from .problems import Busy, InvalidRequest, Unauthorized, UnknownSku
+from .problems import Busy, Unauthorized, UnknownSku
 from .saleinfo import load_sale
 
 bp = Blueprint("admin", __name__)
@@ -83,10 +83,9 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
     if not isinstance(paths.path_for(sale.strategy), LockedPath):
         yield  # lock-free paths have no section to wait for
         return
-    try:  # asked first: a cohorted lock builds its real one only at acquire
-        locks.check_configured(sale.strategy, backends.config)
-    except InvalidRequest:  # not configured (any more): no buyer here can hold it either
-        yield
+    # asked first: a cohorted lock builds its real one only at acquire
+    if not locks.configured(sale.strategy, backends.config):
+        yield  # not configured (any more): no buyer here can hold it either
         return
     lock = locks.lock_for(backends, sale, "admin-reset")  # unreachable: 503, try again
     timeout = backends.config["LOCK_TIMEOUT_S"]

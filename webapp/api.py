@@ -92,7 +92,8 @@ def purchase(sku: str) -> tuple[Response, int]:
                     lock_timeout_s=backends.config["LOCK_TIMEOUT_S"],
                     lock_slots=backends.purchase_slots,
                     combined_slots=backends.combined_slots,
-                    script_pipeline=backends.script_pipeline)
+                    script_pipeline=backends.script_pipeline,
+                    fence=functools.partial(locks.raise_fence, backends))
     result = checkout(deps, purchase_request)
     return jsonify(result.order.to_json()), 201 if result.created else 200
 

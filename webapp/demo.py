@@ -7,8 +7,10 @@ import logging
 import redis
 from sqlalchemy.orm import sessionmaker
 
+from lockcore import LockError
+
 from .extensions import make_engine
-from .saleinfo import cached_sale
+from .saleinfo import Fence, cached_sale
 from .sales import create_product, reset_sale
 
 logger = logging.getLogger(__name__)
@@ -25,13 +27,15 @@ PRODUCTS = [
 
 
 def seed(database_url: str, redis_url: str, *, reset: bool = False,
-         featured_strategy: str | None = None) -> None:
+         featured_strategy: str | None = None, fence: Fence | None = None) -> None:
     """Create the demo products that are missing and start their sales. A sale that
     exists keeps its orders and stock (``seckill serve`` restarted on the same database):
     its Redis copy is loaded from the database if Redis lacks it. ``reset`` restocks
     every sale instead, deleting its orders.
 
     :param featured_strategy: the strategy of a new ``sku-1`` (``LOCK_STRATEGY``; ``token``).
+    :param fence: raises a reloaded sale's fencing counter past its orders' tokens
+        (``locks.raise_fence``); None: left as Redis has it.
     """
     engine = make_engine(database_url)
     client = redis.Redis.from_url(redis_url)
@@ -45,7 +49,10 @@ def seed(database_url: str, redis_url: str, *, reset: bool = False,
             if created or reset:
                 reset_sale(sessions, client, sku, stock=stock, strategy=strategy)
             else:  # a restart: the database is the truth (a fresh embedded Redis is empty)
-                cached_sale(client, sessions, sku)
+                try:
+                    cached_sale(client, sessions, sku, fence=fence)
+                except LockError as exc:  # left unloaded: its first buyer tries again
+                    logger.warning("%s not reloaded into Redis: %s", sku, exc)
         logger.info("demo catalogue ready: %s", ", ".join(p[0] for p in PRODUCTS))
     finally:
         client.close()

@@ -45,12 +45,25 @@ def backend_for(strategy: str, backends: Backends) -> Any:
     return backends.redis
 
 
+def _missing_backend(strategy: str, config: dict[str, Any]) -> str | None:
+    """Why this server cannot lock for ``strategy``; None if it can."""
+    if strategy == "redlock" and not config["REDLOCK_URLS"]:
+        return "strategy 'redlock' needs REDLOCK_URLS (five Redis servers)"
+    if strategy == "zookeeper" and not config["ZOOKEEPER_HOSTS"]:
+        return "strategy 'zookeeper' needs ZOOKEEPER_HOSTS"
+    return None
+
+
 def check_configured(strategy: str, config: dict[str, Any]) -> None:
     """Refuse (400) to select a strategy whose backend this server does not have."""
-    if strategy == "redlock" and not config["REDLOCK_URLS"]:
-        raise InvalidRequest("strategy 'redlock' needs REDLOCK_URLS (five Redis servers)")
-    if strategy == "zookeeper" and not config["ZOOKEEPER_HOSTS"]:
-        raise InvalidRequest("strategy 'zookeeper' needs ZOOKEEPER_HOSTS")
+    missing = _missing_backend(strategy, config)
+    if missing is not None:
+        raise InvalidRequest(missing)
+
+
+def configured(strategy: str, config: dict[str, Any]) -> bool:
+    """Whether this server has the backend ``strategy`` locks on."""
+    return _missing_backend(strategy, config) is None
 
 
 def stock_resource(sku: str, strategy: str) -> str:
@@ -89,6 +102,18 @@ def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> Any:
         combiner = backends.cohorts.combiner_for(key, max_batch)
         lock = CombinableLock(lock, combiner)
     return lock
+
+
+def raise_fence(backends: Backends, sale: SaleInfo, issued: int) -> None:
+    """Make the next fencing tokens of ``sale``'s lock exceed ``issued``, the highest its
+    orders carry: for when Redis lost its data and its counter with it
+    (``saleinfo._restore_stock``). The lock-free paths have no lock to raise."""
+    # ``local`` lives in the process; ZooKeeper keeps its sequence numbers on its disk
+    if sale.strategy not in lockcore.names() or sale.strategy in ("local", "zookeeper"):
+        return
+    if not configured(sale.strategy, backends.config):
+        return  # no lock to buy with either: the purchase answers 503
+    _new_lock(backends, sale, "fence").fence_at_least(issued)
 
 
 def _new_lock(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.DistributedLock:

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from .keys import SaleKeys
-from .models import Sale
+from .models import Order, Sale
 from .problems import UnknownSku
 
 logger = logging.getLogger(__name__)
@@ -55,20 +57,48 @@ def load_sale(sessions: sessionmaker[Session], sku: str) -> SaleInfo:
                         sale.initial_stock, generation(sale.started_at))
 
 
+#: raises the fencing counter of a sale's lock past the highest token its orders carry
+#: (``locks.raise_fence``)
+Fence = Callable[[SaleInfo, int], None]
+
+
 def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
-                cached: dict[bytes, bytes] | None = None) -> SaleInfo:
+                cached: dict[bytes, bytes] | None = None, fence: Fence | None = None
+                ) -> SaleInfo:
     """The sale from its Redis hash (written by every reset), else from the database.
 
     :param cached: the hash if the caller already fetched it in a pipeline of its own.
+    :param fence: called when Redis lost the sale (see ``_restore_stock``); None: the
+        lock's fencing counter is left as Redis has it
     """
     if cached is None:
         cached = redis.hgetall(SaleKeys(sku).info)
     if cached:
         return parsed_sale(sku, cached)
-    sale = load_sale(sessions, sku)
-    _restore_stock(redis, sessions, sale)
-    cache_sale(redis, sale)
+    with _restoring():  # the buyers behind the first find the copy back
+        cached = redis.hgetall(SaleKeys(sku).info)
+        if cached:
+            return parsed_sale(sku, cached)
+        sale = load_sale(sessions, sku)
+        _restore_stock(redis, sessions, sale, fence)
+        cache_sale(redis, sale)
     return sale
+
+
+@functools.cache  # made at first use: in a gevent worker, after the patching
+def _restoring() -> threading.Lock:
+    """One reload at a time in this process. A crowd of buyers after Redis lost its
+    data queried the database once each; the fence's MAX over a sale's orders costs
+    ~34 ms at 270,000 of them on SQLite (docs/performance.md, session 21)."""
+    return threading.Lock()
+
+
+#: added to the highest token the sale's orders carry when its lock's counter is raised
+#: after Redis lost it: tokens handed out that no order shows yet. The holder whose rows
+#: were still being written when Redis went writes them later, with its token, and
+#: holders that sold nothing leave none. Tokens jump by this much at each loss: a gap
+#: is harmless, a token handed out twice is not.
+FENCE_SLACK = 1_000
 
 
 #: ``SaleInfo`` by the hash it was read from: every purchase of a sale reads the same
@@ -112,14 +142,29 @@ def parsed_sale_reply(sku: str, flat: list[bytes]) -> SaleInfo:
     return sale
 
 
-def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo) -> None:
+def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
+                   fence: Fence | None = None) -> None:
     """No copy in Redis: it lost its data (a restart without persistence) or was never
     loaded. The database's ``remaining`` is the truth then; ``NX`` so that of many
-    buyers arriving at once, only the first restores it, before anyone buys."""
+    buyers arriving at once, only the first restores it, before anyone buys.
+
+    The lock's fencing counter went with the data, and would start again at 1, below
+    the tokens the sale's orders already carry. So ``fence`` raises it past the highest
+    of them (plus ``FENCE_SLACK``) first: every process that finds the copy missing does
+    (it never lowers the counter), and before the stock is back, so no one buys on the
+    forgotten counter.
+    """
     with sessions() as session:
-        remaining = session.scalar(select(Sale.remaining).where(Sale.id == sale.id))
+        remaining, issued = session.execute(
+            select(Sale.remaining,
+                   select(func.max(Order.fencing_token))
+                   .where(Order.sale_id == sale.id, Order.strategy == sale.strategy)
+                   .scalar_subquery())
+            .where(Sale.id == sale.id)).one_or_none() or (None, None)
     if remaining is None:
         return
+    if fence is not None:
+        fence(sale, (issued or 0) + FENCE_SLACK)
     from .paths import path_for  # paths imports services, which imports this module
 
     if sale.generation is not None:  # what a reset writes beside the stock (paths.py)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -29,7 +30,9 @@ from types import TracebackType
 
 from lockcore.embedded import EmbeddedRedis, free_port
 
-from . import db, demo
+from . import config as settings
+from . import db, demo, locks
+from .extensions import Backends
 
 #: started and not yet stopped; stopped at interpreter exit if the owner forgot
 _live: set[ServedApp] = set()
@@ -102,6 +105,22 @@ class ServedApp:
             raise
         return self
 
+    def _seed(self) -> None:
+        """The demo products; a restart's sales reloaded into an empty Redis get their
+        locks' fencing counters raised past their orders' tokens, on the backends the
+        workers will lock on."""
+        featured = self.env.get("LOCK_STRATEGY") or os.environ.get("LOCK_STRATEGY")
+        assert self.workdir is not None and self.redis_url and self.database_url
+        backends = Backends({**settings.from_env(str(self.workdir)),
+                             "REDIS_URL": self.redis_url, "DATABASE_URL": self.database_url,
+                             "REDLOCK_URLS": list(self.redlock_urls or []),
+                             "ZOOKEEPER_HOSTS": self.zookeeper_hosts})
+        try:
+            demo.seed(self.database_url, self.redis_url, featured_strategy=featured,
+                      fence=functools.partial(locks.raise_fence, backends))
+        finally:
+            backends.close()
+
     def _start(self) -> None:
         check_port_free(self.host, self.port)
         self.workdir = Path(tempfile.mkdtemp(prefix="seckill-serve-"))
@@ -113,8 +132,7 @@ class ServedApp:
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
         db.upgrade(self.database_url)
         if self.seed:
-            featured = self.env.get("LOCK_STRATEGY") or os.environ.get("LOCK_STRATEGY")
-            demo.seed(self.database_url, self.redis_url, featured_strategy=featured)
+            self._seed()
         env = {**os.environ, **self.env, "REDIS_URL": self.redis_url,
                "DATABASE_URL": self.database_url, "REDLOCK_URLS": ",".join(self.redlock_urls),
                "SECKILL_ADMIN_TOKEN": self.admin_token}

@@ -43,7 +43,7 @@ from .models import OrderLike
 from .orders import find_order, give_back
 from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
-from .saleinfo import SaleInfo, cached_sale, latest_sale, load_sale
+from .saleinfo import Fence, SaleInfo, cached_sale, latest_sale, load_sale
 from .takenorders import TakenOrder
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,8 @@ class Checkout:
     replay_wait_s: float = 10.0
     #: sends the first script of concurrent purchases in one round trip; None: alone
     script_pipeline: ScriptPipeline | None = None
+    #: raises a sale's fencing counter after Redis lost it (``saleinfo.cached_sale``)
+    fence: Fence | None = None
     sleep: Callable[[float], None] = field(default=time.sleep)
     monotonic: Callable[[], float] = field(default=time.monotonic)
 
@@ -99,7 +101,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
             sale = fast.same
         else:
             sale = cached_sale(deps.redis, deps.sessions, request.sku,
-                               None if fast is None else fast.info)
+                               None if fast is None else fast.info, deps.fence)
         path = _path_for(sale.strategy)
     except BaseException:  # the script reserved (and for atomic took): undo it
         if fast is not None and fast.reserved:
