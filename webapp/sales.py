@@ -29,10 +29,17 @@ def _info(sale: Sale) -> SaleInfo:
                     sale.initial_stock, generation(sale.started_at))
 
 
-def _view(product: Product, sale: Sale, redis: Any) -> dict[str, Any]:
+def _live_stock(sale: Sale, redis: Any) -> int | None:
+    """The sale's stock in Redis; None if Redis did not answer (within its timeout)."""
     try:
-        stock = path_for(sale.strategy).read_stock(redis, _info(sale))
-    except RedisError:  # the storefront keeps working on the database's count
+        return int(path_for(sale.strategy).read_stock(redis, _info(sale)))
+    except RedisError:
+        return None
+
+
+def _view(product: Product, sale: Sale, stock: int | None) -> dict[str, Any]:
+    """``stock``: Redis's live count, or None for the database's (Redis is down)."""
+    if stock is None:  # the storefront keeps working on the database's count
         stock = sale.remaining
     return {"sku": product.sku, "name": product.name, "price": product.price_cents / 100,
             "description": product.description, "stock": max(stock, 0),
@@ -44,7 +51,14 @@ def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str,
     with sessions() as session:
         rows = session.execute(select(Product, Sale).join(Sale, Sale.sku == Product.sku)
                                .order_by(Product.sku)).all()
-        return [_view(product, sale, redis) for product, sale in rows]
+        views, down = [], False
+        for product, sale in rows:
+            # once Redis failed to answer, the rest come from the database: a paused
+            # Redis cost the page one reply timeout per product
+            stock = None if down else _live_stock(sale, redis)
+            down = stock is None
+            views.append(_view(product, sale, stock))
+        return views
 
 
 def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, Any]:
@@ -53,7 +67,7 @@ def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[s
                               .where(Product.sku == sku)).first()
         if row is None:
             raise UnknownSku(f"no product with sku {sku!r}")
-        return _view(row[0], row[1], redis)
+        return _view(row[0], row[1], _live_stock(row[1], redis))
 
 
 def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: int,

@@ -85,6 +85,26 @@ def test_with_redis_paused_healthz_answers_503_within_a_few_seconds(shop):
     assert elapsed < 5.0, f"/healthz took {elapsed:.1f}s with Redis paused"
 
 
+def test_with_redis_paused_the_product_list_waits_one_reply_timeout_not_one_per_product(
+        shop):
+    shop.reset(SKU, 10, "token")
+    assert shop.buy("before-pause", SKU).status == 201
+    shop.redis_server.pause()
+    try:
+        started = time.monotonic()
+        listed = shop.call("GET", "/api/products", timeout=60)
+        elapsed = time.monotonic() - started
+    finally:
+        shop.redis_server.resume()
+    assert listed.status == 200, listed.body
+    products = listed.json
+    assert len(products) >= 5  # the demo's three and this module's two
+    ours = next(p for p in products if p["sku"] == SKU)
+    assert ours["stock"] == 9  # the database's count
+    # it waited REPLY_TIMEOUT_S for each product in turn: 5 x 2 s
+    assert elapsed < 2 * REPLY_TIMEOUT_S, f"took {elapsed:.1f}s"
+
+
 def test_buyers_during_a_redis_restart_get_answers_never_500s(shop):
     shop.reset(SKU, 1_000, "token")
     stop = threading.Event()
