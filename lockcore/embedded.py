@@ -55,10 +55,38 @@ def find_redis_server() -> str:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` *different* free ports: all bound at once, so the kernel cannot hand
+    out one twice (asked one by one, it sometimes did, and five RedLock "nodes" were
+    one server)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def serving_pid(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> int | None:
+    """The ``process_id`` of the Redis answering on ``port``, or None if none answers."""
+    reply = b""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(b"INFO server\r\n")
+            while b"\r\n" not in reply.partition(b"process_id:")[2]:
+                chunk = s.recv(4096)
+                reply += chunk
+                if not chunk or reply.startswith(b"-"):  # closed, or an error (NOAUTH)
+                    return None
+    except OSError:
+        return None
+    pid = reply.partition(b"process_id:")[2].partition(b"\r\n")[0]
+    return int(pid) if pid.isdigit() else None
 
 
 def ping(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
@@ -70,11 +98,17 @@ def ping(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
         return False
 
 
+class _PortTaken(Exception):
+    """Another process listens on the port redis-server was told to bind."""
+
+
 class RedisServer:
     """One redis-server process; can be stopped, killed, paused and restarted on its port."""
 
     def __init__(self, port: int | None = None, *, args: Sequence[str] = (),
                  binary: str | None = None, workdir: str | None = None) -> None:
+        #: a port we picked may be taken by someone else before we start: pick again
+        self._may_move = port is None
         self.port = port or free_port()
         self.args = list(args)
         self.binary = binary or find_redis_server()
@@ -94,24 +128,55 @@ class RedisServer:
         return self.workdir / "redis.log"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
+        """Start and wait until *this* process answers on the port.
+
+        Waiting for any PONG is not enough: on a port another server holds, ours exits
+        ("Address already in use") while the other one answers. A port we picked
+        ourselves that someone took meanwhile is swapped for a fresh one (before the
+        first start only: a restart keeps its URL).
+        """
         if self.proc is not None and self.proc.poll() is None:
             return self
+        for _ in range(5):
+            try:
+                return self._start_once(timeout)
+            except _PortTaken:
+                if not self._may_move:
+                    raise RuntimeError(f"redis-server: port {self.port} is taken") from None
+                logger.info("port %s was taken before redis-server bound it", self.port)
+                self.port = free_port()
+        raise RuntimeError("redis-server: five free ports were taken before it bound them")
+
+    def _start_once(self, timeout: float) -> RedisServer:
         cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
                "--save", "", "--appendonly", "no", "--daemonize", "no",
                "--dir", str(self.workdir), "--logfile", str(self.logfile),
                "--maxclients", "10000", *self.args]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-        _live[self.proc.pid] = self.proc
+        logged = self.logfile.stat().st_size if self.logfile.exists() else 0
+        proc = self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True)
+        _live[proc.pid] = proc
         deadline = time.monotonic() + timeout
-        while not ping(self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = self.logfile.read_text()[-800:] if self.logfile.exists() else ""
+        while serving_pid(self.port) != proc.pid:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = self._log_since(logged)[-800:]
                 self.stop()
+                if "already in use" in tail:
+                    raise _PortTaken
                 raise RuntimeError(f"redis-server on port {self.port} did not start:\n{tail}")
             time.sleep(0.01)
-        logger.info("redis-server pid %s on %s", self.proc.pid, self.url)
+        self._may_move = False
+        logger.info("redis-server pid %s on %s", proc.pid, self.url)
         return self
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.logfile, "rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def stop(self) -> None:
         """Terminate (SIGTERM, then SIGKILL) and reap the process."""
@@ -163,6 +228,8 @@ class EmbeddedRedis:
             raise ValueError("nodes must be >= 1")
         binary = find_redis_server()
         self.servers = [RedisServer(args=args, binary=binary) for _ in range(nodes)]
+        for server, port in zip(self.servers, free_ports(nodes), strict=True):
+            server.port = port  # distinct: free_port() one by one could repeat itself
 
     @property
     def urls(self) -> list[str]:

@@ -14,7 +14,9 @@ from lockcore.embedded import (
     _version,
     find_redis_server,
     free_port,
+    free_ports,
     ping,
+    serving_pid,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,3 +85,31 @@ def test_embedded_redis_stops_every_server_on_exit():
 def test_embedded_redis_needs_at_least_one_node():
     with pytest.raises(ValueError):
         EmbeddedRedis(0)
+
+
+def test_free_ports_are_distinct():
+    ports = free_ports(50)
+    assert len(set(ports)) == 50
+
+
+def test_a_server_told_to_use_a_taken_port_fails_instead_of_borrowing_the_other():
+    # CI once started five RedLock "nodes" on one port: the PONG of the first server
+    # answered for the four that had exited with "Address already in use"
+    with EmbeddedRedis(1) as cluster:
+        held = cluster.servers[0]
+        assert serving_pid(held.port) == held.pid
+        with pytest.raises(RuntimeError, match="taken"):
+            RedisServer(port=held.port).start()
+        assert serving_pid(held.port) == held.pid
+
+
+def test_a_picked_port_taken_before_start_is_swapped_for_a_free_one():
+    with EmbeddedRedis(1) as cluster:
+        server = RedisServer()
+        server.port = cluster.servers[0].port  # someone took our pick meanwhile
+        try:
+            server.start()
+            assert server.port != cluster.servers[0].port
+            assert serving_pid(server.port) == server.pid
+        finally:
+            server.cleanup()
