@@ -74,6 +74,7 @@ class ServedApp:
                  env: dict[str, str] | None = None, seed: bool = True,
                  startup_timeout: float = 60.0) -> None:
         self.host, self.port, self.workers = host, port or free_port(), workers
+        self._port_picked = port is None  # picked again once the Redis servers hold theirs
         self.redis_url, self.database_url = redis_url, database_url
         self.redlock_urls, self.zookeeper_hosts = redlock_urls, zookeeper_hosts
         self.env = dict(env or {})
@@ -128,6 +129,8 @@ class ServedApp:
             self.redis_url = self._stack.enter_context(EmbeddedRedis(1)).urls[0]
         if self.redlock_urls is None:
             self.redlock_urls = self._stack.enter_context(EmbeddedRedis(5)).urls
+        if self._port_picked:  # a port picked before they started may now be one of theirs
+            self.port = free_port()
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
         db.upgrade(self.database_url)
