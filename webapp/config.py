@@ -47,15 +47,16 @@ def check_urls(config: dict[str, Any]) -> None:
 
     from lockcore.strategies.redlock_nodes import check_independent
 
+    pools: dict[str, list[ConnectionPool]] = {"REDIS_URL": [], "REDLOCK_URLS": []}
     for name, urls in (("REDIS_URL", [config["REDIS_URL"]]),
                        ("REDLOCK_URLS", config["REDLOCK_URLS"] or [])):
         for url in urls:
             try:
-                ConnectionPool.from_url(url)
+                pools[name].append(ConnectionPool.from_url(url))
             except ValueError as exc:
                 raise ConfigError(f"{name}: {url!r} is not a Redis URL ({exc})") from None
     try:  # every purchase on such a list failed: one server never wins two votes
-        check_independent([Redis.from_url(url) for url in config["REDLOCK_URLS"] or []])
+        check_independent([Redis(connection_pool=pool) for pool in pools["REDLOCK_URLS"]])
     except ValueError as exc:
         raise ConfigError(f"REDLOCK_URLS: {exc}") from None
     try:
