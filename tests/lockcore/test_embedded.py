@@ -98,8 +98,12 @@ def test_a_server_told_to_use_a_taken_port_fails_instead_of_borrowing_the_other(
     with EmbeddedRedis(1) as cluster:
         held = cluster.servers[0]
         assert serving_pid(held.port) == held.pid
-        with pytest.raises(RuntimeError, match="taken"):
-            RedisServer(port=held.port).start()
+        second = RedisServer(port=held.port)
+        try:
+            with pytest.raises(RuntimeError, match="taken"):
+                second.start()
+        finally:
+            second.cleanup()
         assert serving_pid(held.port) == held.pid
 
 
