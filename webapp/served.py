@@ -123,7 +123,8 @@ class ServedApp:
             backends.close()
 
     def _start(self) -> None:
-        check_port_free(self.host, self.port)
+        if not self._port_picked:  # the caller's port: refused before anything starts
+            check_port_free(self.host, self.port)
         self.workdir = Path(tempfile.mkdtemp(prefix="seckill-serve-"))
         if self.redis_url is None:
             self.redis_url = self._stack.enter_context(EmbeddedRedis(1)).urls[0]
