@@ -25,6 +25,7 @@ from pathlib import Path
 from ..cliargs import at_least, seconds, stop_on_term
 from .contenders import CONTENDERS
 from .experiments import EXPERIMENTS
+from .pool import START_METHODS
 from .report import render, targets
 from .runner import BenchConfig, run
 
@@ -61,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the prototype protocols of loadtest/bench/experiments.py")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 1 s, 4 processes (overrides the sizes above)")
+    parser.add_argument("--start-method", choices=START_METHODS, default=START_METHODS[0],
+                        help="how the worker processes start: fresh interpreters (spawn, "
+                             "the default) or forked from one clean process (forkserver, "
+                             "as gunicorn forks its workers); it moves the hand-off locks "
+                             "against the barging ones, so compare within one")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
     parser.add_argument("--list", action="store_true", help="list the contenders and exit")
 
@@ -74,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     config = BenchConfig(duration=args.duration, uncontended=args.uncontended,
                          processes=args.processes, rounds=args.rounds,
-                         experimental=args.experimental,
+                         experimental=args.experimental, start_method=args.start_method,
                          only=list(args.only) or None)
     if args.quick:
         config.duration = QUICK["duration"]

@@ -101,7 +101,8 @@ def render(outcome: dict[str, Any]) -> str:
              f"Redis {m['redis']}  load {m['loadavg_before']} -> {m['loadavg_after']}",
              f"contended: {c['processes']} processes x {c['duration']}s on one lock, "
              f"critical section GET+DECR; solo: 1 process x {c['uncontended']}s; "
-             f"{c['rounds']} round(s)", "",
+             f"{c['rounds']} round(s); workers started by {c.get('start_method', 'spawn')}",
+             "",
              table(outcome["results"]), ""]
     for t in outcome["targets"]:
         verdict = {True: "met ", False: "MISS", None: "n/a "}[t["met"]]

@@ -25,7 +25,7 @@ from lockcore.embedded import EmbeddedRedis
 from . import stats
 from .contenders import Contender, by_name
 from .counting import commands_total, process_cpu, server_cpu
-from .pool import WorkerPool, WorkersStuck
+from .pool import START_METHODS, WorkerPool, WorkersStuck
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class BenchConfig:
     only: list[str] | None = None
     rounds: int = 1  # each contender measured this many times, round-robin
     experimental: bool = False  # add the prototypes of experiments.py
+    start_method: str = START_METHODS[0]  # how the workers start (pool.py)
 
 
 def run(config: BenchConfig) -> dict[str, Any]:
@@ -63,7 +64,7 @@ def run(config: BenchConfig) -> dict[str, Any]:
                 runnable = [c for c in runnable if c.backend != "zookeeper"]
         load_before = os.getloadavg()
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        pool = stack.enter_context(WorkerPool(config.processes))
+        pool = stack.enter_context(WorkerPool(config.processes, config.start_method))
         samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for contender, mode, workers, duration in schedule(runnable, config):
             logger.info("benchmarking %s (%s, %.2fs)", contender.name, mode, duration)
@@ -73,7 +74,7 @@ def run(config: BenchConfig) -> dict[str, Any]:
                 sample = {"reports": [], "errors": [f"{mode}: {exc}"], "commands": None,
                           "server_cpu_s": 0.0, "duration": duration}
                 pool.close()
-                pool = stack.enter_context(WorkerPool(config.processes))
+                pool = stack.enter_context(WorkerPool(config.processes, config.start_method))
             samples.setdefault((contender.name, mode), []).append(sample)
         with redis.Redis.from_url(backends["redis"]) as client:
             version = client.info("server")["redis_version"]

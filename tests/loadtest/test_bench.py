@@ -99,6 +99,7 @@ def test_report_names_the_machine_and_checks_the_targets(quick_run):
     for name in QUICK_SET.split(","):
         assert name in printed
     assert "p99 ms" in printed
+    assert "workers started by spawn" in printed and figures["config"]["start_method"] == "spawn"
 
 
 def test_unknown_contender_is_refused_before_starting_anything(capsys):
@@ -188,3 +189,48 @@ def test_solo_windows_are_sliced_and_interleaved_before_each_rounds_contended_on
     assert [(c.name, mode) for c, mode, _, _ in plan] == one_round * 2
     solo_seconds = sum(s for c, mode, _, s in plan if c is a and mode == "uncontended")
     assert solo_seconds == pytest.approx(2 * 2.0)  # each round's full window, in slices
+
+
+def _our_forkservers() -> list[int]:
+    """Pids of fork servers this test process started and has not stopped."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == os.getpid() and b"forkserver" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_forkserver_workers_measure_the_same_way_and_the_fork_server_is_stopped(tmp_path):
+    out = tmp_path / "fs.json"
+    args = bench_args("--quick", "--only", "fair,python-redis-lock",
+                      "--start-method", "forkserver", "--json", str(out))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(args) == 0
+    figures = json.loads(out.read_text())
+    assert figures["config"]["start_method"] == "forkserver"
+    assert "workers started by forkserver" in printed.getvalue()
+    for result in figures["results"]:
+        assert result["contended"]["acquisitions"] > 0
+        assert result["contended"]["overlaps"] == 0
+    assert _our_forkservers() == []
+
+
+def test_start_method_is_spawn_by_default_and_fork_is_refused(capsys):
+    from loadtest.bench.pool import WorkerPool
+
+    assert bench_args().start_method == "spawn"
+    with pytest.raises(SystemExit) as exc:  # a fork of a threaded parent can deadlock
+        bench_args("--start-method", "fork")
+    assert exc.value.code == 2
+    assert "invalid choice: 'fork'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="start_method must be one of spawn, forkserver"):
+        WorkerPool(1, "fork")
