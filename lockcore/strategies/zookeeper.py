@@ -30,7 +30,9 @@ time: its writes still need ``fencing_token`` checked by the store.
 **Unreachable ZooKeeper.** kazoo queues its calls until the connection is back and
 waits for them without a limit, whatever ``acquire``'s timeout. So ``acquire`` on a
 client that is not connected raises kazoo's ``ConnectionLoss`` at once (the shop answers
-503). A waiter already queued when the connection drops still waits for it to return.
+503), and a waiter already queued when the connection drops leaves at its timeout
+(plus ``LEAVE_GRACE_S``) with ``ConnectionLoss``: kazoo's acquire runs on a thread the
+caller can abandon (``zookeeper_attempt.py``). Only ``timeout=None`` waits out an outage.
 
 **Options.** ``ttl_ms``, ``wait``, ``poll_ms`` do not apply (the session is the lease,
 watches are the wake-up). ``backend``: a started ``KazooClient`` or a hosts string.
@@ -54,6 +56,7 @@ except ImportError:  # pragma: no cover
 
 from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
+from .zookeeper_attempt import LEAVE_GRACE_S, Attempt
 from .zookeeper_clients import shared_client
 
 ROOT = "/seckill/locks"
@@ -88,11 +91,16 @@ class ZooKeeperLock(DistributedLock):
                                  f"cannot acquire {self.name!r}")
         token = new_token()
         recipe = KazooLock(self.client, self.path, identifier=token)
-        try:
-            gotten = bool(recipe.acquire(blocking=blocking, timeout=timeout))
-        except KazooLockTimeout:  # kazoo has already deleted our node
-            gotten = False
-        if not gotten:
+        attempt = Attempt(recipe, blocking, timeout, KazooLockTimeout)
+        limit = None if blocking and timeout is None else (timeout or 0) + LEAVE_GRACE_S
+        if not attempt.finished_within(limit):  # abandoned: it cleans up after itself
+            if not self.client.connected:
+                raise ConnectionLoss(f"ZooKeeper connection lost while waiting for "
+                                     f"{self.name!r} (state {self.client.state})")
+            return False
+        if attempt.error is not None:
+            raise attempt.error
+        if not attempt.gotten:
             return False
         self._recipe = recipe
         self.fencing_token = int(recipe.node[-10:])  # sequence numbers never repeat

@@ -198,3 +198,53 @@ def test_acquire_while_zookeeper_is_down_fails_at_once_instead_of_hanging(reques
         finally:
             client.stop()
             client.close()
+
+
+def test_a_waiter_queued_when_zookeeper_goes_leaves_at_its_timeout(request) -> None:
+    from kazoo.exceptions import ConnectionLoss
+    from kazoo.recipe.lock import Lock as KazooLock
+
+    from lockcore.strategies.zookeeper_attempt import LEAVE_GRACE_S
+    from lockcore.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        holding, waiting = _client(server.hosts), _client(server.hosts)
+        try:
+            holder = lockcore.create("zookeeper", holding, request.node.name)
+            waiter = lockcore.create("zookeeper", waiting, request.node.name)
+            line = KazooLock(holding, holder.path)
+            assert holder.acquire(timeout=2)
+            outcome: list[object] = []
+
+            def attempt() -> None:
+                began = time.monotonic()
+                try:
+                    outcome.append(waiter.acquire(timeout=2))
+                except ConnectionLoss as exc:
+                    outcome.append(exc)
+                outcome.append(time.monotonic() - began)
+
+            thread = threading.Thread(target=attempt, daemon=True)
+            thread.start()
+            assert _wait_until(lambda: len(line.contenders()) == 2)  # queued behind
+            server.kill()
+            thread.join(6)  # kazoo alone re-reads the queue and waits out the outage
+            assert not thread.is_alive(), "a queued acquire(timeout=2) hung: ZooKeeper was down"
+            assert isinstance(outcome[0], ConnectionLoss), outcome
+            assert outcome[1] < 2 + LEAVE_GRACE_S + 0.5, outcome
+            server.start()
+            assert _wait_until(lambda: holding.connected and waiting.connected, 20)
+            # The abandoned attempt's znode goes (deleted by it, or with its session):
+            # no ghost stays in line ahead of later waiters (seed 001).
+            assert _wait_until(lambda: len(line.contenders()) <= 1, 15)
+            try:
+                holder.release()
+            except LockNotOwned:
+                pass  # its session expired during the outage: the server freed it
+            later = lockcore.create("zookeeper", holding, request.node.name)
+            assert later.acquire(timeout=5)
+            later.release()
+        finally:
+            for client in (holding, waiting):
+                client.stop()
+                client.close()
