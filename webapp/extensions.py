@@ -31,6 +31,11 @@ from .takenorders import write_taken
 
 logger = logging.getLogger(__name__)
 
+#: how long the first zookeeper request waits for the session (later ones do not wait)
+ZK_FIRST_CONNECT_S = 5.0
+#: longest pause between two reconnect tries while ZooKeeper is down
+ZK_RECONNECT_MAX_S = 2.0
+
 SQLITE_BUSY_TIMEOUT_S = 20
 #: WAL pages between checkpoints (SQLite's default 1,000). A checkpoint writes each
 #: distinct page back once, and the orders' random index pages recur in the WAL: ten
@@ -149,22 +154,31 @@ class Backends:
 
     @functools.cached_property
     def zookeeper(self) -> Any:
+        """One ZooKeeper session per worker, started once and never given up on.
+
+        An unreachable ZooKeeper costs the first request ``ZK_FIRST_CONNECT_S``, not
+        every request a connect timeout: the client keeps reconnecting in the background
+        (at most ``ZK_RECONNECT_MAX_S`` apart, not kazoo's hour), and until it is back
+        lockcore refuses a zookeeper acquire at once, which the shop answers 503."""
         hosts = self.config["ZOOKEEPER_HOSTS"]
         if not hosts:
             raise Busy("the zookeeper strategy needs ZOOKEEPER_HOSTS")
         from kazoo.client import KazooClient
+        from kazoo.handlers.threading import SequentialThreadingHandler
+        from kazoo.retry import KazooRetry
 
-        options: dict[str, Any] = {}
+        handler: Any = SequentialThreadingHandler()
         if gevent_patched("socket"):  # kazoo's threads would block the gevent hub
             from kazoo.handlers.gevent import SequentialGeventHandler
 
-            options["handler"] = SequentialGeventHandler()
-        client = KazooClient(hosts=hosts, timeout=5, **options)
-        try:
-            client.start(timeout=5)
-        except Exception as exc:  # kazoo's timeout is not a KazooException
-            client.close()
-            raise Busy(f"ZooKeeper at {hosts} is unreachable: {exc}") from exc
+            handler = SequentialGeventHandler()
+        reconnect = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=ZK_RECONNECT_MAX_S,
+                               sleep_func=handler.sleep_func)
+        client = KazooClient(hosts=hosts, timeout=5, handler=handler,
+                             connection_retry=reconnect)
+        if not client.start_async().wait(ZK_FIRST_CONNECT_S):
+            logger.warning("ZooKeeper at %s does not answer yet; zookeeper purchases answer "
+                           "503 until it does", hosts)
         return client
 
     def close(self) -> None:
