@@ -33,6 +33,8 @@ client that is not connected raises kazoo's ``ConnectionLoss`` at once (the shop
 503), and a waiter already queued when the connection drops leaves at its timeout
 (plus ``LEAVE_GRACE_S``) with ``ConnectionLoss``: kazoo's acquire runs on a thread the
 caller can abandon (``zookeeper_attempt.py``). Only ``timeout=None`` waits out an outage.
+A release waits at most ``RELEASE_WAIT_S`` for the delete's reply, then raises
+``LockNotOwned`` (the lock was reported lost at SUSPENDED anyway).
 
 **Options.** ``ttl_ms``, ``wait``, ``poll_ms`` do not apply (the session is the lease,
 watches are the wake-up). ``backend``: a started ``KazooClient`` or a hosts string.
@@ -60,6 +62,10 @@ from .zookeeper_attempt import LEAVE_GRACE_S, Attempt
 from .zookeeper_clients import shared_client
 
 ROOT = "/seckill/locks"
+#: how long a release waits for ZooKeeper to confirm the delete (a round trip when up)
+RELEASE_WAIT_S = 2.0
+
+
 class ZooKeeperLock(DistributedLock):
     needs_redis = False
     strategy = "zookeeper"
@@ -117,7 +123,16 @@ class ZooKeeperLock(DistributedLock):
         if recipe is None or recipe.node is None:
             raise LockNotOwned("release of a lock this handle does not hold", self.name)
         try:
-            self.client.delete(f"{self.path}/{recipe.node}")
+            # Bounded: kazoo would wait out an outage, holding up the holder's answer.
+            # wait() + ready(), not get(timeout): gevent's get raises a BaseException.
+            deleted = self.client.delete_async(f"{self.path}/{recipe.node}")
+            deleted.wait(RELEASE_WAIT_S)
+            if not deleted.ready():
+                raise LockNotOwned(f"ZooKeeper did not confirm the release within "
+                                   f"{RELEASE_WAIT_S}s (state {self.client.state}); the "
+                                   f"delete goes out when it is back, or the session's end "
+                                   f"deletes the node", self.name)
+            deleted.get()
         except NoNodeError:
             raise LockNotOwned("our znode is gone: the session expired", self.name) from None
         except KazooException as exc:

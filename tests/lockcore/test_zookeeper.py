@@ -248,3 +248,41 @@ def test_a_waiter_queued_when_zookeeper_goes_leaves_at_its_timeout(request) -> N
             for client in (holding, waiting):
                 client.stop()
                 client.close()
+
+
+def test_a_release_while_zookeeper_is_down_raises_instead_of_hanging(request) -> None:
+    from lockcore.strategies.zookeeper import RELEASE_WAIT_S
+    from lockcore.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        client = _client(server.hosts)
+        try:
+            holder = lockcore.create("zookeeper", client, request.node.name)
+            assert holder.acquire(timeout=2)
+            server.kill()
+            assert _wait_until(lambda: not client.connected)
+            outcome: list[object] = []
+
+            def release() -> None:
+                began = time.monotonic()
+                try:
+                    holder.release()
+                    outcome.append("released")
+                except LockNotOwned as exc:
+                    outcome.append(exc)
+                outcome.append(time.monotonic() - began)
+
+            thread = threading.Thread(target=release, daemon=True)
+            thread.start()
+            thread.join(RELEASE_WAIT_S + 3)  # kazoo alone waits for the server to return
+            assert not thread.is_alive(), "release() hung while ZooKeeper was down"
+            assert isinstance(outcome[0], LockNotOwned), outcome
+            assert outcome[1] < RELEASE_WAIT_S + 0.5, outcome
+            server.start()
+            assert _wait_until(lambda: client.connected, 20)
+            later = lockcore.create("zookeeper", client, request.node.name)
+            assert later.acquire(timeout=10)  # the node went: deleted late, or with the session
+            later.release()
+        finally:
+            client.stop()
+            client.close()

@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
+from lockcore.strategies.zookeeper import RELEASE_WAIT_S
 from lockcore.zkserver import ZooKeeperServer
 from webapp import extensions, sales
+from webapp.serve import ServedApp
 
 from .conftest import SKU, backends, buy, empty_shop, make_app
+from .served import audit, call, reset_sale
 
 pytestmark = pytest.mark.zookeeper
 
@@ -46,3 +49,40 @@ def test_zookeeper_down_is_a_quick_503_and_the_shop_recovers_when_it_is_back(
     finally:
         b.close()
         server.stop()
+
+
+def test_a_purchase_holding_the_lock_when_zookeeper_dies_still_answers_in_gevent_workers() -> None:
+    """The holder's release cannot reach ZooKeeper: it gives up after RELEASE_WAIT_S (on
+    kazoo's gevent handler, whose timeouts are BaseExceptions) and the buyer still hears
+    a JSON answer; the books stay straight once ZooKeeper is back."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    work_s = 2.0
+    with ZooKeeperServer() as server, \
+            ServedApp(workers=1, zookeeper_hosts=server.hosts,
+                      env={"LOCK_TIMEOUT_S": "3"}) as app, ThreadPoolExecutor(2) as pool:
+        reset_sale(app, SKU, stock=10, strategy="zookeeper", work_ms=int(work_s * 1000))
+
+        def purchase(user: str) -> tuple[int, Any, float]:
+            began = time.monotonic()
+            status, body = call(f"{app.url}/api/products/{SKU}/purchase", "POST",
+                                {"user_id": user})
+            return status, body, time.monotonic() - began
+
+        holding = pool.submit(purchase, "holder")
+        time.sleep(0.7)  # the holder is inside its section, sleeping its work_ms
+        server.kill()
+        status, body, took = holding.result(timeout=30)
+        assert status in (201, 503), (status, body)  # JSON either way, never a 500
+        assert took < work_s + RELEASE_WAIT_S + 3, f"the holder's answer took {took:.1f}s"
+        status, body, took = purchase("during-outage")
+        assert (status, body["error"]) == (503, "busy"), (status, body)
+        assert took < 3, f"a purchase during the outage took {took:.1f}s"
+        server.start()
+        deadline, status = time.monotonic() + 20, 0
+        while time.monotonic() < deadline and status != 201:
+            status, _, _ = purchase("after")
+            time.sleep(0.2)
+        assert status == 201
+        result = audit(app, SKU)
+        assert result["consistent"], result
