@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,44 @@ def _wait_until(condition, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+@contextlib.contextmanager
+def _own_zookeeper(clients: int = 1) -> Iterator[tuple[Any, ...]]:
+    """A ZooKeeper of this test's own (to kill and restart) and ``clients`` started
+    clients on it: (server, client, ...); the clients are stopped and closed after."""
+    from lockcore.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        started = [_client(server.hosts) for _ in range(clients)]
+        try:
+            yield (server, *started)
+        finally:
+            for client in started:
+                client.stop()
+                client.close()
+
+
+def _outcome_within(action, seconds: float, hung: str) -> tuple[object, float]:
+    """Run ``action`` on a thread: (what it returned or raised, how long it took).
+
+    Fails with ``hung`` if it is still running after ``seconds``: kazoo alone waits for
+    a lost connection with no limit, and the thread is left behind (a daemon)."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        began = time.monotonic()
+        try:
+            outcome.append(action())
+        except Exception as exc:  # the caller asserts which
+            outcome.append(exc)
+        outcome.append(time.monotonic() - began)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), hung
+    return outcome[0], float(outcome[1])  # type: ignore[arg-type]
 
 
 def test_a_held_lock_refuses_a_second_handle_until_released(zk, request) -> None:
@@ -148,56 +188,32 @@ def test_an_expired_session_is_reported_as_a_lost_lock(zookeeper_hosts, zk, requ
 
 
 def test_leaving_with_after_a_server_outage_raises_lock_lost(request) -> None:
-    from lockcore.zkserver import ZooKeeperServer
-
-    with ZooKeeperServer() as server:
-        client = _client(server.hosts)
-        try:
-            lock = lockcore.create("zookeeper", client, request.node.name)
-            with pytest.raises(LockLost, match="suspended"):
-                with lock:
-                    server.kill()  # the holder's connection drops: SUSPENDED
-                    assert _wait_until(lambda: lock.lost)
-                    server.start()
-                    assert _wait_until(lambda: client.connected)
-        finally:
-            client.stop()
-            client.close()
+    with _own_zookeeper() as (server, client):
+        lock = lockcore.create("zookeeper", client, request.node.name)
+        with pytest.raises(LockLost, match="suspended"):
+            with lock:
+                server.kill()  # the holder's connection drops: SUSPENDED
+                assert _wait_until(lambda: lock.lost)
+                server.start()
+                assert _wait_until(lambda: client.connected)
 
 
 def test_acquire_while_zookeeper_is_down_fails_at_once_instead_of_hanging(request) -> None:
     from kazoo.exceptions import ConnectionLoss
 
-    from lockcore.zkserver import ZooKeeperServer
-
-    with ZooKeeperServer() as server:
-        client = _client(server.hosts)
-        try:
-            lock = lockcore.create("zookeeper", client, request.node.name)
-            assert lock.acquire(timeout=2)
-            lock.release()
-            server.kill()
-            assert _wait_until(lambda: not client.connected)
-            outcome: list[object] = []
-
-            def attempt() -> None:
-                try:
-                    outcome.append(lock.acquire(blocking=True, timeout=1))
-                except ConnectionLoss as exc:
-                    outcome.append(exc)
-
-            thread = threading.Thread(target=attempt, daemon=True)
-            thread.start()
-            thread.join(5)  # kazoo alone waits for the connection with no limit
-            assert not thread.is_alive(), "acquire(timeout=1) hung while ZooKeeper was down"
-            assert isinstance(outcome[0], ConnectionLoss)
-            server.start()
-            assert _wait_until(lambda: client.connected, 20)
-            assert lock.acquire(timeout=5)  # back to normal once it reconnects
-            lock.release()
-        finally:
-            client.stop()
-            client.close()
+    with _own_zookeeper() as (server, client):
+        lock = lockcore.create("zookeeper", client, request.node.name)
+        assert lock.acquire(timeout=2)
+        lock.release()
+        server.kill()
+        assert _wait_until(lambda: not client.connected)
+        outcome, _ = _outcome_within(lambda: lock.acquire(blocking=True, timeout=1), 5,
+                                     "acquire(timeout=1) hung while ZooKeeper was down")
+        assert isinstance(outcome, ConnectionLoss), outcome
+        server.start()
+        assert _wait_until(lambda: client.connected, 20)
+        assert lock.acquire(timeout=5)  # back to normal once it reconnects
+        lock.release()
 
 
 def test_a_waiter_queued_when_zookeeper_goes_leaves_at_its_timeout(request) -> None:
@@ -205,84 +221,49 @@ def test_a_waiter_queued_when_zookeeper_goes_leaves_at_its_timeout(request) -> N
     from kazoo.recipe.lock import Lock as KazooLock
 
     from lockcore.strategies.zookeeper_attempt import LEAVE_GRACE_S
-    from lockcore.zkserver import ZooKeeperServer
 
-    with ZooKeeperServer() as server:
-        holding, waiting = _client(server.hosts), _client(server.hosts)
+    with _own_zookeeper(clients=2) as (server, holding, waiting):
+        holder = lockcore.create("zookeeper", holding, request.node.name)
+        waiter = lockcore.create("zookeeper", waiting, request.node.name)
+        line = KazooLock(holding, holder.path)
+        assert holder.acquire(timeout=2)
+        def kill_once_queued() -> None:  # not queued: no kill, and the acquire times out
+            if _wait_until(lambda: len(line.contenders()) == 2):
+                server.kill()
+
+        threading.Thread(target=kill_once_queued, daemon=True).start()
+        outcome, took = _outcome_within(lambda: waiter.acquire(timeout=2), 6,
+                                        "a queued acquire(timeout=2) hung: ZooKeeper was down")
+        assert isinstance(outcome, ConnectionLoss), outcome
+        assert took < 2 + LEAVE_GRACE_S + 0.5, took
+        server.start()
+        assert _wait_until(lambda: holding.connected and waiting.connected, 20)
+        # The abandoned attempt's znode goes (deleted by it, or with its session):
+        # no ghost stays in line ahead of later waiters (seed 001).
+        assert _wait_until(lambda: len(line.contenders()) <= 1, 15)
         try:
-            holder = lockcore.create("zookeeper", holding, request.node.name)
-            waiter = lockcore.create("zookeeper", waiting, request.node.name)
-            line = KazooLock(holding, holder.path)
-            assert holder.acquire(timeout=2)
-            outcome: list[object] = []
-
-            def attempt() -> None:
-                began = time.monotonic()
-                try:
-                    outcome.append(waiter.acquire(timeout=2))
-                except ConnectionLoss as exc:
-                    outcome.append(exc)
-                outcome.append(time.monotonic() - began)
-
-            thread = threading.Thread(target=attempt, daemon=True)
-            thread.start()
-            assert _wait_until(lambda: len(line.contenders()) == 2)  # queued behind
-            server.kill()
-            thread.join(6)  # kazoo alone re-reads the queue and waits out the outage
-            assert not thread.is_alive(), "a queued acquire(timeout=2) hung: ZooKeeper was down"
-            assert isinstance(outcome[0], ConnectionLoss), outcome
-            assert outcome[1] < 2 + LEAVE_GRACE_S + 0.5, outcome
-            server.start()
-            assert _wait_until(lambda: holding.connected and waiting.connected, 20)
-            # The abandoned attempt's znode goes (deleted by it, or with its session):
-            # no ghost stays in line ahead of later waiters (seed 001).
-            assert _wait_until(lambda: len(line.contenders()) <= 1, 15)
-            try:
-                holder.release()
-            except LockNotOwned:
-                pass  # its session expired during the outage: the server freed it
-            later = lockcore.create("zookeeper", holding, request.node.name)
-            assert later.acquire(timeout=5)
-            later.release()
-        finally:
-            for client in (holding, waiting):
-                client.stop()
-                client.close()
+            holder.release()
+        except LockNotOwned:
+            pass  # its session expired during the outage: the server freed it
+        later = lockcore.create("zookeeper", holding, request.node.name)
+        assert later.acquire(timeout=5)
+        later.release()
 
 
 def test_a_release_while_zookeeper_is_down_raises_instead_of_hanging(request) -> None:
     from lockcore.strategies.zookeeper import RELEASE_WAIT_S
-    from lockcore.zkserver import ZooKeeperServer
 
-    with ZooKeeperServer() as server:
-        client = _client(server.hosts)
-        try:
-            holder = lockcore.create("zookeeper", client, request.node.name)
-            assert holder.acquire(timeout=2)
-            server.kill()
-            assert _wait_until(lambda: not client.connected)
-            outcome: list[object] = []
-
-            def release() -> None:
-                began = time.monotonic()
-                try:
-                    holder.release()
-                    outcome.append("released")
-                except LockNotOwned as exc:
-                    outcome.append(exc)
-                outcome.append(time.monotonic() - began)
-
-            thread = threading.Thread(target=release, daemon=True)
-            thread.start()
-            thread.join(RELEASE_WAIT_S + 3)  # kazoo alone waits for the server to return
-            assert not thread.is_alive(), "release() hung while ZooKeeper was down"
-            assert isinstance(outcome[0], LockNotOwned), outcome
-            assert outcome[1] < RELEASE_WAIT_S + 0.5, outcome
-            server.start()
-            assert _wait_until(lambda: client.connected, 20)
-            later = lockcore.create("zookeeper", client, request.node.name)
-            assert later.acquire(timeout=10)  # the node went: deleted late, or with the session
-            later.release()
-        finally:
-            client.stop()
-            client.close()
+    with _own_zookeeper() as (server, client):
+        holder = lockcore.create("zookeeper", client, request.node.name)
+        assert holder.acquire(timeout=2)
+        server.kill()
+        assert _wait_until(lambda: not client.connected)
+        outcome, took = _outcome_within(holder.release, RELEASE_WAIT_S + 3,
+                                        "release() hung while ZooKeeper was down")
+        assert isinstance(outcome, LockNotOwned), outcome
+        assert took < RELEASE_WAIT_S + 0.5, took
+        server.start()
+        assert _wait_until(lambda: client.connected, 20)
+        later = lockcore.create("zookeeper", client, request.node.name)
+        assert later.acquire(timeout=10)  # the node went: deleted late, or with the session
+        later.release()
