@@ -21,6 +21,34 @@ def missing_system_part(reason: str) -> None:
     pytest.skip(message)
 
 
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (children, their children, ...), zombies included."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line, spaces for NULs, cut at 200 characters; "?" if gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
+
+
 class FakeClock:
     """A clock whose sleep advances time instantly, so timeout tests run in microseconds."""
 

@@ -19,6 +19,7 @@ import pytest
 
 from lockcore.embedded import free_port
 from tests.contract.wire import request
+from tests.support import cmdline, descendants
 from webapp.cli import build_parser
 
 SECKILL = Path(sys.executable).parent / "seckill"
@@ -131,32 +132,6 @@ def test_a_bad_command_line_is_a_usage_error(capsys, args):
     code, _, err = parse(capsys, args)
     assert code == 2, f"parsed without complaint: {args}"
     assert "usage: seckill" in err
-
-
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
-    except OSError:
-        return "?"
 
 
 def running(pid: int) -> bool:

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 
 import pytest
 
@@ -18,6 +19,7 @@ from loadtest.bench.contenders import CONTENDERS
 from loadtest.bench.experiments import EXPERIMENTS
 from loadtest.bench.stats import percentile
 from loadtest.bench.worker import critical_section
+from tests.support import cmdline, descendants
 from webapp.cli import build_parser
 
 
@@ -191,23 +193,6 @@ def test_solo_windows_are_sliced_and_interleaved_before_each_rounds_contended_on
     assert solo_seconds == pytest.approx(2 * 2.0)  # each round's full window, in slices
 
 
-def _our_forkservers() -> list[int]:
-    """Pids of fork servers this test process started and has not stopped."""
-    import os
-    from pathlib import Path
-
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        if ppid == os.getpid() and b"forkserver" in cmdline:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def test_forkserver_workers_measure_the_same_way_and_the_fork_server_is_stopped(tmp_path):
     out = tmp_path / "fs.json"
     args = bench_args("--quick", "--only", "fair,python-redis-lock",
@@ -221,7 +206,7 @@ def test_forkserver_workers_measure_the_same_way_and_the_fork_server_is_stopped(
     for result in figures["results"]:
         assert result["contended"]["acquisitions"] > 0
         assert result["contended"]["overlaps"] == 0
-    assert _our_forkservers() == []
+    assert [p for p in descendants(os.getpid()) if "forkserver" in cmdline(p)] == []
 
 
 def test_start_method_is_spawn_by_default_and_fork_is_refused(capsys):
