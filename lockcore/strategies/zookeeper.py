@@ -97,12 +97,14 @@ class ZooKeeperLock(DistributedLock):
                                  f"cannot acquire {self.name!r}")
         token = new_token()
         recipe = KazooLock(self.client, self.path, identifier=token)
-        attempt = Attempt(recipe, blocking, timeout, KazooLockTimeout)
+        attempt = Attempt(recipe, blocking, timeout)
         limit = None if blocking and timeout is None else (timeout or 0) + LEAVE_GRACE_S
         if not attempt.finished_within(limit):  # abandoned: it cleans up after itself
             if not self.client.connected:
                 raise ConnectionLoss(f"ZooKeeper connection lost while waiting for "
                                      f"{self.name!r} (state {self.client.state})")
+            return False
+        if isinstance(attempt.error, KazooLockTimeout):  # kazoo has already deleted our node
             return False
         if attempt.error is not None:
             raise attempt.error

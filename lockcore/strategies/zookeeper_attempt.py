@@ -31,12 +31,10 @@ LEAVE_GRACE_S = 0.5
 class Attempt:
     """One ``recipe.acquire(blocking, timeout)``, started at once on its own thread."""
 
-    def __init__(self, recipe: Any, blocking: bool, timeout: float | None,
-                 lock_timeout: type[BaseException]) -> None:
+    def __init__(self, recipe: Any, blocking: bool, timeout: float | None) -> None:
         self.recipe = recipe
         self.gotten = False
-        self.error: BaseException | None = None
-        self._lock_timeout = lock_timeout
+        self.error: BaseException | None = None  # what acquire raised (its timeout too)
         self._done = threading.Event()
         self._guard = threading.Lock()
         self._abandoned = False
@@ -47,8 +45,6 @@ class Attempt:
         gotten, error = False, None
         try:
             gotten = bool(self.recipe.acquire(blocking=blocking, timeout=timeout))
-        except self._lock_timeout:  # kazoo has already deleted our node
-            pass
         except BaseException as exc:  # handed to the caller, if it is still there
             error = exc
         with self._guard:
