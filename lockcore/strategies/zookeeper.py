@@ -34,7 +34,10 @@ client that is not connected raises kazoo's ``ConnectionLoss`` at once (the shop
 (plus ``LEAVE_GRACE_S``) with ``ConnectionLoss``: kazoo's acquire runs on a thread the
 caller can abandon (``zookeeper_attempt.py``). Only ``timeout=None`` waits out an outage.
 A release waits at most ``RELEASE_WAIT_S`` for the delete's reply, then raises
-``LockNotOwned`` (the lock was reported lost at SUSPENDED anyway).
+``LockNotOwned`` (the lock was reported lost at SUSPENDED anyway). ``locked()`` and
+``held()`` raise ``ConnectionLoss`` at once when disconnected, or after ``QUERY_WAIT_S``
+without an answer. A hosts string that no server answers raises ``ConnectionLoss`` from
+``create`` after ``zookeeper_clients.START_TIMEOUT_S``, holding up no other hosts.
 
 **Options.** ``ttl_ms``, ``wait``, ``poll_ms`` do not apply (the session is the lease,
 watches are the wake-up). ``backend``: a started ``KazooClient`` or a hosts string.
@@ -45,6 +48,7 @@ and crash detection without TTL guessing matter more than latency.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 try:  # the "zookeeper" extra; without it lockcore.strategies() still lists this class
@@ -64,6 +68,8 @@ from .zookeeper_clients import shared_client
 ROOT = "/seckill/locks"
 #: how long a release waits for ZooKeeper to confirm the delete (a round trip when up)
 RELEASE_WAIT_S = 2.0
+#: how long ``locked()`` and ``held()`` wait for ZooKeeper's answer (a round trip when up)
+QUERY_WAIT_S = 2.0
 
 
 class ZooKeeperLock(DistributedLock):
@@ -146,10 +152,32 @@ class ZooKeeperLock(DistributedLock):
         recipe = self._recipe
         if recipe is None or recipe.node is None:
             return False
-        return self.client.exists(f"{self.path}/{recipe.node}") is not None
+        node = self._answer(lambda: self.client.exists_async(f"{self.path}/{recipe.node}"),
+                            "our znode is still there")
+        return node is not None
 
     def locked(self) -> bool:
-        return bool(KazooLock(self.client, self.path).contenders())
+        """Whether anyone holds or waits for the lock: any znode in its queue."""
+        try:
+            return bool(self._answer(lambda: self.client.get_children_async(self.path),
+                                     "anyone holds the lock"))
+        except NoNodeError:  # nobody ever queued here
+            return False
+
+    def _answer(self, ask: Callable[[], Any], question: str) -> Any:
+        """The reply to the query ``ask`` sends, or ``ConnectionLoss`` within ``QUERY_WAIT_S``.
+
+        kazoo holds a call made while disconnected until the connection is back and
+        waits for it with no limit: ``locked()`` would hang for the whole outage."""
+        if not self.client.connected:
+            raise ConnectionLoss(f"ZooKeeper is not connected (state {self.client.state}): "
+                                 f"cannot ask whether {question} ({self.name!r})")
+        pending = ask()
+        pending.wait(QUERY_WAIT_S)  # wait() + ready(): see _release
+        if not pending.ready():
+            raise ConnectionLoss(f"ZooKeeper did not answer within {QUERY_WAIT_S}s whether "
+                                 f"{question} ({self.name!r}, state {self.client.state})")
+        return pending.get()
 
     def _on_session_change(self, state: str) -> bool:
         """kazoo connection listener; returning True unregisters it."""

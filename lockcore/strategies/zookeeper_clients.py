@@ -3,31 +3,70 @@
 A ZooKeeper session costs a TCP connection, a server-side session and a heartbeat
 thread; opening one per lock handle (the web app builds a handle per request) would
 swamp the server. The clients are stopped at exit, or by ``close_shared_clients()``.
+
+Starting one waits for its first connection (up to ``START_TIMEOUT_S``). Each hosts
+string starts on its own, so an unreachable ensemble holds up only the callers that
+asked for it, not every lock in the process; a caller that arrives while its hosts are
+starting shares that start's outcome instead of queueing a second one behind it.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+from concurrent.futures import Future
 from typing import Any
 
 ZK_TIMEOUT_S = 10.0
+#: how long ``shared_client`` waits for a new client's first connection (kazoo's default)
+START_TIMEOUT_S = 15.0
 
 _shared: dict[str, Any] = {}
-_shared_guard = threading.Lock()
+_starting: dict[str, Future[Any]] = {}  # hosts -> the start in progress
+_shared_guard = threading.Lock()  # guards the two dicts; never held while connecting
 
 
 def shared_client(hosts: str) -> Any:
-    """One started client per hosts string: a ZooKeeper session is too dear per lock."""
+    """One started client per hosts string: a ZooKeeper session is too dear per lock.
+
+    Raises kazoo's ``ConnectionLoss`` naming ``hosts`` if none answers in time."""
     with _shared_guard:
         client = _shared.get(hosts)
-        if client is None:
-            from kazoo.client import KazooClient
+        if client is not None:
+            return client
+        start = _starting.get(hosts)
+        if start is not None:  # someone is starting it: wait for their outcome
+            ours = False
+        else:
+            start = _starting[hosts] = Future()
+            ours = True
+    if not ours:
+        return start.result()
+    try:
+        client = _start(hosts)
+    except BaseException as exc:
+        with _shared_guard:
+            del _starting[hosts]
+        start.set_exception(exc)
+        raise
+    with _shared_guard:
+        _shared[hosts] = client
+        del _starting[hosts]
+    start.set_result(client)
+    return client
 
-            client = KazooClient(hosts=hosts, timeout=ZK_TIMEOUT_S)
-            client.start(timeout=15)  # raises on failure: nothing half-started is kept
-            _shared[hosts] = client
-        return client
+
+def _start(hosts: str) -> Any:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import ConnectionLoss
+
+    client = KazooClient(hosts=hosts, timeout=ZK_TIMEOUT_S)
+    try:
+        client.start(timeout=START_TIMEOUT_S)  # stops and closes itself on failure
+    except client.handler.timeout_exception:
+        raise ConnectionLoss(f"no ZooKeeper answered at {hosts!r} within "
+                             f"{START_TIMEOUT_S:g}s") from None
+    return client
 
 
 @atexit.register

@@ -92,6 +92,12 @@ def test_a_held_lock_refuses_a_second_handle_until_released(zk, request) -> None
     assert not first.locked()
 
 
+def test_a_lock_nobody_ever_queued_for_is_not_locked(zk, request) -> None:
+    lock = lockcore.create("zookeeper", zk, request.node.name + "-never-used")
+    assert lock.locked() is False  # its queue's znode does not exist at all
+    assert lock.held() is False
+
+
 def test_a_timed_out_waiter_leaves_no_znode_behind(zk, request) -> None:
     holder = lockcore.create("zookeeper", zk, request.node.name)
     holder.acquire()
@@ -160,6 +166,40 @@ def test_a_hosts_string_backend_shares_one_started_client(zookeeper_hosts, reque
         from lockcore.strategies.zookeeper_clients import close_shared_clients
 
         close_shared_clients()
+
+
+def test_an_unreachable_hosts_string_holds_up_no_other_hosts(zookeeper_hosts, monkeypatch,
+                                                              request) -> None:
+    """A create() for an ensemble nobody answers waits for its own start, not others'."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from lockcore.embedded import free_port
+    from lockcore.strategies import zookeeper_clients
+
+    monkeypatch.setattr(zookeeper_clients, "START_TIMEOUT_S", 4.0)
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
+    try:
+        stuck = threading.Thread(
+            target=lambda: _outcome_within(
+                lambda: lockcore.create("zookeeper", nobody, request.node.name), 8,
+                "create() with an unreachable hosts string never gave up"),
+            daemon=True)
+        stuck.start()
+        time.sleep(0.5)  # it is connecting now
+        lock, took = _outcome_within(
+            lambda: lockcore.create("zookeeper", zookeeper_hosts, request.node.name), 10,
+            "create() hung")
+        assert took < 2.0, f"a reachable hosts string waited {took:.1f}s behind an unreachable one"
+        assert stuck.is_alive(), "the unreachable start ended early: nothing overlapped"
+        assert lock.acquire(timeout=5)
+        lock.release()
+        failed, took = _outcome_within(lambda: lockcore.create("zookeeper", nobody, "x"), 8,
+                                       "create() with an unreachable hosts string hung")
+        assert isinstance(failed, ConnectionLoss) and nobody in str(failed), failed
+        assert took < 4.0 + 2.0, took
+        stuck.join(8)
+    finally:
+        zookeeper_clients.close_shared_clients()
 
 
 def test_an_expired_session_is_reported_as_a_lost_lock(zookeeper_hosts, zk, request) -> None:
@@ -267,3 +307,27 @@ def test_a_release_while_zookeeper_is_down_raises_instead_of_hanging(request) ->
         later = lockcore.create("zookeeper", client, request.node.name)
         assert later.acquire(timeout=10)  # the node went: deleted late, or with the session
         later.release()
+
+
+def test_locked_and_held_while_zookeeper_is_down_raise_instead_of_hanging(request) -> None:
+    from kazoo.exceptions import ConnectionLoss
+
+    with _own_zookeeper() as (server, client):
+        lock = lockcore.create("zookeeper", client, request.node.name)
+        assert lock.acquire(timeout=2)
+        assert lock.locked()
+        server.kill()
+        assert _wait_until(lambda: not client.connected)
+        outcome, took = _outcome_within(lock.locked, 5,
+                                        "locked() hung while ZooKeeper was down")
+        assert isinstance(outcome, ConnectionLoss), outcome
+        assert took < 1.0, took
+        other = lockcore.create("zookeeper", client, request.node.name)
+        outcome, _ = _outcome_within(other.locked, 5, "locked() hung while ZooKeeper was down")
+        assert isinstance(outcome, ConnectionLoss), outcome
+        # the holder's handle already knows (SUSPENDED marked it lost): no call to hang
+        assert _wait_until(lambda: lock.lost)
+        assert lock.held() is False
+        server.start()
+        assert _wait_until(lambda: client.connected, 20)
+        assert isinstance(other.locked(), bool)  # answers again once it reconnects
