@@ -8,11 +8,19 @@ stops them by pid at the end, killing any that do not exit.
 a fresh interpreter per worker, as separate service instances would be. ``forkserver``
 forks them from one small clean process, as gunicorn forks its workers from its master.
 (Plain ``fork`` is not offered: a fork of a parent holding kazoo or pool threads can
-deadlock.) On the 2-core VM of docs/performance.md ("Session 23"), forked workers made
-every hand-off cheaper: python-redis-lock went from 1,626-1,648 to 1,951-2,067
-acquisitions/s and from a p99 wait of ~25 ms and fairness ~0.7 to ~8 ms and 0.95, and
-``fair`` from ~2,000 to ~2,350/s, while the barging locks moved by under 10%. Compare
-locks within one start method only.
+deadlock.)
+
+What matters is not the start but the **address layout** (``worker_layout``). Forked
+workers have their code at the same addresses; spawned ones each get their own, as
+Linux randomises every new program's layout (ASLR). Spawned under ``setarch -R``
+(randomisation off, inherited by the workers), they behave as forked ones do, though
+they share no heap. On the 2-core VM of docs/performance.md ("Session 24"), with one
+layout every hand-off got cheaper: python-redis-lock went from ~2,600 to ~3,150
+acquisitions/s and turned fair (0.56-0.61 to 0.95-0.97, p99 wait ~16 ms to 5-8 ms),
+``fair`` gained 10-23%, the barging ``token``-poll 3-6%. The likely cause (not measured:
+this VM exposes no CPU counters) is the CPU's branch predictors, which are keyed by
+address: a process switched in after one with the same layout finds them trained.
+Compare locks within one layout only; the bench prints which one it ran.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import multiprocessing
 import queue
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -41,6 +50,26 @@ class WorkersStuck(RuntimeError):
 
 #: how the workers may be started; the first is the default
 START_METHODS = ("spawn", "forkserver")
+
+
+#: personality(2)'s flag for "no address-space randomisation" (setarch -R); exec keeps it
+ADDR_NO_RANDOMIZE = 0x0040000
+
+
+def worker_layout(start_method: str) -> str:
+    """``"shared"`` if every worker has its code at the same addresses, else ``"own"``.
+
+    Forked workers share their parent's layout. Spawned ones get their own unless
+    randomisation is off, system-wide or for us (inherited by what we spawn)."""
+    if start_method == "forkserver":
+        return "shared"
+    try:
+        if Path("/proc/sys/kernel/randomize_va_space").read_text().strip() == "0":
+            return "shared"
+        personality = int(Path("/proc/self/personality").read_text(), 16)
+    except (OSError, ValueError):  # not Linux: assume the usual randomisation
+        return "own"
+    return "shared" if personality & ADDR_NO_RANDOMIZE else "own"
 
 
 class WorkerPool:

@@ -94,6 +94,11 @@ def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for text, value, ok in checks]
 
 
+#: how the header names the workers' address layout (pool.worker_layout)
+LAYOUTS = {"own": ", each at its own addresses (ASLR)",
+           "shared": ", all at the same addresses (no ASLR between them)"}
+
+
 def render(outcome: dict[str, Any]) -> str:
     m = outcome["machine"]
     c = outcome["config"]
@@ -101,7 +106,8 @@ def render(outcome: dict[str, Any]) -> str:
              f"Redis {m['redis']}  load {m['loadavg_before']} -> {m['loadavg_after']}",
              f"contended: {c['processes']} processes x {c['duration']}s on one lock, "
              f"critical section GET+DECR; solo: 1 process x {c['uncontended']}s; "
-             f"{c['rounds']} round(s); workers started by {c.get('start_method', 'spawn')}",
+             f"{c['rounds']} round(s); workers started by {c.get('start_method', 'spawn')}"
+             f"{LAYOUTS.get(m.get('worker_layout', ''), '')}",
              "",
              table(outcome["results"]), ""]
     for t in outcome["targets"]:

@@ -25,7 +25,7 @@ from lockcore.embedded import EmbeddedRedis
 from . import stats
 from .contenders import Contender, by_name
 from .counting import commands_total, process_cpu, server_cpu
-from .pool import START_METHODS, WorkerPool, WorkersStuck
+from .pool import START_METHODS, WorkerPool, WorkersStuck, worker_layout
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +80,10 @@ def run(config: BenchConfig) -> dict[str, Any]:
             version = client.info("server")["redis_version"]
     results = [stats.summarise(c, samples.get((c.name, "uncontended"), []),
                                samples[c.name, "contended"]) for c in runnable]
-    return {"machine": _machine(version, load_before, started), "config": asdict(config),
-            "results": results, "skipped": skipped}
+    machine = _machine(version, load_before, started)
+    machine["worker_layout"] = worker_layout(config.start_method)
+    return {"machine": machine, "config": asdict(config), "results": results,
+            "skipped": skipped}
 
 
 #: each round's solo window is cut into this many slices, taken in turn by every contender

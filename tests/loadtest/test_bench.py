@@ -102,6 +102,10 @@ def test_report_names_the_machine_and_checks_the_targets(quick_run):
         assert name in printed
     assert "p99 ms" in printed
     assert "workers started by spawn" in printed and figures["config"]["start_method"] == "spawn"
+    layout = figures["machine"]["worker_layout"]  # "own" unless ASLR is off here
+    assert layout in {"own", "shared"}
+    assert {"own": "each at its own addresses", "shared": "all at the same addresses"}[layout] \
+        in printed
 
 
 def test_unknown_contender_is_refused_before_starting_anything(capsys):
@@ -202,7 +206,8 @@ def test_forkserver_workers_measure_the_same_way_and_the_fork_server_is_stopped(
         assert main(args) == 0
     figures = json.loads(out.read_text())
     assert figures["config"]["start_method"] == "forkserver"
-    assert "workers started by forkserver" in printed.getvalue()
+    assert "workers started by forkserver, all at the same addresses" in printed.getvalue()
+    assert figures["machine"]["worker_layout"] == "shared"
     for result in figures["results"]:
         assert result["contended"]["acquisitions"] > 0
         assert result["contended"]["overlaps"] == 0
