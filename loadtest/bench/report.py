@@ -19,6 +19,7 @@ COLUMNS: list[tuple[str, int, Callable[[dict[str, Any]], Any]]] = [
     ("rt/acq", 6, lambda r: _get(r, "contended", "round_trips_per_acq")),
     ("cmd/acq", 7, lambda r: _get(r, "contended", "redis_commands_per_acq")),
     ("cpu us/acq", 10, lambda r: _cpu(r)),
+    ("cs/acq", 6, lambda r: _get(r, "contended", "switches_per_acq")),
     ("overlap", 7, lambda r: _get(r, "contended", "overlaps")),
 ]
 

@@ -69,8 +69,8 @@ def _merge(samples: list[dict[str, Any]]) -> dict[str, Any]:
         for r in sample["reports"]:
             w = workers.setdefault(r["worker"], {"worker": r["worker"], "acquisitions": 0,
                                                  "overlaps": 0, "waits": [], "cpu_s": 0.0,
-                                                 "round_trips": 0})
-            for key in ("acquisitions", "overlaps", "cpu_s"):
+                                                 "round_trips": 0, "switches": 0})
+            for key in ("acquisitions", "overlaps", "cpu_s", "switches"):
                 w[key] += r[key]
             w["waits"] += r["waits"]
             w["round_trips"] = _sum_or_none([w["round_trips"], r["round_trips"]])
@@ -100,7 +100,9 @@ def contended(reports: list[dict[str, Any]], duration: float,
     """Every worker on one hot lock; ``commands`` excludes the critical section's own.
 
     The CPU figures include everybody's: the holder's, the waiters' (a waiter woken for
-    nothing pays too) and, on the Redis side, the critical section's GET + DECR.
+    nothing pays too) and, on the Redis side, the critical section's GET + DECR. So do
+    the workers' context switches: every blocking read or sleep is one, and on a busy
+    machine each switch back in costs CPU (docs/performance.md, "Session 24").
     """
     counts = [r["acquisitions"] for r in sorted(reports, key=lambda r: r["worker"])]
     acquisitions = sum(counts)
@@ -117,5 +119,6 @@ def contended(reports: list[dict[str, Any]], duration: float,
         "redis_commands_per_acq": per_op(commands, acquisitions),
         "client_cpu_us_per_acq": _us(sum(r["cpu_s"] for r in reports), acquisitions),
         "server_cpu_us_per_acq": _us(server_cpu_s, acquisitions),
+        "switches_per_acq": per_op(sum(r["switches"] for r in reports), acquisitions),
         "overlaps": sum(r["overlaps"] for r in reports),
     }

@@ -14,6 +14,7 @@ benchmark of a lock that does not exclude would be meaningless.
 from __future__ import annotations
 
 import logging
+import resource
 import signal
 import time
 from multiprocessing.queues import Queue
@@ -98,6 +99,7 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
     time.sleep(max(0.0, start - time.time()))
     sent_before = ROUND_TRIPS.value
     cpu_before = time.process_time()
+    switches_before = context_switches()
     acquisitions = overlaps = trips = 0
     waits: list[float] = []
     contended = spec["mode"] == "contended"
@@ -118,9 +120,17 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
             if contended:
                 waits.append(waited)
     cpu = time.process_time() - cpu_before
+    switches = context_switches() - switches_before
     stock.close()
     results.put({"worker": index, "acquisitions": acquisitions, "overlaps": overlaps,
-                 "waits": waits, "round_trips": trips, "cpu_s": cpu})
+                 "waits": waits, "round_trips": trips, "cpu_s": cpu, "switches": switches})
+
+
+def context_switches() -> int:
+    """How often this process has been switched out so far: it blocked (a socket read, a
+    sleep) or the scheduler preempted it. Each switch back in costs CPU of its own."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def critical_section(stock: Any, key: str) -> bool:

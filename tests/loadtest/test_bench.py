@@ -84,6 +84,15 @@ def test_token_lock_costs_two_round_trips_per_uncontended_acquire_and_release(qu
     assert token["uncontended"]["redis_commands_per_op"] > 2
 
 
+def test_context_switches_are_counted_per_acquisition(quick_run):
+    _, figures, printed = quick_run
+    prl = next(r for r in figures["results"] if r["name"] == "python-redis-lock")
+    # five round trips a lock, two in the section, each a blocking read on another
+    # process's reply: at least one switch per acquisition
+    assert prl["contended"]["switches_per_acq"] >= 1
+    assert "cs/acq" in printed
+
+
 def test_redlock_peer_talks_to_all_five_nodes(quick_run):
     _, figures, _ = quick_run
     pottery = next(r for r in figures["results"] if r["name"] == "pottery")
@@ -169,7 +178,8 @@ def test_rounds_add_up_per_worker_and_keep_each_rounds_rate():
 
     def sample(counts, duration=2.0):
         reports = [{"worker": i, "acquisitions": n, "overlaps": 0, "waits": [0.001] * n,
-                    "cpu_s": 0.5, "round_trips": 2 * n} for i, n in enumerate(counts)]
+                    "cpu_s": 0.5, "round_trips": 2 * n, "switches": 3 * n}
+                   for i, n in enumerate(counts)]
         return {"reports": reports, "errors": [], "commands": 9 * sum(counts),
                 "server_cpu_s": 0.25, "duration": duration}
 
@@ -181,6 +191,7 @@ def test_rounds_add_up_per_worker_and_keep_each_rounds_rate():
     assert hot["acq_per_s"] == 20.0  # 80 acquisitions over 4 s
     assert hot["acq_per_s_by_round"] == [20.0, 20.0]
     assert hot["round_trips_per_acq"] == 2 and hot["redis_commands_per_acq"] == 9
+    assert hot["switches_per_acq"] == 3
     assert row["uncontended"]["ops_per_s"] == 50.0
 
 
