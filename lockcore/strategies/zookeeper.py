@@ -72,6 +72,17 @@ RELEASE_WAIT_S = 2.0
 QUERY_WAIT_S = 2.0
 
 
+def _reply_within(pending: Any, seconds: float, silence: Callable[[], Exception]) -> Any:
+    """The reply to kazoo's async call ``pending``, or ``silence()`` raised after ``seconds``.
+
+    wait() + ready(), not get(timeout): under kazoo's gevent handler that timeout is a
+    BaseException, which a gevent worker would answer with a 500."""
+    pending.wait(seconds)
+    if not pending.ready():
+        raise silence()
+    return pending.get()
+
+
 class ZooKeeperLock(DistributedLock):
     needs_redis = False
     strategy = "zookeeper"
@@ -132,15 +143,12 @@ class ZooKeeperLock(DistributedLock):
             raise LockNotOwned("release of a lock this handle does not hold", self.name)
         try:
             # Bounded: kazoo would wait out an outage, holding up the holder's answer.
-            # wait() + ready(), not get(timeout): gevent's get raises a BaseException.
-            deleted = self.client.delete_async(f"{self.path}/{recipe.node}")
-            deleted.wait(RELEASE_WAIT_S)
-            if not deleted.ready():
-                raise LockNotOwned(f"ZooKeeper did not confirm the release within "
-                                   f"{RELEASE_WAIT_S}s (state {self.client.state}); the "
-                                   f"delete goes out when it is back, or the session's end "
-                                   f"deletes the node", self.name)
-            deleted.get()
+            _reply_within(self.client.delete_async(f"{self.path}/{recipe.node}"),
+                          RELEASE_WAIT_S, lambda: LockNotOwned(
+                              f"ZooKeeper did not confirm the release within "
+                              f"{RELEASE_WAIT_S}s (state {self.client.state}); the delete "
+                              f"goes out when it is back, or the session's end deletes "
+                              f"the node", self.name))
         except NoNodeError:
             raise LockNotOwned("our znode is gone: the session expired", self.name) from None
         except KazooException as exc:
@@ -172,12 +180,9 @@ class ZooKeeperLock(DistributedLock):
         if not self.client.connected:
             raise ConnectionLoss(f"ZooKeeper is not connected (state {self.client.state}): "
                                  f"cannot ask whether {question} ({self.name!r})")
-        pending = ask()
-        pending.wait(QUERY_WAIT_S)  # wait() + ready(): see _release
-        if not pending.ready():
-            raise ConnectionLoss(f"ZooKeeper did not answer within {QUERY_WAIT_S}s whether "
-                                 f"{question} ({self.name!r}, state {self.client.state})")
-        return pending.get()
+        return _reply_within(ask(), QUERY_WAIT_S, lambda: ConnectionLoss(
+            f"ZooKeeper did not answer within {QUERY_WAIT_S}s whether {question} "
+            f"({self.name!r}, state {self.client.state})"))
 
     def _on_session_change(self, state: str) -> bool:
         """kazoo connection listener; returning True unregisters it."""

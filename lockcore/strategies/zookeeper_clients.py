@@ -34,14 +34,11 @@ def shared_client(hosts: str) -> Any:
         client = _shared.get(hosts)
         if client is not None:
             return client
-        start = _starting.get(hosts)
-        if start is not None:  # someone is starting it: wait for their outcome
-            ours = False
-        else:
+        underway = _starting.get(hosts)
+        if underway is None:
             start = _starting[hosts] = Future()
-            ours = True
-    if not ours:
-        return start.result()
+    if underway is not None:  # someone is starting it: share their outcome
+        return underway.result()
     try:
         client = _start(hosts)
     except BaseException as exc:
