@@ -64,13 +64,33 @@ class Buyer:
     error: BaseException | None = None
 
 
-def take_batch(queue: deque[Buyer], max_batch: int) -> list[Buyer]:
-    """Pop a batch off the head of ``queue``: its buyers of one sale, at most ``max_batch``."""
+def take_batch(queue: deque[Buyer], max_batch: int, ttl_ms: int | None = None) -> list[Buyer]:
+    """Pop a batch off the head of ``queue``: its buyers of one sale, at most ``max_batch``,
+    and no more than the lock's ``ttl_ms`` has room for (``work_cap``)."""
     batch: list[Buyer] = []
     head = queue[0].sale if queue else None
+    if head is not None:
+        max_batch = work_cap(max_batch, head.work_ms, ttl_ms)
     while queue and len(batch) < max_batch and queue[0].sale == head:
         batch.append(queue.popleft())
     return batch
+
+
+def work_cap(max_batch: int, work_ms: int, ttl_ms: int | None) -> int:
+    """How many buyers one batch may take when each winner does ``work_ms`` of simulated
+    work in the section: as many as fit in a quarter of the lock's TTL, at least one.
+
+    A batch's work is the sum of its winners', and nothing renews the lock while it
+    runs. The lock lives ``LOCK_TTL_MS + 2 * work_ms`` (``locks._new_lock``): room for one
+    buyer's work, not for 256 of them. Uncapped, 20 buyers of a ``work_ms=1000`` sale
+    slept 20 s under a 12 s lock; another worker took the expired lock and both sold
+    (13 units oversold, two fencing tokens among the orders; found by a contract audit).
+    A quarter leaves the cohort's bound (a new batch only while the hold is younger
+    than a quarter of the TTL, ``holdbound.py``) the other half as margin.
+    """
+    if work_ms <= 0 or not ttl_ms:
+        return max_batch
+    return max(1, min(max_batch, ttl_ms // (4 * work_ms)))
 
 
 def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> None:

@@ -20,7 +20,8 @@ lock is released or kept.
     buyer:    queue; if no one combines, combine; else wait for an answer, or leave
               with 503 busy if not taken into a batch in time
     combiner: acquire the lock (its own deadline); serve a batch in one section
-              (``allocation.py``); serve the next while the cohort's bound allows
+              (``allocation.py``; with simulated work, only as many buyers as a
+              quarter of the lock's TTL has room for); serve the next while the cohort's bound allows
               (``Cohort.keep``), else release, let the oldest queued buyer combine,
               and only then wake the served buyers with their answers
 
@@ -108,7 +109,8 @@ class Combiner:
                        f"{deps.lock_timeout_s:g}s", retry_after_s=1)
         served: list[Buyer] = []
         try:
-            while batch := self._take_batch():  # empty: the queued ones timed out
+            ttl_ms = getattr(lock, "ttl_ms", None)  # caps a batch with simulated work
+            while batch := self._take_batch(ttl_ms):  # empty: the queued ones timed out
                 self.batches, self.served = self.batches + 1, self.served + len(batch)
                 served += batch
                 serve_batch(batch, me, deps, lock)
@@ -125,9 +127,9 @@ class Combiner:
             finally:
                 wake(served, me)  # after the release: their responses would delay it
 
-    def _take_batch(self) -> list[Buyer]:
+    def _take_batch(self, ttl_ms: int | None) -> list[Buyer]:
         with self._mutex:
-            return take_batch(self._queue, self.max_batch)
+            return take_batch(self._queue, self.max_batch, ttl_ms)
 
     def _leave(self, me: Buyer) -> None:
         with self._mutex:

@@ -28,8 +28,9 @@ from webapp.saleinfo import load_sale
 
 
 def combining_shop(sqlite_url: str, redis_url: str, *, stock: int, strategy: str = "token",
-                   limit: int = 1, work_ms: int = 0, timeout_s: float = 20.0):
-    app = make_app(sqlite_url, redis_url, LOCK_COMBINE=True, LOCK_TIMEOUT_S=timeout_s)
+                   limit: int = 1, work_ms: int = 0, timeout_s: float = 20.0, **config: Any):
+    app = make_app(sqlite_url, redis_url, LOCK_COMBINE=True, LOCK_TIMEOUT_S=timeout_s,
+                   **config)
     empty_shop(app)
     shop = backends(app)
     sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=stock, strategy=strategy)
@@ -177,6 +178,33 @@ def test_the_lock_is_held_until_every_winner_of_the_batch_has_written_its_row(
     assert held_while_writing == {"a": True, "b": True, "c": True}
     assert not redis_client.exists(lock_key)  # and released after
     assert len(orders_of(app)) == 3
+    backends(app).close()
+
+
+def test_a_batch_with_simulated_work_is_cut_to_what_the_lock_ttl_has_room_for(
+        sqlite_url, redis_url, redis_client, monkeypatch):
+    """30 queued buyers at 20 ms of work each would hold one section 600 ms under a
+    440 ms lock (LOCK_TTL_MS 400 + 2 x 20): the lock expires mid-section and another
+    worker may take it. Batches are cut so every stock write happens under the lock."""
+    from webapp import allocation
+
+    app = combining_shop(sqlite_url, redis_url, stock=100, work_ms=20, LOCK_TTL_MS=400)
+    lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
+    held_at_write: list[bool] = []
+    real_set_stock = allocation.set_stock
+
+    def watched_set_stock(client, key, units):
+        held_at_write.append(bool(redis_client.exists(lock_key)))
+        return real_set_stock(client, key, units)
+
+    monkeypatch.setattr(allocation, "set_stock", watched_set_stock)
+    users = [f"u{n}" for n in range(30)]
+    answers = queued_while_held(app, redis_client, [lambda u=u: post(app, u) for u in users])
+    assert [status for status, _ in answers] == [201] * 30
+    assert held_at_write and all(held_at_write), held_at_write  # never written unlocked
+    assert combiner_of(app).batches >= 30 * 20 // 440, combiner_of(app).batches
+    audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
+    assert audit["consistent"] and audit["units_sold"] == 30, audit
     backends(app).close()
 
 
