@@ -21,9 +21,10 @@ lock is released or kept.
               with 503 busy if not taken into a batch in time
     combiner: acquire the lock (its own deadline); serve a batch in one section
               (``allocation.py``; with simulated work, only as many buyers as a
-              quarter of the lock's TTL has room for); serve the next while the cohort's bound allows
-              (``Cohort.keep``), else release, let the oldest queued buyer combine,
-              and only then wake the served buyers with their answers
+              quarter of the lock's TTL has room for); serve the next while the
+              cohort's bound allows (``Cohort.keep``), else release, let the oldest
+              queued buyer combine, and only then wake the served buyers with their
+              answers
 
 **Failure timeline** the check under the mutex prevents::
 
