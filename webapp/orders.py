@@ -159,7 +159,19 @@ def give_back(redis: Any, sku: str, quantity: int, generation: int | None,
               stock_keys: tuple[str, str] | None = None) -> None:
     """Return ``quantity`` units to ``sku``'s stock, or to ``stock_keys`` (a stock key and
     its generation key); to ``generation``'s only, if given (``give_back.lua``). A
-    failure is logged: the audit will show it."""
+    failure is logged: the audit will show it.
+
+    Then the sale's sold-out flag goes: it may have been set while the units were out.
+
+    **Failure timeline** lifting the flag prevents::
+
+        ann:   takes the last unit (stock 0); her order row fails to be written
+        bob:   refused at stock 0: sets the sold-out flag
+        ann:   her unit goes back (stock 1)
+        carl:  refused by the flag alone: "sold out" with a unit on the shelf, for good
+        fixed: the flag is deleted after the units are back; a buyer refused at zero
+               later sets it again (deleting it first would let bob's flag land after)
+    """
     if stock_keys is None:
         stock_keys = (SaleKeys(sku).stock, SaleKeys(sku).stock_gen)
     try:
@@ -170,6 +182,7 @@ def give_back(redis: Any, sku: str, quantity: int, generation: int | None,
             logger.warning("%s was reset: %d unit(s) of the old sale not given back", sku,
                            quantity)
             return
+        redis.delete(SaleKeys(sku).soldout)  # only a shortcut: a refusal sets it again
     except Exception:  # Redis down too: the audit will show the mismatch
         logger.exception("could not return %d unit(s) to %s", quantity, stock_keys[0])
     else:

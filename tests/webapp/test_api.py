@@ -215,6 +215,31 @@ def test_a_failed_order_write_is_503_and_puts_the_unit_back(client, monkeypatch)
     assert buy(client, "ann").status_code == 201
 
 
+def test_a_unit_given_back_after_a_failed_write_is_sold_again_despite_a_sold_out_flag(
+        client, redis_client, monkeypatch):
+    """A contract audit's finding (PostgreSQL's timing): a buyer refused at zero while
+    the last unit was out set the sold-out flag, the unit came back, and every later
+    buyer heard ``sold_out`` with stock 1 on the page."""
+    from sqlalchemy.exc import OperationalError
+
+    from webapp import orders
+    from webapp.keys import SaleKeys
+
+    reset(client, sku="sku-2", stock=1, strategy="atomic", work_ms=1)  # row via insert_grouped
+
+    def refused_meanwhile_then_broken(*args, **kwargs):
+        redis_client.set(SaleKeys("sku-2").soldout, 1)  # bob, refused at stock 0
+        raise OperationalError("INSERT INTO orders", {}, Exception("database is locked"))
+
+    monkeypatch.setattr(orders, "insert_grouped", refused_meanwhile_then_broken)
+    assert buy(client, "ann", sku="sku-2").status_code == 503
+    monkeypatch.undo()
+    assert client.get("/api/products/sku-2").get_json()["stock"] == 1
+    response = buy(client, "carl", sku="sku-2")
+    assert response.status_code == 201, response.get_json()
+    assert buy(client, "dora", sku="sku-2").get_json()["error"] == "sold_out"
+
+
 def test_a_replayed_key_with_another_quantity_is_400(client):
     reset(client, stock=10, strategy="token", limit=3)
     assert buy(client, "ann", quantity=1, key="k-q").status_code == 201
