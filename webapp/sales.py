@@ -72,10 +72,26 @@ def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[s
 
 def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: int,
                strategy: str, work_ms: int = 0, limit: int = 1) -> dict[str, Any]:
-    """Delete the sale's orders, set its stock and strategy, load the stock into Redis."""
+    """Delete the sale's orders, set its stock and strategy, load the stock into Redis.
+
+    The sale's row is locked first (``FOR UPDATE``; SQLite runs one writer at a time
+    anyway): every purchase's transaction updates that row before it inserts its order,
+    so the reset waits for those in flight and its DELETE sees their orders.
+
+    **Failure timeline** the row lock prevents (PostgreSQL, READ COMMITTED)::
+
+        buyer:  UPDATE sales (generation g0): row locked; INSERT its order
+        reset:  DELETE the sale's orders: the buyer's is not committed, not seen
+        reset:  UPDATE sales: waits for the buyer's row lock
+        buyer:  COMMIT: an order of the old sale survives into the new one
+        reset:  stock 100, started_at g1: the new sale has an order it never sold
+                (a contract audit: 7 runs of 8 inconsistent under resets mid-sale)
+        locked: the reset waits before its DELETE; a buyer after it finds g1 and
+                writes nothing (``TAKE_UNITS_OF_GENERATION``)
+    """
     path = path_for(strategy)
     with sessions.begin() as session:
-        sale = session.scalars(select(Sale).where(Sale.sku == sku)).first()
+        sale = session.scalars(select(Sale).where(Sale.sku == sku).with_for_update()).first()
         if sale is None:
             raise UnknownSku(f"no product with sku {sku!r}")
         session.execute(delete(Order).where(Order.sale_id == sale.id))

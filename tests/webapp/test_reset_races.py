@@ -8,10 +8,14 @@ its timestamp), the second with a lost update on the new sale's stock.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from sqlalchemy import select, update
 
 from tests.webapp.conftest import SKU, auth, backends, buy, reset
 from webapp import locks, paths
+from webapp.models import Order, Sale
 from webapp.problems import Busy
 from webapp.saleinfo import load_sale
 from webapp.services import Checkout, PurchaseRequest
@@ -47,3 +51,35 @@ def test_a_buyer_holding_the_lock_of_a_strategy_reset_away_leaves_the_stock_alon
             paths.path_for(old).purchase(deps, stale, PurchaseRequest(SKU, "late"))
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (7, 0, True)
+
+
+def test_a_reset_waits_for_a_purchase_transaction_in_flight_and_deletes_its_order(client, app):
+    """PostgreSQL: a purchase's transaction (the sale's row updated, its order inserted)
+    not yet committed when a reset starts. Without the reset locking the sale's row
+    first, its DELETE missed the uncommitted order, which survived into the new sale."""
+    shop = backends(app)
+    if shop.sessions.kw["bind"].dialect.name != "postgresql":
+        pytest.skip("SQLite runs one writer at a time: a reset cannot overlap a purchase")
+    reset(client, stock=5, strategy="atomic")
+    answers: list[int] = []
+
+    def reset_now() -> None:
+        answers.append(app.test_client().put(f"/api/admin/sales/{SKU}", headers=auth(),
+                                             json={"stock": 5, "strategy": "atomic"})
+                       .status_code)
+
+    resetting = threading.Thread(target=reset_now)
+    with shop.sessions.begin() as session:  # what groupcommit's transaction does, held open
+        sale = session.scalars(select(Sale).where(Sale.sku == SKU)).one()
+        session.execute(update(Sale).where(Sale.id == sale.id)
+                        .values(remaining=Sale.remaining - 1))
+        session.add(Order(sale_id=sale.id, sku=SKU, user_id="ann", quantity=1,
+                          strategy="atomic"))
+        session.flush()
+        resetting.start()
+        resetting.join(1.0)  # the reset is under way, blocked on the row
+        assert resetting.is_alive(), "the reset did not wait for the purchase in flight"
+    resetting.join(20)
+    assert answers == [200]
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 5, True), audit
