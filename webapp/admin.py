@@ -26,7 +26,7 @@ bp = Blueprint("admin", __name__)
 
 MAX_STOCK = 1_000_000
 MAX_WORK_MS = 10_000
-MAX_LIMIT = 1_000
+MAX_LIMIT = sales.NO_LIMIT
 
 
 def _require_token() -> None:
@@ -49,7 +49,7 @@ def reset_sale(sku: str) -> Response:
     backends = get_backends()
     locks.check_configured(strategy, backends.config)
     work_ms = validation.integer(body, "work_ms", low=0, high=MAX_WORK_MS, default=0)
-    limit = validation.integer(body, "limit", low=1, high=MAX_LIMIT, default=1)
+    limit = validation.integer(body, "limit", low=1, high=MAX_LIMIT, default=sales.NO_LIMIT)
     with _one_reset_at_a_time(backends, sku), _current_lock(backends, sku):
         reset = sales.reset_sale(backends.sessions, backends.redis, sku, stock=stock,
                                  strategy=strategy, work_ms=work_ms, limit=limit)

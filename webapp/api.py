@@ -15,8 +15,8 @@ from .services import Checkout, PurchaseRequest, checkout
 
 bp = Blueprint("api", __name__)
 
-#: above any sale's limit; the exact limit is the sale's and checked in ``checkout``
-MAX_QUANTITY = 1_000_000
+#: no sale's limit is above it; the exact limit is the sale's and checked in ``checkout``
+MAX_QUANTITY = sales.NO_LIMIT
 
 
 def _known_sku(sku: str) -> str:

@@ -54,7 +54,7 @@ class Sale(Base):
     remaining: Mapped[int] = mapped_column(Integer)
     strategy: Mapped[str] = mapped_column(String(40))
     work_ms: Mapped[int] = mapped_column(Integer, default=0)
-    per_user_limit: Mapped[int] = mapped_column(Integer, default=1)
+    per_user_limit: Mapped[int] = mapped_column(Integer)  # sales.NO_LIMIT: none
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

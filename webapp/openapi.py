@@ -83,7 +83,10 @@ def document() -> dict[str, Any]:
                     "properties": {"stock": {"type": "integer", "minimum": 0},
                                    "strategy": {"type": "string"},
                                    "work_ms": {"type": "integer", "minimum": 0, "default": 0},
-                                   "limit": {"type": "integer", "minimum": 1, "default": 1}}}}}},
+                                   "limit": {"type": "integer", "minimum": 1,
+                                             "maximum": 1_000_000, "default": 1_000_000,
+                                             "description": "units per buyer; default: "
+                                                            "no limit but the stock"}}}}}},
                 "responses": {"200": {"description": "the sale as reset"},
                               **_errors((400, "invalid_request"), (401, "unauthorized"),
                                         (404, "unknown_sku"), _TOO_LARGE,

@@ -23,6 +23,11 @@ from .saleinfo import SaleInfo, generation
 
 logger = logging.getLogger(__name__)
 
+#: a sale's per-buyer limit when none is set: as many units as one purchase may ask
+#: for (``api.MAX_QUANTITY``), so only the stock refuses. The contract's purchase takes
+#: any ``quantity``; a limit (``PUT ... {"limit": N}``) is this shop's extension.
+NO_LIMIT = 1_000_000
+
 
 def _info(sale: Sale) -> SaleInfo:
     return SaleInfo(sale.id, sale.sku, sale.strategy, sale.work_ms, sale.per_user_limit,
@@ -71,7 +76,7 @@ def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[s
 
 
 def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: int,
-               strategy: str, work_ms: int = 0, limit: int = 1) -> dict[str, Any]:
+               strategy: str, work_ms: int = 0, limit: int = NO_LIMIT) -> dict[str, Any]:
     """Delete the sale's orders, set its stock and strategy, load the stock into Redis.
 
     The sale's row is locked first (``FOR UPDATE``; SQLite runs one writer at a time
@@ -115,7 +120,7 @@ def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_c
                             description=description))
         session.flush()
         session.add(Sale(sku=sku, initial_stock=stock, remaining=stock, strategy=strategy,
-                         work_ms=0, per_user_limit=1))
+                         work_ms=0, per_user_limit=NO_LIMIT))
     return True
 
 

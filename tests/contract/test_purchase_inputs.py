@@ -51,7 +51,7 @@ BAD_BODIES = {
     "quantity-huge": b'{"user_id": "ann", "quantity": ' + b"9" * 4000 + b"}",
     "quantity-nan": b'{"user_id": "ann", "quantity": NaN}',
     "quantity-infinity": b'{"user_id": "ann", "quantity": -Infinity}',
-    "quantity-over-limit": b'{"user_id": "ann", "quantity": 2}',
+    "quantity-over-any-limit": b'{"user_id": "ann", "quantity": 1000001}',
 }
 
 
@@ -138,6 +138,20 @@ def test_a_quantity_above_the_sale_limit_is_400_and_takes_nothing(shop):
     assert_error(shop.buy("greedy", LIMITED, 6), 400, "invalid_request")
     assert shop.audit(LIMITED)["remaining"] == before
     assert shop.buy("greedy", LIMITED, 5).status == 201  # the 400 reserved nothing
+
+
+@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+def test_a_sale_reset_without_a_limit_sells_any_quantity_the_stock_covers(shop, strategy):
+    """The contract's PUT takes stock, strategy and work_ms; its purchase any quantity.
+    Only the stock refuses: 409 sold_out, never a 400 for a limit nobody set."""
+    sku = "qa-input-3"
+    shop.reset(sku, 2, strategy)
+    assert_error(shop.buy(f"{strategy}-three", sku, 3), 409, "sold_out")
+    answer = shop.buy(f"{strategy}-two", sku, 2)
+    assert answer.status == 201 and answer.json["quantity"] == 2, answer.body
+    assert_error(shop.buy(f"{strategy}-one", sku, 1), 409, "sold_out")
+    audit = shop.audit(sku)
+    assert (audit["remaining"], audit["units_sold"], audit["consistent"]) == (0, 2, True)
 
 
 def test_the_books_balance_after_all_that(shop):

@@ -17,7 +17,7 @@ ODD_BODIES = [
     {"user_id": "ann", "quantity": 1.0}, {"user_id": "ann", "quantity": 1.5},
     {"user_id": "ann", "quantity": "1"}, {"user_id": "ann", "quantity": True},
     {"user_id": "ann", "quantity": None}, {"user_id": "ann", "quantity": [1]},
-    {"user_id": "ann", "quantity": 10**400}, {"user_id": "ann", "quantity": 2},
+    {"user_id": "ann", "quantity": 10**400}, {"user_id": "ann", "quantity": 10**6 + 1},
     {"user_id": "ann", "quantity": float("inf")},
 ]
 
