@@ -36,6 +36,11 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["seckill"] = Backends(app.config)
 
+    # Werkzeug answers a doubled slash (``/api//products``) with a 308 and an HTML page,
+    # and folds ``/api/products//purchase`` into the product URL (a 405 for a POST): an
+    # API's odd path is a JSON 404 like any unknown one (``errors.py``)
+    app.url_map.merge_slashes = False
+
     from . import admin, api, errors, shop
 
     app.register_blueprint(errors.bp)

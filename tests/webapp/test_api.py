@@ -168,6 +168,17 @@ def test_an_unknown_route_is_a_json_404(client):
     assert set(response.get_json()) == {"error", "detail"}
 
 
+@pytest.mark.parametrize("method, path", [
+    ("GET", "/api//products"), ("GET", f"/api/products//{SKU}"),
+    ("GET", "/api/products//purchase"), ("POST", "/api/products//purchase"),
+    ("POST", f"/api//products/{SKU}/purchase"), ("PUT", f"/api/admin//sales/{SKU}"),
+])
+def test_a_doubled_slash_is_a_json_404_not_a_redirect_page(client, method, path):
+    response = client.open(path, method=method, json={"user_id": "ann"})
+    assert response.status_code == 404, response.get_data(as_text=True)[:200]
+    assert set(response.get_json()) == {"error", "detail"}
+
+
 def test_the_openapi_document_describes_the_purchase_route(client):
     document = client.get("/api/openapi.json").get_json()
     assert document["openapi"].startswith("3.")
