@@ -17,9 +17,18 @@
 ``timeout``, so a paused or partitioned node costs at most ``timeout`` in total, not
 per node. A node that misses it is a "no", and its connection is *closed*, not
 returned to the pool: its late reply would otherwise be read as the answer to the
-next command sent on that socket. Opening a connection is bounded by the client's own
-``socket_connect_timeout`` (refused at once when a node is down), so give RedLock
-clients short socket timeouts.
+next command sent on that socket.
+
+**RedLock's own connections** (``node_lane``). Opening a connection goes through
+redis-py's connect, which retries with the client's policy: redis-py 8's default client
+retries a refused connection three times with exponential backoff, 9 s for a node that
+is down, and with no socket timeout its handshake waits for a frozen node forever. A
+dead minority must be a quick "no", or the time spent eats the validity and the
+majority never wins (a contract audit: 3 live nodes of 5, ``acquire`` 9.1 s, release
+9.2 s; with ``ttl_ms=3000`` never). So the connections to each node come from a pool
+of lockcore's own, made with the client's settings but one connection attempt, and
+connect and socket timeouts no longer than the node timeout. They close when the
+client is garbage collected, not with ``client.close()``.
 """
 
 from __future__ import annotations
@@ -27,13 +36,16 @@ from __future__ import annotations
 import logging
 import random
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
+from redis.retry import Retry
 
-from ..wire import lane
+from ..wire import LANE_SIZE, Lane, lane
 
 if TYPE_CHECKING:
     from ..base import DistributedLock
@@ -101,7 +113,7 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
         if not isinstance(client, redis.Redis):
             results[node] = _attempt(call, client)
             continue
-        source = _Connections(client)
+        source = _Connections(client, timeout)
         try:
             conn = source.take()
         except Exception as exc:  # down: refused at once (or the connect timeout)
@@ -134,11 +146,11 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
 
 
 class _Connections:
-    """Where a node's connection comes from: the client's lane (``lockcore.wire``) if it
-    has one, else its pool (whose checkout also polls the socket)."""
+    """Where a node's connection comes from: RedLock's own lane to it (``node_lane``) if
+    the client allows one, else its pool (whose checkout also polls the socket)."""
 
-    def __init__(self, client: Any) -> None:
-        self.lane = lane(client)
+    def __init__(self, client: Any, timeout: float) -> None:
+        self.lane = node_lane(client, timeout)
         self.pool = client.connection_pool
         self.ours = False
 
@@ -153,6 +165,33 @@ class _Connections:
             self.pool.release(connection)
         else:
             self.lane.give_back(connection, self.ours)
+
+
+#: per client, per node timeout: RedLock's own lane to that node (``node_lane``)
+_node_lanes: weakref.WeakKeyDictionary[Any, dict[float, Lane]] = weakref.WeakKeyDictionary()
+
+
+def node_lane(client: Any, timeout: float) -> Lane | None:
+    """A lane (``lockcore.wire``) to ``client``'s node on a pool of RedLock's own: the
+    client's connection settings, but no retry of a failed connect, and connect and
+    socket timeouts of at most ``timeout`` (the module docstring says why). None for a
+    client ``wire.lane`` would not give a lane either (a subclass, a blocking pool):
+    those keep their own path."""
+    if lane(client) is None:
+        return None
+    lanes = _node_lanes.setdefault(client, {})
+    found = lanes.get(timeout)
+    if found is None:
+        pool = client.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        kwargs["retry"] = Retry(NoBackoff(), 0)
+        for key in ("socket_connect_timeout", "socket_timeout"):
+            given = kwargs.get(key)
+            kwargs[key] = timeout if given is None else min(given, timeout)
+        own = redis.ConnectionPool(connection_class=pool.connection_class,
+                                   max_connections=pool.max_connections, **kwargs)
+        found = lanes[timeout] = Lane(own, min(LANE_SIZE, pool.max_connections // 4))
+    return found
 
 
 class JitterWaiter:

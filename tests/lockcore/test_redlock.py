@@ -143,6 +143,55 @@ def test_three_of_five_nodes_down_fails_within_the_timeout(redlock_cluster,
     assert not any(c.exists(lock.key) for c in redlock_clients[3:])  # nothing left behind
 
 
+def default_clients(cluster) -> list[redis.Redis]:
+    """``redis.Redis(host=..., port=...)`` as its docs show: redis-py 8's default retry
+    (three, with exponential backoff) and no socket timeouts. ``from_url`` gives none."""
+    return [redis.Redis(host="127.0.0.1", port=server.port) for server in cluster.servers]
+
+
+def test_with_default_clients_two_dead_nodes_are_a_quick_no(redlock_cluster,
+                                                            redlock_clients) -> None:
+    """redis-py 8's default client retries a refused connect with backoff (9 s a node):
+    RedLock's own connections try once, so a dead minority costs nothing like that."""
+    for server in redlock_cluster.servers[:2]:
+        server.kill()
+    clients = default_clients(redlock_cluster)
+    try:
+        lock = redlock(clients, ttl_ms=3_000)
+        started = time.monotonic()
+        assert lock.acquire(blocking=False)
+        assert lock.release() is None
+        assert time.monotonic() - started < 1.5, time.monotonic() - started
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_with_default_clients_a_frozen_node_never_connected_costs_one_node_timeout(
+        redlock_cluster, redlock_clients) -> None:
+    """A stopped process still accepts TCP connections (the kernel does), and redis-py's
+    handshake then waits on a client with no socket timeout: for ever, before the
+    other nodes were even asked."""
+    frozen = redlock_cluster.servers[0]
+    clients = default_clients(redlock_cluster)
+    frozen.pause()
+    got: list[bool] = []
+    try:
+        lock = redlock(clients, node_timeout_ms=300)
+        attempt = threading.Thread(target=lambda: got.append(lock.acquire(blocking=False)),
+                                   daemon=True)
+        started = time.monotonic()
+        attempt.start()
+        attempt.join(10)
+        assert got == [True], f"no answer in {time.monotonic() - started:.1f}s"
+        assert time.monotonic() - started < 2.0
+        lock.release()
+    finally:
+        frozen.resume()
+        for client in clients:
+            client.close()
+
+
 def test_two_paused_nodes_cost_one_deadline_and_their_late_replies_are_never_misread(
         redlock_cluster, redlock_clients) -> None:
     # A deadline long enough that a live node on a loaded CI machine always makes it (at
