@@ -52,6 +52,36 @@ def check_timeout(timeout: Any) -> None:
                          f"not {timeout!r}")
 
 
+def acquire_arguments(blocking: Any, timeout: Any) -> tuple[bool, float | None]:
+    """``acquire``'s arguments as the conventions users bring: ``blocking=None`` is the
+    default, blocking (redis-py's ``Lock.acquire``); ``timeout=-1`` waits for ever
+    (``threading.Lock.acquire``). Other values are checked by ``_check_acquire``."""
+    if blocking is None:
+        blocking = True
+    if timeout is not None and not isinstance(timeout, bool) and timeout == -1:
+        timeout = None
+    return bool(blocking), timeout
+
+
+def whole_ttl_ms(ttl_ms: Any) -> int:
+    """``ttl_ms`` as the whole milliseconds Redis takes (``PX``): an int, or a float
+    rounded up (``2.5 * 1000``; never shorter than asked), between 1 and a year.
+
+    :raises TypeError: not a number (``True`` is not a TTL either).
+    :raises ValueError: not finite, or out of range.
+    """
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)):
+        raise TypeError(f"ttl_ms must be a number of milliseconds or None, not {ttl_ms!r}")
+    if isinstance(ttl_ms, float):
+        if not math.isfinite(ttl_ms):
+            raise ValueError(f"ttl_ms must be between 1 and {MAX_TTL_MS} (a year), "
+                             f"not {ttl_ms!r}")
+        ttl_ms = math.ceil(ttl_ms)
+    if not 0 < ttl_ms <= MAX_TTL_MS:
+        raise ValueError(f"ttl_ms must be between 1 and {MAX_TTL_MS} (a year), not {ttl_ms!r}")
+    return int(ttl_ms)
+
+
 def new_token() -> str:
     """A random value that no other acquisition will ever use (128 bits)."""
     return os.urandom(16).hex()
@@ -89,17 +119,17 @@ class DistributedLock(ABC):
         if not isinstance(name, str) or not name:
             raise TypeError("lock name must be a non-empty string")
         if ttl_ms is not None:
-            if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int):
-                raise TypeError("ttl_ms must be an int (milliseconds) or None")
-            if not 0 < ttl_ms <= MAX_TTL_MS:
-                raise ValueError(f"ttl_ms must be between 1 and {MAX_TTL_MS} (a year)")
+            ttl_ms = whole_ttl_ms(ttl_ms)
         check_timeout(timeout)
         if self.needs_redis and not callable(getattr(client, "execute_command", None)):
             raise TypeError(f"the {self.strategy} lock needs a redis-py client, not "
                             f"{type(client).__name__}")
-        if watchdog and (ttl_ms is None or not self.expires):
-            raise ValueError(f"a watchdog needs a lock that expires; {self.strategy!r} with "
-                             f"ttl_ms={ttl_ms!r} does not")
+        if watchdog and not self.expires:
+            raise ValueError(f"a watchdog renews a lock that expires; {self.strategy!r} "
+                             "never expires (nothing to renew): leave watchdog off")
+        if watchdog and ttl_ms is None:
+            raise ValueError("a watchdog renews a lock that expires; with ttl_ms=None "
+                             "it never does (nothing to renew): give a ttl_ms")
         self.client = client
         self.name = name
         self.key = f"lock:{{{name}}}"  # the braces are a Redis Cluster hash tag
@@ -159,7 +189,9 @@ class DistributedLock(ABC):
         return self._lost_reason is not None
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """Take the lock; False when not blocking or when ``timeout`` seconds pass."""
+        """Take the lock; False when not blocking or when ``timeout`` seconds pass
+        (``None`` or ``-1``: no limit)."""
+        blocking, timeout = acquire_arguments(blocking, timeout)
         outer = self._enter_acquire()
         try:
             return self._acquire(blocking, timeout)
@@ -247,8 +279,10 @@ class DistributedLock(ABC):
         if not self.expires:
             raise NotImplementedError(f"{self.strategy!r} locks do not expire")
         ttl = self.ttl_ms if ttl_ms is None else ttl_ms
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 0 < ttl <= MAX_TTL_MS:
-            raise ValueError(f"ttl_ms must be an int between 1 and {MAX_TTL_MS} (a year)")
+        try:
+            ttl = whole_ttl_ms(ttl)
+        except TypeError as error:  # extend always said ValueError
+            raise ValueError(str(error)) from None
         with self._mutex:
             if self._token is None:
                 raise LockNotOwned("extend of a lock this handle does not hold", self.name)
@@ -312,6 +346,12 @@ class DistributedLock(ABC):
             # (usually its TTL ran out mid-section): say so with the subclass.
             raise LockLost(f"lock lost while held: {reason or 'it expired or was taken'}",
                            self.name) from None
+        except Exception as error:  # the backend is down too, say
+            if reason is None or exc_type is not None:
+                raise
+            # The watchdog already found the lock gone: that is the news, not the
+            # release that could not reach the backend to make sure.
+            raise LockLost(f"lock lost while held: {reason}", self.name) from error
         if reason is not None and exc_type is None:
             raise LockLost(f"lock lost while held: {reason}", self.name)
 

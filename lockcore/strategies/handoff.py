@@ -26,7 +26,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from .. import scripts
-from ..base import DistributedLock, new_token
+from ..base import DistributedLock, acquire_arguments, new_token
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
 from ..wire import round_trip
@@ -66,6 +66,7 @@ class HandOffLock(DistributedLock):
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """As ``DistributedLock.acquire``; leaves the queue if it gives up while queued."""
+        blocking, timeout = acquire_arguments(blocking, timeout)
         outer = self._enter_acquire()
         try:
             if self._token is not None:

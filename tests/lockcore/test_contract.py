@@ -212,3 +212,14 @@ def test_extend_refuses_a_ttl_create_would_refuse(pair, ttl_ms):
         lock.extend(ttl_ms)
     assert lock.held()  # still ours, untouched
     lock.release()
+
+
+def test_acquire_takes_the_conventions_users_bring(pair):
+    """``timeout=-1`` is no limit (``threading.Lock``), ``blocking=None`` the default
+    (redis-py's ``Lock``): both raised ValueError."""
+    lock, other = pair
+    assert lock.acquire(timeout=-1)
+    assert other.acquire(blocking=None, timeout=0.05) is False
+    lock.release()
+    assert other.acquire(blocking=None, timeout=-1)
+    other.release()

@@ -70,3 +70,24 @@ def test_leaving_with_after_the_ttl_ran_out_raises_lock_lost(redis_client):
     with pytest.raises(lockcore.LockLost):
         with lock:
             time.sleep(0.1)  # the section outlives the ttl; no watchdog
+
+
+def test_a_ttl_in_float_milliseconds_is_taken_rounded_up(redis_client):
+    """``ttl_ms=2.5 * 1000`` was a TypeError; redis-py's own Lock takes float timeouts."""
+    lock = lockcore.create("token", redis_client, "res", ttl_ms=2.5 * 1000)
+    assert lock.ttl_ms == 2_500
+    assert lock.acquire(blocking=False)
+    assert 2_000 < redis_client.pttl(lock.key) <= 2_500
+    lock.extend(1_000.2)  # rounded up, never shorter than asked
+    assert 900 < redis_client.pttl(lock.key) <= 1_001
+    lock.release()
+    assert lockcore.create("token", redis_client, "res", ttl_ms=0.5).ttl_ms == 1
+
+
+@pytest.mark.parametrize("ttl_ms, error", [
+    (float("nan"), ValueError), (float("inf"), ValueError), (0.0, ValueError),
+    (-1.5, ValueError), ("1000", TypeError), (True, TypeError),
+])
+def test_a_ttl_that_is_no_number_of_milliseconds_is_refused(redis_client, ttl_ms, error):
+    with pytest.raises(error, match="ttl_ms"):
+        lockcore.create("token", redis_client, "res", ttl_ms=ttl_ms)

@@ -121,3 +121,22 @@ def test_a_holder_paused_past_its_ttl_finds_out_it_lost_the_lock(redis_client, r
 def test_a_watchdog_needs_a_lock_that_expires(redis_client):
     with pytest.raises(ValueError, match="watchdog"):
         lockcore.create("setnx", redis_client, "res", watchdog=True)
+
+
+def test_leaving_with_while_the_backend_is_down_reports_the_lost_lock():
+    """The watchdog found the lock lost (Redis died); leaving ``with`` while Redis is
+    still down raised the release's ConnectionError, and the news, LockLost, was lost."""
+    server = RedisServer().start()  # our own: this one gets killed
+    client = redis.Redis.from_url(server.url, socket_timeout=0.2, socket_connect_timeout=0.2)
+    lost = threading.Event()
+    try:
+        lock = lockcore.create("token", client, "res", ttl_ms=TTL_MS, watchdog=True,
+                               on_lost=lambda lock, reason: lost.set())
+        with pytest.raises(LockLost) as raised:
+            with lock:
+                server.stop()
+                assert lost.wait(5), "the watchdog should notice the dead server"
+        assert isinstance(raised.value.__cause__, redis.RedisError), raised.value.__cause__
+    finally:
+        client.close()
+        server.cleanup()
