@@ -18,6 +18,9 @@ from concurrent.futures import Future
 from typing import Any
 
 ZK_TIMEOUT_S = 10.0
+#: the longest wait between reconnection attempts after an outage (kazoo's default
+#: doubles up to an hour: 16.5 s to come back after a 70 s outage, longer after longer)
+RECONNECT_MAX_S = 2.0
 #: how long ``shared_client`` waits for a new client's first connection (kazoo's default)
 START_TIMEOUT_S = 15.0
 
@@ -57,13 +60,24 @@ def _start(hosts: str) -> Any:
     from kazoo.client import KazooClient
     from kazoo.exceptions import ConnectionLoss
 
-    client = KazooClient(hosts=hosts, timeout=ZK_TIMEOUT_S)
+    client = KazooClient(hosts=hosts, timeout=ZK_TIMEOUT_S, connection_retry={
+        "max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": RECONNECT_MAX_S})
     try:
         client.start(timeout=START_TIMEOUT_S)  # stops and closes itself on failure
     except client.handler.timeout_exception:
         raise ConnectionLoss(f"no ZooKeeper answered at {hosts!r} within "
                              f"{START_TIMEOUT_S:g}s") from None
     return client
+
+
+def close_shared_client(hosts: str) -> None:
+    """Stop the client ``shared_client`` started for ``hosts``, if any (its ensemble is
+    gone for good: it would go on reconnecting every ``RECONNECT_MAX_S``)."""
+    with _shared_guard:
+        client = _shared.pop(hosts, None)
+    if client is not None:
+        client.stop()
+        client.close()
 
 
 @atexit.register

@@ -331,3 +331,29 @@ def test_locked_and_held_while_zookeeper_is_down_raise_instead_of_hanging(reques
         server.start()
         assert _wait_until(lambda: client.connected, 20)
         assert isinstance(other.locked(), bool)  # answers again once it reconnects
+
+
+def test_a_hosts_string_client_is_back_soon_after_a_long_outage(request) -> None:
+    """``create("zookeeper", "<hosts>")``'s shared client retried its connection with
+    kazoo's backoff, doubling towards an hour: after 15 s down it came back ~10 s after
+    the server did. Its waits are capped at ``RECONNECT_MAX_S``."""
+    from lockcore.strategies.zookeeper_clients import (
+        RECONNECT_MAX_S,
+        close_shared_client,
+        shared_client,
+    )
+    from lockcore.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        client = shared_client(server.hosts)
+        request.addfinalizer(lambda: close_shared_client(server.hosts))
+        server.kill()
+        assert _wait_until(lambda: not client.connected)
+        time.sleep(15)  # long enough for kazoo's own backoff to reach ~13 s
+        server.start()
+        began = time.monotonic()
+        assert _wait_until(lambda: client.connected, 30)
+        assert time.monotonic() - began < RECONNECT_MAX_S + 2.5, time.monotonic() - began
+        lock = lockcore.create("zookeeper", server.hosts, request.node.name)
+        assert lock.acquire(timeout=5)
+        lock.release()
