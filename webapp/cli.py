@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -46,6 +47,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unwind(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_like_ctrl_c() -> None:
+    """SIGTERM (kill, timeout, CI) and SIGHUP (the terminal closed) unwind like Ctrl-C,
+    so every command's ``finally`` stops what it started: killed by a signal instead,
+    Python runs no ``finally`` and no ``atexit``, and gunicorn, redis-server and
+    ZooKeeper, started in sessions of their own, were left running with no parent.
+    SIGINT too: a shell starts a background job with it ignored."""
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _unwind)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module_name, func = COMMANDS[args.command]
@@ -53,7 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(module, ImportError):
         print(f"seckill {args.command}: unavailable: {module}", file=sys.stderr)
         return 2
-    code: int = getattr(module, func)(args)
+    stop_like_ctrl_c()
+    try:
+        code: int = getattr(module, func)(args)
+    except KeyboardInterrupt:  # unwound: what the command started is stopped
+        print(f"seckill {args.command}: interrupted; everything it started is stopped",
+              file=sys.stderr)
+        return 130
     return code
 
 

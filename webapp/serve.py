@@ -77,6 +77,10 @@ def main(args: argparse.Namespace) -> int:
                 time.sleep(0.5)
         except KeyboardInterrupt:
             print("stopping ...", flush=True)
+            return 0
+        code = served.proc.returncode if served.proc is not None else None
+        print(f"seckill serve: gunicorn exited on its own (code {code}); stopping the rest",
+              file=sys.stderr)
+        return 1
     finally:
         served.stop()
-    return 0

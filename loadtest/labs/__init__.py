@@ -20,7 +20,12 @@ import sys
 import traceback
 from types import ModuleType
 
+from lockcore.zkserver import ZooKeeperUnavailable
+
 from .narration import Narrator, Verdict
+
+#: a lab that cannot run here for a missing system part: its message is the news
+MISSING_PARTS: tuple[type[Exception], ...] = (ZooKeeperUnavailable,)
 
 __all__ = ["LABS", "Narrator", "Verdict", "add_arguments", "load", "main", "run_lab"]
 
@@ -91,7 +96,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         verdict: Verdict = module.run(narrator)
     except Exception as exc:  # the lab itself broke: say so, in the one verdict line
-        traceback.print_exc()
+        if not isinstance(exc, MISSING_PARTS):  # a missing package says so in one line
+            traceback.print_exc()
         print(f"VERDICT: lab error, nothing demonstrated: {type(exc).__name__}: {exc}")
         return 1
     if verdict.demonstrated:

@@ -72,10 +72,17 @@ def flash_sale(narrator: Narrator, app: Any, strategy: str, *, buyers: int, stoc
         start.wait()
         return _buy(app.url, f"buyer-{i}")
 
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="buyer") as pool:
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="buyer")
+    try:
         futures = [pool.submit(buyer, i) for i in range(buyers)]
         start.set()
         statuses = Counter(f.result() for f in futures)
+    finally:
+        # Ctrl-C before ``start.set()`` left every buyer waiting on the event and the
+        # pool waiting on them, for ever: let the started ones go (the lab then stops
+        # the shop under them) and drop the queued ones
+        start.set()
+        pool.shutdown(wait=False, cancel_futures=True)
     narrator("responses: %s", ", ".join(f"{n} x {code}" for code, n in sorted(statuses.items())))
     audit = shop.audit(SKU)
     narrator("audit: %d orders for %d units, Redis says %d remaining, oversold %d, "

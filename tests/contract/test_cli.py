@@ -205,30 +205,29 @@ def test_showdown_against_a_url_where_nothing_answers_is_one_line_and_exit_1():
     assert "cannot reach the shop" in done.stderr and "Traceback" not in done.stderr + done.stdout
 
 
-def test_bench_stopped_by_sigterm_stops_every_process_it_started():
-    """`timeout`, `kill` and CI stop a run with SIGTERM: its workers, redis-servers and
-    ZooKeeper must go with it, not run on without a parent."""
+def _signalled(args: list[str], signum: int, enough: int,
+               started_when: float = 1.0) -> tuple[int | None, str, dict[int, str]]:
+    """Run ``seckill *args`` until it has ``enough`` processes below it, send ``signum``;
+    (its exit code, its stderr, what it started that still runs: killed here, by pid)."""
     import time
 
-    proc = subprocess.Popen([str(SECKILL), "bench", "--quick"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([str(SECKILL), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     started: set[int] = set()
-    survivors: list[int] = []
+    survivors: dict[int, str] = {}
+    err = ""
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline and proc.poll() is None:
             started.update(descendants(proc.pid))
-            # a redis-server, the resource tracker and the four --quick workers, started
-            # and handed their work (a worker still reading it from the pipe would print
-            # an EOFError when its parent stops: a narrow window, not what this tests)
-            if len(started) >= 6:
-                time.sleep(1.0)
+            if len(started) >= enough:
+                time.sleep(started_when)  # let them get to work
                 started.update(descendants(proc.pid))
                 break
             time.sleep(0.1)
-        assert len(started) >= 6, started
-        proc.send_signal(signal.SIGTERM)
+        assert len(started) >= enough, (started, proc.poll())
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         # multiprocessing's resource tracker leaves when it sees its parent's pipe close
@@ -241,9 +240,37 @@ def test_bench_stopped_by_sigterm_stops_every_process_it_started():
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 130, err[-1000:]
+    return proc.returncode, err, survivors
+
+
+def test_bench_stopped_by_sigterm_stops_every_process_it_started():
+    """`timeout`, `kill` and CI stop a run with SIGTERM: its workers, redis-servers and
+    ZooKeeper must go with it, not run on without a parent."""
+    # a redis-server, the resource tracker and the four --quick workers, started and
+    # handed their work (a worker still reading it from the pipe would print an
+    # EOFError when its parent stops: a narrow window, not what this tests)
+    code, err, survivors = _signalled(["bench", "--quick"], signal.SIGTERM, 6)
+    assert code == 130, err[-1000:]
     assert "everything it started is stopped" in err and "Traceback" not in err, err[-1000:]
     assert not survivors
+
+
+def test_a_lab_stopped_by_sigterm_stops_its_shop_and_redis():
+    """``seckill scenario`` had no SIGTERM handler: `timeout` killed it and left its
+    gunicorn and redis-server running with no parent (a contract audit)."""
+    code, err, survivors = _signalled(["scenario", "process-lock"], signal.SIGTERM, 3)
+    assert code == 130, err[-1000:]
+    assert "Traceback" not in err, err[-1000:]
+    assert not survivors, survivors
+
+
+def test_serve_whose_terminal_closes_stops_everything_it_started():
+    """Closing the terminal sends SIGHUP: serve died of it, and gunicorn and six
+    redis-servers ran on with no parent (a contract audit)."""
+    code, err, survivors = _signalled(["serve", "--port", str(free_port()), "--workers", "1"],
+                                      signal.SIGHUP, 7, started_when=3.0)
+    assert code in (0, 130), err[-1000:]  # stopped once serving, or while starting
+    assert not survivors, survivors
 
 
 @pytest.mark.parametrize(("setting", "named"), [

@@ -102,3 +102,50 @@ def test_oversell_lab_at_full_size_oversells_1000_buyers_over_100_units() -> Non
     assert verdict.facts["buyers"] == 1_000 and verdict.facts["stock"] == 100
     assert verdict.facts["naive_oversold"] > 0
     assert verdict.facts["token_oversold"] == 0
+
+
+def test_a_flash_sale_interrupted_before_its_start_signal_does_not_hang(monkeypatch):
+    """Ctrl-C between queueing the buyers and ``start.set()`` left every buyer waiting
+    on the event and the pool waiting on them, for ever (a contract audit, py-spy)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    from loadtest.labs import crowd
+
+    class Shop:
+        def __init__(self, *args):
+            pass
+
+        def reset_sale(self, *args, **kwargs):
+            pass
+
+    real_submit = ThreadPoolExecutor.submit
+    submitted = 0
+
+    def submit_then_ctrl_c(pool, *args, **kwargs):
+        nonlocal submitted
+        submitted += 1
+        if submitted > 5:  # five buyers queued, then the user presses Ctrl-C
+            raise KeyboardInterrupt
+        return real_submit(pool, *args, **kwargs)
+
+    monkeypatch.setattr(crowd, "ShopClient", Shop)
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit_then_ctrl_c)
+    app = SimpleNamespace(url="http://127.0.0.1:9", admin_token="t")  # nothing answers
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            crowd.flash_sale(lambda *a: None, app, "token", buyers=20, stock=5)
+        except BaseException as exc:  # noqa: BLE001 - the KeyboardInterrupt, expected
+            outcome.append(exc)
+
+    began = time.monotonic()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), "flash_sale hung after the interrupt"
+    assert outcome and isinstance(outcome[0], KeyboardInterrupt), outcome
+    assert time.monotonic() - began < 15
