@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 OK, TAUGHT, FAIL, ERROR, BASELINE = "ok", "unsafe, as taught", "FAIL", "ERROR", "baseline"
+#: a sale with stock and buyers where nobody bought anything: every purchase failed (a
+#: lock server down, say); exact, but no strategy showed anything
+NOTHING_SOLD = "NOTHING SOLD"
 #: sustained baselines: ``noop`` is POST /api/noop through the purchase's client code (the
 #: ratio's denominator); ``noop-get`` is the old bare GET, kept visible beside it
 NOOP_MODES = ("noop", "noop-get")
@@ -67,6 +70,8 @@ class StrategyResult:
             return ERROR
         if self.mode in NOOP_MODES:
             return BASELINE  # no sale: nothing to audit
+        if self.sold == 0 and self.stock > 0 and self.users > 0:
+            return NOTHING_SOLD  # was "ok": a dead ZooKeeper made a green run
         wrong = self.oversold > 0 or self.lost > 0 or self.duplicates > 0 or not self.consistent
         if not wrong:
             return OK
@@ -84,7 +89,8 @@ class StrategyResult:
 
 def failed(results: list[StrategyResult]) -> list[StrategyResult]:
     """Results that make the showdown exit non-zero: a safe lock wrong, or a broken run."""
-    return [r for r in results if r.verdict in (FAIL, ERROR) and (r.safe or r.error)]
+    return [r for r in results
+            if r.verdict == NOTHING_SOLD or r.verdict in (FAIL, ERROR) and (r.safe or r.error)]
 
 
 def _num(value: float | None, digits: int = 0) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import svg
-from .compare import FAIL, OK, StrategyResult, format_rounds, table_rows
+from .compare import FAIL, NOTHING_SOLD, OK, StrategyResult, format_rounds, table_rows
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}
 table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px}
@@ -26,8 +26,8 @@ def _table(results: list[StrategyResult]) -> str:
     header, rows = table_rows(results)
     out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>"]
     for result, row in zip(results, rows, strict=True):
-        css = {OK: "ok", FAIL: "FAIL"}.get(result.verdict, "ERROR" if result.error else
-                                           "taught")
+        css = {OK: "ok", FAIL: "FAIL", NOTHING_SOLD: "FAIL"}.get(
+            result.verdict, "ERROR" if result.error else "taught")
         out.append(f'<tr class="{css}">' + "".join(f"<td>{escape(c)}</td>" for c in row)
                    + "</tr>")
     return "\n".join(out + ["</table>"])

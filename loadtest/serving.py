@@ -82,8 +82,13 @@ def _shop_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serve_target(args: argparse.Namespace, wanted: list[str]) -> Iterator[Target]:
-    """Yield a Target for ``wanted`` strategies; everything started is stopped on exit."""
+def serve_target(args: argparse.Namespace, wanted: list[str],
+                 named: bool = False) -> Iterator[Target]:
+    """Yield a Target for ``wanted`` strategies; everything started is stopped on exit.
+
+    :param named: the user named ``wanted``: a strategy that cannot run here (no
+        ZooKeeper) is an error, not a note and a table without it.
+    """
     import redis
 
     strategies, notes = list(wanted), []
@@ -97,9 +102,15 @@ def serve_target(args: argparse.Namespace, wanted: list[str]) -> Iterator[Target
                 raise ShopUnreachable(f"cannot reach the shop at {args.url}: {reason}")
             redis_urls = [u for u in [os.environ.get("REDIS_URL"), *redlock] if u]
         else:
+            from webapp.served import StartupError  # what showdown reports in one line
+
             zk_hosts = None
             if "zookeeper" in strategies:
                 zk_hosts = os.environ.get("ZOOKEEPER_HOSTS") or _start_zookeeper(stack)
+                if zk_hosts is None and named:
+                    raise StartupError("zookeeper was asked for, but there is no "
+                                       "ZOOKEEPER_HOSTS and no local ZooKeeper (Debian: "
+                                       "apt-get install zookeeper)")
                 if zk_hosts is None:
                     strategies.remove("zookeeper")
                     notes.append("zookeeper skipped: no ZOOKEEPER_HOSTS and no local ZooKeeper")
@@ -107,10 +118,17 @@ def serve_target(args: argparse.Namespace, wanted: list[str]) -> Iterator[Target
             from webapp.serve import ServedApp
             print("serving the shop (embedded Redis unless REDIS_URL, SQLite unless "
                   "DATABASE_URL) ...", flush=True)
-            app = stack.enter_context(ServedApp(
-                workers=args.workers, redis_url=os.environ.get("REDIS_URL"),
-                database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
-                zookeeper_hosts=zk_hosts, env=_shop_env(args)))
+            try:
+                app = stack.enter_context(ServedApp(
+                    workers=args.workers, redis_url=os.environ.get("REDIS_URL"),
+                    database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
+                    zookeeper_hosts=zk_hosts, env=_shop_env(args)))
+            except StartupError:
+                raise
+            except Exception as exc:  # an unreachable REDIS_URL or database, a bad URL
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                raise StartupError(f"could not serve the shop: {type(exc).__name__}: "
+                                   f"{first}") from exc
             shop = ShopClient(app.url, app.admin_token)
             redis_urls = [str(app.redis_url), *(getattr(app, "redlock_urls", None) or [])]
         clients = [redis.Redis.from_url(u, socket_timeout=5) for u in redis_urls]

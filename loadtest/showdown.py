@@ -22,7 +22,14 @@ import urllib.parse
 from pathlib import Path
 
 from .cliargs import at_least, seconds, stop_on_term
-from .compare import StrategyResult, failed, format_rounds, format_table, phase_label
+from .compare import (
+    NOTHING_SOLD,
+    StrategyResult,
+    failed,
+    format_rounds,
+    format_table,
+    phase_label,
+)
 from .phase import Plan, run_phase
 from .serving import Target, serve_target, strategy_names, strategy_safety
 from .shop import ShopUnreachable
@@ -203,10 +210,16 @@ def main(args: argparse.Namespace) -> int:
         return 130
 
 
+def named_strategies(text: str) -> list[str]:
+    """``--strategies``: each name once, in the order given (a name twice ran its phase
+    twice, the second's raw files over the first's); empty names are dropped."""
+    return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+
+
 def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
          started: float) -> int:
-    requested = [n.strip() for n in (args.strategies or "").split(",") if n.strip()]
-    with serve_target(args, requested or strategy_names()) as target:
+    requested = named_strategies(args.strategies or "")
+    with serve_target(args, requested or strategy_names(), named=bool(requested)) as target:
         names = target.strategies
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"
         results = run_showdown(target, names, plan, raw_dir,
@@ -229,6 +242,10 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
     bad = failed(results)
     for r in bad:
         why = f"phase broke: {r.error}" if r.error else f"marked safe but {_summary(r)}"
+        if r.verdict == NOTHING_SOLD:
+            top = ", ".join(f"{n} x {o}" for o, n in sorted(r.outcomes.items(),
+                                                                key=lambda kv: -kv[1])[:3])
+            why = f"sold nothing to {r.users} buyers ({top or 'no answers'}): is its server up?"
         print(f"FAILED: {r.strategy}: {why}")
     print(f"showdown took {elapsed:.0f}s")
     return 1 if bad else 0

@@ -37,13 +37,26 @@ QUICK = {"duration": 1.0, "uncontended": 0.3, "processes": 4}
 
 def contender_names(text: str) -> list[str]:
     """Comma-separated names of contenders (an unknown one is a usage error)."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:  # "--only=" ran every contender, saying nothing
+        raise argparse.ArgumentTypeError("no contender named (seckill bench --list names them)")
     known = {c.name for c in CONTENDERS + EXPERIMENTS}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown contender(s) {', '.join(unknown)} "
                                          "(seckill bench --list names them)")
     return names
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written (its folder made if need be), or None."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,6 +91,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"{c.name:18} {c.library:18} {c.backend:9} {c.settings}"
                   + (f"  (unavailable: {why})" if why else ""))
         return 0
+    if args.json is not None:  # found before minutes of measuring, not after
+        problem = _unwritable(args.json)
+        if problem is not None:
+            print(f"seckill bench: error: --json {args.json}: {problem}", file=sys.stderr)
+            return 2
     config = BenchConfig(duration=args.duration, uncontended=args.uncontended,
                          processes=args.processes, rounds=args.rounds,
                          experimental=args.experimental, start_method=args.start_method,

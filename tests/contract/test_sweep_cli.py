@@ -121,3 +121,60 @@ def test_seckill_redis_with_an_impossible_node_count_is_a_usage_error(capsys, no
     # README's `seckill redis --nodes 5`: --nodes 0 was a ValueError traceback (exit 1)
     code, _, err = parse(capsys, ["redis", "--nodes", nodes])
     assert code == 2 and "usage: seckill redis" in err and "--nodes" in err, err
+
+
+def test_zookeeper_named_where_none_can_run_is_an_error_not_an_empty_table(monkeypatch,
+                                                                          tmp_path):
+    """It printed a note, an empty table and exit 0: a strategy the user named was
+    silently not run (a contract audit)."""
+    monkeypatch.delenv("ZOOKEEPER_HOSTS", raising=False)
+    monkeypatch.setenv("ZOOKEEPER_JARS", str(tmp_path))  # no ZooKeeper jars here
+    done = seckill("showdown", "--strategies", "zookeeper", "--users", "1", "--stock", "1",
+                   timeout=120)
+    assert done.returncode == 1, (done.stdout[-1000:], done.stderr[-1000:])
+    assert "zookeeper" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_showdown_with_an_unreachable_redis_url_is_one_line_and_exit_1(monkeypatch):
+    from lockcore.embedded import free_port
+
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")  # nothing there
+    done = seckill("showdown", "--strategies", "atomic", "--users", "1", "--stock", "1",
+                   timeout=120)
+    assert done.returncode == 1, (done.stdout[-1000:], done.stderr[-1000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().count("\n") == 0, done.stderr[-2000:]  # one line
+
+
+def test_a_strategy_named_twice_runs_once():
+    from loadtest.showdown import named_strategies
+
+    assert named_strategies("atomic,token,atomic") == ["atomic", "token"]
+    assert named_strategies(" token ,, fair,token") == ["token", "fair"]
+
+
+def test_a_sale_that_sold_nothing_is_a_failed_phase_not_ok():
+    """A dead ZooKeeper: every purchase 503, nothing oversold, the audit consistent,
+    and the row said "ok" with exit 0 (a contract audit)."""
+    from loadtest.compare import NOTHING_SOLD, StrategyResult, failed
+
+    dead = StrategyResult("zookeeper", True, users=10, stock=2, sold=0, consistent=True)
+    assert dead.verdict == NOTHING_SOLD and failed([dead]) == [dead]
+    sold = StrategyResult("zookeeper", True, users=10, stock=2, sold=2, consistent=True)
+    assert sold.verdict == "ok" and failed([sold]) == []
+
+
+@pytest.mark.parametrize("only", ["", ",", " , "])
+def test_bench_only_naming_nothing_is_a_usage_error(capsys, only):
+    code, _, err = parse(capsys, ["bench", f"--only={only}"])
+    assert code == 2 and "no contender named" in err, err
+
+
+def test_bench_with_an_unwritable_json_file_says_so_before_measuring(capsys):
+    from loadtest import bench
+    from webapp.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--quick", "--only", "token-poll",
+                                      "--json", "/proc/x/b.json"])
+    assert bench.main(args) == 2
+    assert "--json" in capsys.readouterr().err
