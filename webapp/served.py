@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import functools
 import os
 import secrets
@@ -42,6 +43,12 @@ class StartupError(RuntimeError):
     """The shop could not be served (its port is taken, gunicorn did not come up)."""
 
 
+def netloc(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets (``[::1]:8000``), as URLs and
+    gunicorn's ``--bind`` want it (``::1:8000`` was "'' is not a valid port number")."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def check_port_free(host: str, port: int) -> None:
     """Raise ``StartupError`` if something listens on ``host:port`` already. Checked
     before starting: else the health check could reach the other server and take it for
@@ -56,8 +63,10 @@ def check_port_free(host: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as exc:
-            raise StartupError(f"cannot serve on {host}:{port}: {exc.strerror or exc}"
-                               " (is another server running there?)") from None
+            hint = " (is another server running there?)" if exc.errno == errno.EADDRINUSE \
+                else ""
+            raise StartupError(f"cannot serve on {netloc(host, port)}: "
+                               f"{exc.strerror or exc}{hint}") from None
 
 
 class ServedApp:
@@ -87,7 +96,10 @@ class ServedApp:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        """Where a browser on this machine finds the shop: a wildcard bind (``0.0.0.0``,
+        ``::``) is reached on loopback; an IPv6 address goes in brackets."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        return f"http://{netloc(host, self.port)}"
 
     @property
     def pid(self) -> int | None:
@@ -144,7 +156,7 @@ class ServedApp:
             env["ZOOKEEPER_HOSTS"] = self.zookeeper_hosts
         config = str(resources.files("webapp").joinpath("gunicorn_conf.py"))
         cmd = [sys.executable, "-m", "gunicorn", "-c", config, "--bind",
-               f"{self.host}:{self.port}", "--workers", str(self.workers)]
+               netloc(self.host, self.port), "--workers", str(self.workers)]
         with open(self.logfile, "wb") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
