@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .sales import NO_LIMIT
+
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
 
@@ -84,7 +86,7 @@ def document() -> dict[str, Any]:
                                    "strategy": {"type": "string"},
                                    "work_ms": {"type": "integer", "minimum": 0, "default": 0},
                                    "limit": {"type": "integer", "minimum": 1,
-                                             "maximum": 1_000_000, "default": 1_000_000,
+                                             "maximum": NO_LIMIT, "default": NO_LIMIT,
                                              "description": "units per buyer; default: "
                                                             "no limit but the stock"}}}}}},
                 "responses": {"200": {"description": "the sale as reset"},
