@@ -276,6 +276,44 @@ def test_serve_whose_terminal_closes_stops_everything_it_started():
     assert not survivors, survivors
 
 
+def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
+    """gunicorn's master killed (the OOM killer, a stray kill): serve exited 0 and said
+    nothing (a contract audit). It says so, exits 1 and stops its Redis nodes."""
+    import time
+
+    proc = subprocess.Popen([str(SECKILL), "serve", "--port", str(free_port()),
+                             "--workers", "1"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    started: list[int] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # serving once it prints its last line
+            if "Ctrl-C" in line:
+                break
+        started = descendants(proc.pid)
+        masters = [pid for pid in started
+                   if "gunicorn" in cmdline(pid) and _parent(pid) == proc.pid]
+        assert masters, {pid: cmdline(pid) for pid in started}
+        os.kill(masters[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        time.sleep(0.5)
+        survivors = {pid: cmdline(pid) for pid in started if running(pid)}
+        for pid in survivors:
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 1 and "gunicorn exited" in err, (proc.returncode, err[-1000:])
+    assert not survivors, survivors
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
 @pytest.mark.parametrize(("setting", "named"), [
     ("REDLOCK_URLS=garbage", "REDLOCK_URLS"),   # was: served, then every purchase 500
     # one server five times: was served, then every redlock purchase 503 (never a majority)
