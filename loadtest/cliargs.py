@@ -1,12 +1,35 @@
 """What the load commands' command lines share (``seckill showdown``, ``seckill bench``):
-argparse types whose refusals are usage errors (exit 2, not a traceback), and the
-SIGTERM handler that makes ``kill``, ``timeout`` and CI unwind a run like Ctrl-C."""
+argparse types whose refusals are usage errors (exit 2, not a traceback), a list of
+names, the check of an output file before a run, and the SIGTERM handler that makes
+``kill``, ``timeout`` and CI unwind a run like Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
+from pathlib import Path
+
+
+def comma_names(text: str) -> list[str]:
+    """A comma-separated list of names: each once, stripped, in the order given; empty
+    ones dropped (a name given twice ran its phase or contender twice)."""
+    return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+
+
+def unwritable_file(path: Path, *, make_parent: bool = False) -> str | None:
+    """Why ``path`` could not be written, found before a run rather than after minutes
+    of it: its folder (made first, with ``make_parent``) must be a writable directory."""
+    parent = path.resolve().parent
+    if make_parent:
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        return f"{parent} is not a writable directory"
+    return None
 
 
 def at_least(low: int) -> Callable[[str], int]:

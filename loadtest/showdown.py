@@ -21,7 +21,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from .cliargs import at_least, seconds, stop_on_term
+from .cliargs import at_least, comma_names, seconds, stop_on_term, unwritable_file
 from .compare import (
     NOTHING_SOLD,
     StrategyResult,
@@ -40,18 +40,20 @@ BASELINE_POST, BASELINE_GET = "no-op baseline", "no-op GET (old)"
 BASELINE_POST_END = "no-op baseline (end)"
 
 
-def _strategy_list(text: str) -> str:
-    """Check the names up front: a typo should be a usage error, not a failed phase."""
+def _strategy_list(text: str) -> list[str]:
+    """The names, each once (``comma_names``), checked up front: a typo should be a
+    usage error, not a failed phase."""
     known = strategy_names()
-    if not any(n.strip() for n in text.split(",")):  # '' or ',,': not "every strategy"
+    names = comma_names(text)
+    if not names:  # '' or ',,': not "every strategy"
         raise argparse.ArgumentTypeError(
             f"no strategy named; leave --strategies out for all, or choose from "
             f"{', '.join(known)}")
-    unknown = [n.strip() for n in text.split(",") if n.strip() and n.strip() not in known]
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise argparse.ArgumentTypeError(
             f"unknown strategy {', '.join(unknown)}; choose from {', '.join(known)}")
-    return text
+    return names
 
 
 def _shop_url(text: str) -> str:
@@ -175,11 +177,8 @@ def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
             return f"--report {report_dir}: {exc.strerror or exc}"
         if not os.access(report_dir, os.W_OK):
             return f"--report {report_dir}: not writable"
-    if json_file is not None:
-        parent = Path(json_file).resolve().parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            return f"--json {json_file}: {parent} is not a writable directory"
-    return None
+    problem = None if json_file is None else unwritable_file(Path(json_file))
+    return None if problem is None else f"--json {json_file}: {problem}"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -210,15 +209,9 @@ def main(args: argparse.Namespace) -> int:
         return 130
 
 
-def named_strategies(text: str) -> list[str]:
-    """``--strategies``: each name once, in the order given (a name twice ran its phase
-    twice, the second's raw files over the first's); empty names are dropped."""
-    return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-
-
 def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
          started: float) -> int:
-    requested = named_strategies(args.strategies or "")
+    requested: list[str] = args.strategies or []  # parsed once, by _strategy_list
     with serve_target(args, requested or strategy_names(), named=bool(requested)) as target:
         names = target.strategies
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"

@@ -22,7 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ..cliargs import at_least, seconds, stop_on_term
+from ..cliargs import at_least, comma_names, seconds, stop_on_term, unwritable_file
 from .contenders import CONTENDERS
 from .experiments import EXPERIMENTS
 from .pool import START_METHODS
@@ -37,7 +37,7 @@ QUICK = {"duration": 1.0, "uncontended": 0.3, "processes": 4}
 
 def contender_names(text: str) -> list[str]:
     """Comma-separated names of contenders (an unknown one is a usage error)."""
-    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    names = comma_names(text)
     if not names:  # "--only=" ran every contender, saying nothing
         raise argparse.ArgumentTypeError("no contender named (seckill bench --list names them)")
     known = {c.name for c in CONTENDERS + EXPERIMENTS}
@@ -46,17 +46,6 @@ def contender_names(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"unknown contender(s) {', '.join(unknown)} "
                                          "(seckill bench --list names them)")
     return names
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why ``path`` cannot be written (its folder made if need be), or None."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +81,7 @@ def main(args: argparse.Namespace) -> int:
                   + (f"  (unavailable: {why})" if why else ""))
         return 0
     if args.json is not None:  # found before minutes of measuring, not after
-        problem = _unwritable(args.json)
+        problem = unwritable_file(args.json, make_parent=True)  # main makes it too
         if problem is not None:
             print(f"seckill bench: error: --json {args.json}: {problem}", file=sys.stderr)
             return 2

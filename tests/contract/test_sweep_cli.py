@@ -147,10 +147,12 @@ def test_showdown_with_an_unreachable_redis_url_is_one_line_and_exit_1(monkeypat
 
 
 def test_a_strategy_named_twice_runs_once():
-    from loadtest.showdown import named_strategies
+    from webapp.cli import build_parser
 
-    assert named_strategies("atomic,token,atomic") == ["atomic", "token"]
-    assert named_strategies(" token ,, fair,token") == ["token", "fair"]
+    args = build_parser().parse_args(["showdown", "--strategies", "atomic,token,atomic"])
+    assert args.strategies == ["atomic", "token"]
+    args = build_parser().parse_args(["showdown", "--strategies", " token ,, fair,token"])
+    assert args.strategies == ["token", "fair"]
 
 
 def test_a_sale_that_sold_nothing_is_a_failed_phase_not_ok():
