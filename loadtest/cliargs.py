@@ -1,7 +1,7 @@
 """What the load commands' command lines share (``seckill showdown``, ``seckill bench``):
 argparse types whose refusals are usage errors (exit 2, not a traceback), a list of
-names, the check of an output file before a run, and the SIGTERM handler that makes
-``kill``, ``timeout`` and CI unwind a run like Ctrl-C."""
+names, and the check of an output file before a run. (``seckill`` makes SIGTERM and
+SIGHUP unwind every command like Ctrl-C: ``webapp.cli.stop_like_ctrl_c``.)"""
 
 from __future__ import annotations
 
@@ -55,7 +55,3 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
     return value
 
-
-def stop_on_term(signum: int, frame: object) -> None:
-    """SIGTERM handler: unwind like Ctrl-C, so what the run started is stopped by pid."""
-    raise KeyboardInterrupt

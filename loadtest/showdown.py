@@ -15,13 +15,12 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import time
 import urllib.parse
 from pathlib import Path
 
-from .cliargs import at_least, comma_names, seconds, stop_on_term, unwritable_file
+from .cliargs import at_least, comma_names, seconds, unwritable_file
 from .compare import (
     NOTHING_SOLD,
     StrategyResult,
@@ -194,11 +193,10 @@ def main(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"seckill showdown: error: {problem}", file=sys.stderr)
         return 2
-    # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C, so the shop, its Redis nodes and
-    # ZooKeeper are stopped instead of left running with no parent
+    # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C (``webapp.cli``), so the shop, its
+    # Redis nodes and ZooKeeper are stopped instead of left running with no parent
     from webapp.served import StartupError  # the shop could not be served (slow: Flask)
 
-    signal.signal(signal.SIGTERM, stop_on_term)
     try:
         return _run(args, plan, report_dir, started)
     except (ShopUnreachable, StartupError) as exc:

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _unwind(signum: int, frame: object) -> None:
+def stop_on_term(signum: int, frame: object) -> None:
+    """A signal handler: unwind like Ctrl-C, so what the command started is stopped."""
     raise KeyboardInterrupt
 
 
@@ -59,7 +60,7 @@ def stop_like_ctrl_c() -> None:
     SIGINT too: a shell starts a background job with it ignored."""
     for name in ("SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
-            signal.signal(getattr(signal, name), _unwind)
+            signal.signal(getattr(signal, name), stop_on_term)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -59,14 +58,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"seckill serve: {exc}", file=sys.stderr)
         return 2
     database_url, redlock = config["DATABASE_URL"], config["REDLOCK_URLS"] or None
-
-    def stop_on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop_on_term)
-    # A shell starts a background job with SIGINT ignored, and Python then leaves it
-    # ignored: "Ctrl-C stops everything" must also hold for `seckill serve &` + kill -INT
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGTERM, SIGHUP and SIGINT (even for `seckill serve &`) raise KeyboardInterrupt
+    # here: ``webapp.cli.stop_like_ctrl_c`` set that up for every command
     served = ServedApp(args.host, args.port, args.workers, os.environ.get("REDIS_URL"),
                        database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"))
     try:

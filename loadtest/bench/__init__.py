@@ -22,7 +22,9 @@ import signal
 import sys
 from pathlib import Path
 
-from ..cliargs import at_least, comma_names, seconds, stop_on_term, unwritable_file
+from webapp.cli import stop_on_term
+
+from ..cliargs import at_least, comma_names, seconds, unwritable_file
 from .contenders import CONTENDERS
 from .experiments import EXPERIMENTS
 from .pool import START_METHODS
@@ -94,7 +96,8 @@ def main(args: argparse.Namespace) -> int:
         config.uncontended = QUICK["uncontended"]
         config.processes = int(QUICK["processes"])
     # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C: the workers, the redis-servers
-    # and ZooKeeper this run started are stopped by pid instead of left running.
+    # and ZooKeeper this run started are stopped by pid instead of left running. As
+    # ``seckill`` already arranges (``webapp.cli``), but main is also called in-process
     previous = signal.signal(signal.SIGTERM, stop_on_term)
     # a shell starts a background job with SIGINT ignored: `kill -INT` must still stop it
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
