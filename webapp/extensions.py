@@ -22,6 +22,8 @@ from redis import BlockingConnectionPool, Redis
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from lockcore.strategies.zookeeper_clients import RECONNECT_MAX_S, reconnect_retry
+
 from .batching import gevent_patched
 from .cohort import Cohorts
 from .db import sqlite_file_layout
@@ -33,8 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: how long the first zookeeper request waits for the session (later ones do not wait)
 ZK_FIRST_CONNECT_S = 5.0
-#: longest pause between two reconnect tries while ZooKeeper is down
-ZK_RECONNECT_MAX_S = 2.0
+#: longest pause between two reconnect tries while ZooKeeper is down (lockcore's)
+ZK_RECONNECT_MAX_S = RECONNECT_MAX_S
 
 SQLITE_BUSY_TIMEOUT_S = 20
 #: WAL pages between checkpoints (SQLite's default 1,000). A checkpoint writes each
@@ -165,17 +167,14 @@ class Backends:
             raise Busy("the zookeeper strategy needs ZOOKEEPER_HOSTS")
         from kazoo.client import KazooClient
         from kazoo.handlers.threading import SequentialThreadingHandler
-        from kazoo.retry import KazooRetry
 
         handler: Any = SequentialThreadingHandler()
         if gevent_patched("socket"):  # kazoo's threads would block the gevent hub
             from kazoo.handlers.gevent import SequentialGeventHandler
 
             handler = SequentialGeventHandler()
-        reconnect = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=ZK_RECONNECT_MAX_S,
-                               sleep_func=handler.sleep_func)
         client = KazooClient(hosts=hosts, timeout=5, handler=handler,
-                             connection_retry=reconnect)
+                             connection_retry=reconnect_retry(handler.sleep_func))
         if not client.start_async().wait(ZK_FIRST_CONNECT_S):
             logger.warning("ZooKeeper at %s does not answer yet; zookeeper purchases answer "
                            "503 until it does", hosts)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -56,12 +58,21 @@ def shared_client(hosts: str) -> Any:
     return client
 
 
+def reconnect_retry(sleep_func: Callable[[float], Any] = time.sleep) -> Any:
+    """kazoo's connection retry, with waits capped at ``RECONNECT_MAX_S``: for every
+    client of this project (the shared ones here, the web app's per worker).
+    ``sleep_func`` must be the client's handler's (gevent's, under gevent)."""
+    from kazoo.retry import KazooRetry
+
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RECONNECT_MAX_S,
+                      sleep_func=sleep_func)
+
+
 def _start(hosts: str) -> Any:
     from kazoo.client import KazooClient
     from kazoo.exceptions import ConnectionLoss
 
-    client = KazooClient(hosts=hosts, timeout=ZK_TIMEOUT_S, connection_retry={
-        "max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": RECONNECT_MAX_S})
+    client = KazooClient(hosts=hosts, timeout=ZK_TIMEOUT_S, connection_retry=reconnect_retry())
     try:
         client.start(timeout=START_TIMEOUT_S)  # stops and closes itself on failure
     except client.handler.timeout_exception:
