@@ -95,8 +95,6 @@ def close_shared_client(hosts: str) -> None:
 def close_shared_clients() -> None:
     """Stop the clients ``shared_client`` started (at exit, or when their server goes)."""
     with _shared_guard:
-        clients = list(_shared.values())
-        _shared.clear()
-    for client in clients:
-        client.stop()
-        client.close()
+        every = list(_shared)
+    for hosts in every:
+        close_shared_client(hosts)
