@@ -21,17 +21,22 @@ def missing_system_part(reason: str) -> None:
     pytest.skip(message)
 
 
+def parent(pid: int) -> int:
+    """A process's parent pid (``/proc/<pid>/stat``). :raises OSError: it is gone."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
 def descendants(root: int) -> list[int]:
     """Every process below ``root`` (children, their children, ...), zombies included."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                above = parent(int(entry))
             except OSError:
                 continue
-            children.setdefault(parent, []).append(int(entry))
+            children.setdefault(above, []).append(int(entry))
     found, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):

@@ -19,7 +19,7 @@ import pytest
 
 from lockcore.embedded import free_port
 from tests.contract.wire import request
-from tests.support import cmdline, descendants
+from tests.support import cmdline, descendants, parent
 from webapp.cli import build_parser
 
 SECKILL = Path(sys.executable).parent / "seckill"
@@ -293,7 +293,7 @@ def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
                 break
         started = descendants(proc.pid)
         masters = [pid for pid in started
-                   if "gunicorn" in cmdline(pid) and _parent(pid) == proc.pid]
+                   if "gunicorn" in cmdline(pid) and parent(pid) == proc.pid]
         assert masters, {pid: cmdline(pid) for pid in started}
         os.kill(masters[0], signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
@@ -307,11 +307,6 @@ def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 1 and "gunicorn exited" in err, (proc.returncode, err[-1000:])
     assert not survivors, survivors
-
-
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[1])
 
 
 @pytest.mark.parametrize(("setting", "named"), [
