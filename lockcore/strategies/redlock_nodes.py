@@ -177,11 +177,14 @@ def node_lane(client: Any, timeout: float) -> Lane | None:
     socket timeouts of at most ``timeout`` (the module docstring says why). None for a
     client ``wire.lane`` would not give a lane either (a subclass, a blocking pool):
     those keep their own path."""
-    if lane(client) is None:
+    try:  # every node of every RedLock call comes here: the common case first
+        found = _node_lanes.get(client, {}).get(timeout)
+    except TypeError:  # cannot be weakly referenced: no lane (as ``wire.lane`` says)
         return None
-    lanes = _node_lanes.setdefault(client, {})
-    found = lanes.get(timeout)
     if found is None:
+        if lane(client) is None:
+            return None
+        lanes = _node_lanes.setdefault(client, {})
         pool = client.connection_pool
         kwargs = dict(pool.connection_kwargs)
         kwargs["retry"] = Retry(NoBackoff(), 0)
