@@ -28,7 +28,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     if test_config is not None:
         app.config.update(test_config)
     settings.check_urls(app.config)
-    os.makedirs(app.instance_path, exist_ok=True)
+    if app.config["DATABASE_URL"] == settings.default_database_url(app.instance_path):
+        os.makedirs(app.instance_path, exist_ok=True)  # only the default SQLite lives there
     if not app.config["SECKILL_ADMIN_TOKEN"]:
         # never run the admin routes open; seckill serve always passes one in
         app.config["SECKILL_ADMIN_TOKEN"] = secrets.token_urlsafe(24)

@@ -65,11 +65,15 @@ def check_urls(config: dict[str, Any]) -> None:
         raise ConfigError(f"DATABASE_URL: {exc}") from None
 
 
+def default_database_url(instance_path: str) -> str:
+    """SQLite in the instance folder: the orders' home when ``DATABASE_URL`` is unset."""
+    return f"sqlite:///{os.path.join(instance_path, 'seckill.sqlite')}"
+
+
 def from_env(instance_path: str) -> dict[str, Any]:
     """The app's config keys, from the environment with working defaults."""
-    sqlite_path = os.path.join(instance_path, "seckill.sqlite")
     return {
-        "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{sqlite_path}",
+        "DATABASE_URL": os.environ.get("DATABASE_URL") or default_database_url(instance_path),
         "REDIS_URL": os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
         "REDLOCK_URLS": _csv(os.environ.get("REDLOCK_URLS")),
         "ZOOKEEPER_HOSTS": os.environ.get("ZOOKEEPER_HOSTS") or os.environ.get("ZK_HOSTS"),
