@@ -55,7 +55,17 @@ def charts(results: list[StrategyResult]) -> list[str]:
                      labels, {"fairness": [r.fairness for r in ran]}, unit="share")]
 
 
-def render(results: list[StrategyResult], summary: dict[str, Any]) -> str:
+def _raw_links(raw_files: list[str]) -> str:
+    """One link per raw file (a browser lists a ``file://`` folder, a web server may not)."""
+    if not raw_files:
+        return ""
+    items = "".join(f"<li><a href='{escape(name, quote=True)}'>{escape(name)}</a></li>"
+                    for name in raw_files)
+    return f"<details><summary>{len(raw_files)} raw files</summary><ul>{items}</ul></details>"
+
+
+def render(results: list[StrategyResult], summary: dict[str, Any],
+           raw_files: list[str] | None = None) -> str:
     machine = summary.get("machine", {})
     settings = summary.get("settings", {})
     facts = "".join(f"<li>{escape(str(k))}: {escape(str(v))}</li>"
@@ -80,6 +90,7 @@ def render(results: list[StrategyResult], summary: dict[str, Any]) -> str:
         f"<h2>Machine and settings</h2><ul>{facts}</ul>",
         "<p>Raw data: <a href='summary.json'>summary.json</a>, Locust CSVs, logs and "
         "arrival logs in <a href='raw/'>raw/</a>.</p>",
+        _raw_links(raw_files or []),
         "</body></html>"])
 
 
@@ -87,5 +98,8 @@ def write_report(directory: Path, results: list[StrategyResult],
                  summary: dict[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "index.html"
-    path.write_text(render(results, summary), encoding="utf-8")
+    raw = directory / "raw"
+    raw_files = sorted(f.relative_to(directory).as_posix() for f in raw.rglob("*")
+                       if f.is_file()) if raw.is_dir() else []
+    path.write_text(render(results, summary, raw_files), encoding="utf-8")
     return path

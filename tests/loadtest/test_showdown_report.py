@@ -83,6 +83,17 @@ def test_the_report_is_one_offline_html_file_with_the_table_and_four_charts(tmp_
     assert urls <= {"summary.json", "raw/"}  # nothing fetched from the network
 
 
+def test_the_report_links_every_raw_file(tmp_path):
+    (tmp_path / "raw" / "token").mkdir(parents=True)
+    for name in ("token/locust_stats.csv", "token/locust.log", "arrivals-naive.jsonl"):
+        (tmp_path / "raw" / name).write_text("x")
+    html = write_report(tmp_path, [result("token", True)], {}).read_text()
+    urls = set(re.findall(r"href='([^']+)'", html))
+    assert {"raw/token/locust_stats.csv", "raw/token/locust.log",
+            "raw/arrivals-naive.jsonl"} <= urls
+    assert all((tmp_path / url).exists() for url in urls - {"raw/", "summary.json"})
+
+
 def test_sustained_results_chart_purchases_per_second_against_the_baseline():
     baseline = StrategyResult("no-op baseline", True, mode="noop", rps=900.0)
     atomic = result("atomic", True, mode="sustained", purchases_per_s=300.0)
