@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 MIN_VERSION = (6, 2)
 _live: dict[int, subprocess.Popen[bytes]] = {}
+#: data dirs we made and have not removed yet: removed at exit, after the processes
+_own_dirs: set[Path] = set()
 
 
 def _version(binary: str) -> tuple[int, ...]:
@@ -113,6 +115,8 @@ class RedisServer:
         self.args = list(args)
         self.binary = binary or find_redis_server()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"seckill-redis-{self.port}-"))
+        if workdir is None:
+            _own_dirs.add(self.workdir)  # gone at exit even if a Ctrl-C cut cleanup() short
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -211,6 +215,7 @@ class RedisServer:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
+        _own_dirs.discard(self.workdir)
 
     def __repr__(self) -> str:
         return f"<RedisServer {self.url} pid={self.pid}>"
@@ -278,6 +283,8 @@ def _stop_process(proc: subprocess.Popen[bytes]) -> None:
 def _stop_all() -> None:
     for proc in list(_live.values()):
         _stop_process(proc)
+    for workdir in list(_own_dirs):
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def serve_forever(nodes: int = 1) -> int:

@@ -36,6 +36,8 @@ MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 JVM_OPTIONS = ["-Xmx256m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                "-Dzookeeper.jmx.log4j.disable=true", "-Dzookeeper.admin.enableServer=false"]
 _live: dict[int, subprocess.Popen[bytes]] = {}
+#: data dirs we made and have not removed yet: removed at exit, after the processes
+_own_dirs: set[Path] = set()
 
 
 class ZooKeeperUnavailable(RuntimeError):
@@ -99,6 +101,7 @@ class ZooKeeperServer:
         cp = classpath()
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix=f"seckill-zk-{self.port}-"))
+            _own_dirs.add(self.workdir)  # gone at exit even if a Ctrl-C cut stop() short
         config = self.workdir / "zoo.cfg"
         config.write_text(
             f"tickTime={self.tick_ms}\ninitLimit=10\nsyncLimit=5\n"
@@ -138,6 +141,7 @@ class ZooKeeperServer:
         self.kill()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+            _own_dirs.discard(self.workdir)
             self.workdir = None
 
     def __enter__(self) -> ZooKeeperServer:
@@ -152,3 +156,5 @@ class ZooKeeperServer:
 def _stop_all() -> None:
     for proc in list(_live.values()):
         _stop_process(proc)
+    for workdir in list(_own_dirs):
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -138,6 +138,7 @@ class ServedApp:
         if not self._port_picked:  # the caller's port: refused before anything starts
             check_port_free(self.host, self.port)
         self.workdir = Path(tempfile.mkdtemp(prefix="seckill-serve-"))
+        _live.add(self)  # from here on, the exit hook stops what is started and cleans up
         if self.redis_url is None:
             self.redis_url = self._stack.enter_context(EmbeddedRedis(1)).urls[0]
         if self.redlock_urls is None:
@@ -160,7 +161,6 @@ class ServedApp:
         with open(self.logfile, "wb") as log:
             self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-        _live.add(self)
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:
@@ -179,8 +179,12 @@ class ServedApp:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        _live.discard(self)
-        proc, self.proc = self.proc, None
+        """Stop gunicorn, the servers started for it, and remove the scratch dir.
+
+        The app stays in ``_live`` until all of that is done: a Ctrl-C that cuts this
+        short leaves the rest to the exit hook, which calls ``stop`` again.
+        """
+        proc = self.proc
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # gunicorn master stops its workers
             try:
@@ -188,10 +192,12 @@ class ServedApp:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)  # the session we started it in
                 proc.wait(timeout=5)
+        self.proc = None
         self._stack.close()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+        _live.discard(self)
 
     def __enter__(self) -> ServedApp:
         return self.start()
