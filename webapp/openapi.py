@@ -65,7 +65,8 @@ def document() -> dict[str, Any]:
             "/api/products/{sku}/purchase": {"post": {
                 "summary": "Buy; one order per user per sale",
                 "parameters": [_SKU, {"name": "Idempotency-Key", "in": "header",
-                                      "schema": {"type": "string", "maxLength": 128}}],
+                                      "schema": {"type": "string", "maxLength": 128,
+                                                 "pattern": "^[^,]+$"}}],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["user_id"],
                     "properties": {"user_id": {"type": "string", "minLength": 1,

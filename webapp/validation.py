@@ -22,8 +22,14 @@ MAX_KEY_LENGTH = 128
 def json_object(request: Request) -> dict[str, Any]:
     if not request.is_json:
         raise InvalidRequest("send a JSON object with Content-Type: application/json")
+    data = request.get_data(cache=True)
+    if request.content_length is not None and len(data) < request.content_length:
+        # the client went away mid-body (gunicorn hands over what came): an incomplete
+        # message is not acted on (RFC 9112, 8), even if what came parses
+        raise InvalidRequest(f"the body ended after {len(data)} of the "
+                             f"{request.content_length} bytes its Content-Length announced")
     try:  # json.loads itself: get_json's checks again and its hooks cost more than parsing
-        body = json.loads(request.get_data(cache=True))
+        body = json.loads(data)
     except RecursionError:  # "[[[[..." deeper than the parser's stack
         raise InvalidRequest("the JSON body is nested too deeply") from None
     except ValueError:  # not JSON, or not UTF-8/16/32 (UnicodeDecodeError is one)
@@ -39,7 +45,9 @@ _JOINERS = {"\u200c", "\u200d"}
 
 def is_clean_text(value: str) -> bool:
     """Printable: no control (C0, C1), format (bidi overrides, zero-width space, BOM),
-    surrogate, private-use or unassigned characters, so no invisible or look-alike ids."""
+    surrogate, private-use or unassigned characters, so no invisible ids. (Ids are then
+    compared as sent, code point by code point: ``"café"`` composed and decomposed are
+    two buyers, as ``"abc"`` and ``"abc "`` are.)"""
     if value.isascii():  # the usual id, without a lookup per character: in ASCII only
         return value.isprintable()  # the C0 controls and DEL are category C
     return not any(unicodedata.category(ch).startswith("C") and ch not in _JOINERS
@@ -95,6 +103,8 @@ def idempotency_key(request: Request) -> str | None:
         pass  # not UTF-8: judged as it came
     if not key.strip() or len(key) > MAX_KEY_LENGTH or not is_clean_text(key):
         raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} printable characters")
+    if "," in key:  # the server joins a header sent twice with commas: which one was meant?
+        raise InvalidRequest("send one Idempotency-Key, without commas")
     return key
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.contract.wire import assert_error
+from tests.contract.wire import assert_error, raw_exchange
 
 SKU, OTHER, SMALL, SQL = "qa-idem-1", "qa-idem-2", "qa-idem-3", "qa-idem-4"
 
@@ -128,3 +128,32 @@ def test_a_key_in_any_bytes_replays_or_is_refused_never_a_500(shop, raw_key):
     else:
         assert (first.status, again.status) == (201, 200), (first.body, again.body)
         assert again.json == first.json
+
+
+def _purchase_bytes(sku: str, body: bytes, headers: str, length: int | None = None) -> bytes:
+    return (f"POST /api/products/{sku}/purchase HTTP/1.1\r\nHost: x\r\n"
+            f"Content-Type: application/json\r\n{headers}"
+            f"Content-Length: {len(body) if length is None else length}\r\n"
+            "Connection: close\r\n\r\n").encode() + body
+
+
+@pytest.mark.parametrize("headers", ["Idempotency-Key: twice-a\r\nIdempotency-Key: twice-b\r\n",
+                                     "Idempotency-Key: comma-a,comma-b\r\n"],
+                         ids=["header-twice", "comma"])
+def test_two_keys_in_one_request_are_400_and_buy_nothing(shop, headers):
+    user = f"two-keys-{len(headers)}"
+    before = shop.audit(SKU)["remaining"]
+    body = f'{{"user_id": "{user}"}}'.encode()
+    answer = raw_exchange(shop.url, _purchase_bytes(SKU, body, headers))
+    assert "Idempotency-Key" in assert_error(answer, 400, "invalid_request")["detail"]
+    assert shop.audit(SKU)["remaining"] == before
+    assert shop.buy(user, SKU).status == 201  # nothing was bought for them
+
+
+def test_a_body_cut_short_of_its_content_length_buys_nothing(shop):
+    before = shop.audit(SKU)["remaining"]
+    body = b'{"user_id": "cut-short"}'  # complete JSON, but the client promised more
+    answer = raw_exchange(shop.url, _purchase_bytes(SKU, body, "", length=len(body) + 20))
+    assert "Content-Length" in assert_error(answer, 400, "invalid_request")["detail"]
+    assert shop.audit(SKU)["remaining"] == before
+    assert shop.buy("cut-short", SKU).status == 201
