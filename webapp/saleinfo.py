@@ -161,8 +161,13 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
                    .where(Order.sale_id == sale.id, Order.strategy == sale.strategy)
                    .scalar_subquery())
             .where(Sale.id == sale.id)).one_or_none() or (None, None)
-    if remaining is None:
-        return
+        if remaining is None:
+            return
+        # the one-order-per-user fast path went too: once sold out, only this set tells
+        # an earlier buyer (409 already_purchased) from a new one (409 sold_out)
+        buyers = session.scalars(select(Order.user_id).where(Order.sale_id == sale.id))
+        for chunk in iter(functools.partial(buyers.fetchmany, 10_000), []):
+            redis.sadd(sale.keys.buyers, *chunk)
     if fence is not None:
         fence(sale, (issued or 0) + FENCE_SLACK)
     from .paths import path_for  # paths imports services, which imports this module

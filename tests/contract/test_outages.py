@@ -156,6 +156,21 @@ def test_after_redis_loses_its_data_the_sale_goes_on_from_the_database(shop, str
     assert (audit["orders"], audit["remaining"]) == (2, 8)
 
 
+@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+def test_after_redis_loses_its_data_an_earlier_buyer_still_hears_already_purchased(
+        shop, strategy):
+    # the one-order-per-user fast path (the buyers set) went with the data: once the
+    # sale sells out, only that set tells an earlier buyer from a new one
+    shop.reset(SKU, 2, strategy)
+    assert shop.buy("early", SKU).status == 201
+    shop.redis_server.restart()
+    wait_healthy(shop)
+    assert shop.buy("late", SKU).status == 201  # the last unit: sold out now
+    assert_error(shop.buy("early", SKU), 409, "already_purchased")
+    assert_error(shop.buy("newcomer", SKU), 409, "sold_out")
+    shop.assert_books_balance(SKU)
+
+
 @pytest.mark.parametrize("strategy", ["atomic", "token", "sql"])
 def test_a_purchase_cut_off_by_a_paused_redis_changes_nothing(shop, strategy):
     """Redis stalls past the shop's reply timeout: the buyer hears 503 busy, "try
