@@ -1,5 +1,5 @@
 -- Take every resource of a multi lock, or none of them (seed 003's batch lock).
--- KEYS[1..n]  lock:{tag}:<resource>   one key per resource, all with the same hash tag
+-- KEYS[1..n]  lock:{tag}:r:<resource> one key per resource, all with the same hash tag
 -- KEYS[n+1]   lock:{tag}:fence        the fencing counter; release never deletes it
 -- ARGV[1]     token                   fresh random value of this acquisition
 -- ARGV[2]     ttl_ms                  expiry of every resource key

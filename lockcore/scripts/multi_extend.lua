@@ -1,5 +1,5 @@
 -- Replace the TTL of every resource of a multi lock, only if we still hold them all.
--- KEYS[1..n]  lock:{tag}:<resource>
+-- KEYS[1..n]  lock:{tag}:r:<resource>
 -- ARGV[1]     token      the value we set when acquiring
 -- ARGV[2]     ttl_ms     the new TTL (replaces, does not add)
 -- returns  1  all extended

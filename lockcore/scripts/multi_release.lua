@@ -1,6 +1,6 @@
 -- Free the resources of a multi lock that this acquisition still holds.
--- KEYS[1..n]     lock:{tag}:<resource>          the resource keys
--- KEYS[n+1..2n]  lock:{tag}:<resource>:signal   their notify lists (BLPOP wake-ups)
+-- KEYS[1..n]     lock:{tag}:r:<resource>        the resource keys
+-- KEYS[n+1..2n]  lock:{tag}:s:<resource>        their notify lists (BLPOP wake-ups)
 -- ARGV[1]        token                          the value we set when acquiring
 -- ARGV[2]        signal_ttl_ms                  how long a wake-up survives unheard
 -- returns  how many resources were freed; fewer than n means some had expired or

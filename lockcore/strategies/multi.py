@@ -27,9 +27,15 @@ With the check-then-set inside one script there is no half-way state to crash in
 **Redis Cluster trade-off.** A script may only touch keys of one hash slot. Two lists
 that overlap must contend on the *same* keys, so the slot cannot be derived from each
 list: every multi lock uses one global hash tag (``hash_tag``, default ``multi``; keys
-``lock:{multi}:<resource>``). On a cluster all multi locks live on one shard: correct,
+``lock:{multi}:r:<resource>``). On a cluster all multi locks live on one shard: correct,
 but that shard carries all their load. Shard by business domain with ``hash_tag`` when
 you know that two domains never share a resource.
+
+**Key layout.** A resource's key, its wake-up list and the fencing counter each have a
+prefix of their own (``lock:{tag}:r:<resource>``, ``lock:{tag}:s:<resource>``,
+``lock:{tag}:fence``). With one shared prefix, a resource named ``x:signal`` was the
+wake-up list of ``x`` (releasing ``x`` deleted its lock: two holders) and one named
+``fence`` was the counter (tokens started again at 1).
 
 **When to use it.** A transfer between accounts, a batch of bills, an order touching
 several SKUs: when you would otherwise nest locks and risk deadlock.
@@ -68,8 +74,8 @@ class MultiLock(DistributedLock):
         if self.ttl_ms is None:
             raise ValueError("the multi lock needs a ttl_ms: it is what frees a crashed holder")
         self.key = f"lock:{{{hash_tag}}}"  # the prefix; one key per resource below
-        self.keys = [f"{self.key}:{r}" for r in self.resources]
-        self.fence_key = f"{self.key}:fence"
+        self.keys = [f"{self.key}:r:{r}" for r in self.resources]
+        self.fence_key = f"{self.key}:fence"  # no resource's key or list: they have r:, s:
         self._blocked_by = self.keys[0]
         self._acquire_script = scripts.script(client, "multi_acquire")
         self._release_script = scripts.script(client, "multi_release")
@@ -78,10 +84,14 @@ class MultiLock(DistributedLock):
     def _fence_at_least(self, issued: int) -> None:
         raise_counter(self.client, self.fence_key, issued)
 
+    def _signal_of(self, key: str) -> str:
+        """The wake-up list of a resource key (``lock:{tag}:r:<res>`` -> ``...:s:<res>``)."""
+        return f"{self.key}:s:{key[len(self.key) + 3:]}"
+
     @property
     def signal_key(self) -> str:
         """The wake-up list of the resource that refused our last attempt."""
-        return f"{self._blocked_by}:signal"
+        return self._signal_of(self._blocked_by)
 
     def _try_acquire(self, token: str) -> bool:
         ok, value, pttl = self._acquire_script(keys=[*self.keys, self.fence_key],
@@ -94,7 +104,7 @@ class MultiLock(DistributedLock):
         return False
 
     def _release(self, token: str) -> None:
-        signals = [f"{k}:signal" for k in self.keys]
+        signals = [self._signal_of(k) for k in self.keys]
         freed = int(self._release_script(keys=[*self.keys, *signals],
                                           args=[token, SIGNAL_TTL_MS]))
         if freed != len(self.keys):

@@ -21,7 +21,7 @@ def test_a_list_is_taken_whole_when_every_resource_is_free(redis_client) -> None
     assert lock.acquire(blocking=False)
     assert lock.held()
     for r in ("bill:1", "bill:2", "bill:3"):
-        assert redis_client.get(f"lock:{{multi}}:{r}").decode() == lock.token
+        assert redis_client.get(f"lock:{{multi}}:r:{r}").decode() == lock.token
     lock.release()
     assert not lock.locked()
 
@@ -32,7 +32,7 @@ def test_one_held_resource_refuses_the_whole_list_and_leaves_no_partial_hold(
     assert blocker.acquire(blocking=False)
     batch = multi(redis_client, ["bill:1", "bill:2", "bill:3"])
     assert not batch.acquire(blocking=False)
-    assert not redis_client.exists("lock:{multi}:bill:1", "lock:{multi}:bill:3")
+    assert not redis_client.exists("lock:{multi}:r:bill:1", "lock:{multi}:r:bill:3")
     assert batch.holder_ttl_ms is not None and batch.holder_ttl_ms > 0
     blocker.release()
     assert batch.acquire(blocking=False)
@@ -100,7 +100,7 @@ def test_a_notify_waiter_wakes_when_the_resource_that_blocked_it_is_freed(
     thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=10)))
     thread.start()
     time.sleep(0.1)
-    assert waiter.signal_key == "lock:{multi}:n2:signal"
+    assert waiter.signal_key == "lock:{multi}:s:n2"
     holder.release()
     thread.join(15)
     assert got == [True]
@@ -139,3 +139,31 @@ def test_random_overlapping_batches_never_lose_an_update(redis_client) -> None:
 def test_an_empty_list_is_refused(redis_client) -> None:
     with pytest.raises(TypeError):
         multi(redis_client, [])
+
+
+@pytest.mark.parametrize("wait", ["poll", "notify"])
+def test_a_resource_named_like_another_ones_wake_list_is_a_resource_of_its_own(
+        redis_client, wait) -> None:
+    # with one shared prefix, "x:signal" was x's wake-up list: releasing x deleted it
+    b = multi(redis_client, ["x:signal"], wait=wait)
+    assert b.acquire(blocking=False)
+    a = multi(redis_client, ["x"], wait=wait)
+    assert a.acquire(blocking=False)
+    a.release()
+    assert b.held()
+    assert not multi(redis_client, ["x:signal"]).acquire(blocking=False)
+    b.release()
+
+
+def test_a_resource_named_fence_is_not_the_fencing_counter(redis_client) -> None:
+    first = multi(redis_client, ["a"])
+    assert first.acquire(blocking=False)
+    first.release()
+    fence = multi(redis_client, ["fence"], ttl_ms=200)
+    assert fence.acquire(blocking=False)  # was refused: the counter's key exists
+    assert fence.fencing_token > first.fencing_token
+    time.sleep(0.3)  # its key expires; the counter must not go with it
+    later = multi(redis_client, ["b"])
+    assert later.acquire(blocking=False)
+    assert later.fencing_token > fence.fencing_token
+    later.release()
