@@ -95,7 +95,8 @@ class NotifyWaiter:
 
     def wait(self, lock: DistributedLock, remaining: float | None,
              attempt: int) -> Attempt | None:
-        block = MAX_BLOCK_S if remaining is None else min(MAX_BLOCK_S, remaining)
+        longest = longest_block_s(lock.client)
+        block = longest if remaining is None else min(longest, remaining)
         holder_ttl = lock.holder_ttl_ms
         # -1: the key has no TTL, so only a release can end the wait. 0 (expires within
         # the millisecond) or -2 (gone since our try) means: retry at once, not in 1 s.
@@ -111,6 +112,18 @@ class NotifyWaiter:
         if tried is None:
             lock.client.blpop([lock.signal_key], timeout=block - SERVER_TICK_S)
         return tried
+
+
+def longest_block_s(client: Any) -> float:
+    """``MAX_BLOCK_S``, or less on a client whose ``socket_timeout`` would cut a BLPOP of
+    that length short: its reply (due one server tick after its timeout at the latest)
+    must come a tick before the client gives up reading, or a waiter on a healthy Redis
+    raised ``redis.TimeoutError`` instead of waiting (``socket_timeout=0.3`` did)."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    socket_timeout = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
+    if not isinstance(socket_timeout, (int, float)):
+        return MAX_BLOCK_S
+    return min(MAX_BLOCK_S, socket_timeout - SERVER_TICK_S)
 
 
 def positive_ms(name: str, value: Any) -> float:

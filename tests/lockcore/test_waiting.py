@@ -268,3 +268,32 @@ def test_a_queue_first_hint_older_than_the_newest_wake_up_could_be_is_dropped(
     lock._block_then_try = lambda block: pytest.fail("queued behind a wake-up that may be gone")
     assert lock.acquire(timeout=5)
     lock.release()
+
+
+@pytest.mark.parametrize("socket_timeout", [0.3, 0.15])
+@pytest.mark.parametrize("strategy", ["token", "fair", "multi"])
+def test_a_notify_waiter_on_a_client_with_a_short_socket_timeout_waits_it_out(
+        redis_url, strategy, socket_timeout):
+    # a BLPOP longer than the client's socket timeout raised redis.TimeoutError on a
+    # healthy Redis: each block must end (Redis answering) before the client stops reading
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=socket_timeout)
+    resource = ["res"] if strategy == "multi" else "res"
+    holder = lockcore.create(strategy, client, resource, wait="notify", ttl_ms=30_000)
+    assert holder.acquire(blocking=False)
+    threading.Timer(1.2, holder.release).start()
+    waiter = lockcore.create(strategy, client, resource, wait="notify", ttl_ms=30_000)
+    started = time.monotonic()
+    assert waiter.acquire(timeout=5)
+    assert 1.1 < time.monotonic() - started < 4
+    waiter.release()
+    client.close()
+
+
+def test_the_longest_block_fits_the_clients_socket_timeout():
+    import redis
+
+    assert waiting.longest_block_s(redis.Redis()) == waiting.MAX_BLOCK_S
+    assert waiting.longest_block_s(redis.Redis(socket_timeout=5)) == waiting.MAX_BLOCK_S
+    assert waiting.longest_block_s(redis.Redis(socket_timeout=0.5)) == pytest.approx(0.4)
