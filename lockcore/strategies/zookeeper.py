@@ -83,6 +83,27 @@ def _reply_within(pending: Any, seconds: float, silence: Callable[[], Exception]
     return pending.get()
 
 
+def _znode_unsafe(ch: str) -> bool:
+    """A character ZooKeeper refuses in a node name (its PathUtils: controls, the
+    surrogates and private use, U+FFF0 on; Java's strings cannot hold one past U+FFFF
+    without surrogates), or one the name's escaping itself needs (``%``, ``/``)."""
+    code = ord(ch)
+    return (ch in "%/" or code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF
+            or code >= 0xFFF0)
+
+
+def znode_name(name: str) -> str:
+    """``name`` as one znode, one to one: the characters ZooKeeper refuses, ``/`` and ``%``
+    itself percent-encoded (UTF-8); ``.`` and ``..`` too, which are not node names. So
+    ``a/b`` is ``a%2Fb`` and ``a%2Fb`` is ``a%252Fb``: two names never share a lock."""
+    if name in (".", ".."):
+        return name.replace(".", "%2E")
+    if not any(map(_znode_unsafe, name)):
+        return name
+    return "".join("".join(f"%{byte:02X}" for byte in ch.encode("utf-8", "surrogatepass"))
+                   if _znode_unsafe(ch) else ch for ch in name)
+
+
 class ZooKeeperLock(DistributedLock):
     needs_redis = False
     strategy = "zookeeper"
@@ -101,7 +122,7 @@ class ZooKeeperLock(DistributedLock):
             raise TypeError("zookeeper needs a KazooClient or a hosts string")
         super().__init__(backend, name, **options)
         self.ttl_ms = None  # the ZooKeeper session is the lease
-        self.path = f"{ROOT}/{name.replace('/', '%2F')}"
+        self.path = f"{ROOT}/{znode_name(name)}"
         self._recipe: KazooLock | None = None
 
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:

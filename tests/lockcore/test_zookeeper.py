@@ -357,3 +357,28 @@ def test_a_hosts_string_client_is_back_soon_after_a_long_outage(request) -> None
         lock = lockcore.create("zookeeper", server.hosts, request.node.name)
         assert lock.acquire(timeout=5)
         lock.release()
+
+
+NAMES = ["a/b", "a%2Fb", "🔒", "nul\x00", "line\nbreak", ".", "..", "%", "stock:sku-1"]
+
+
+@pytest.mark.parametrize("name", NAMES, ids=repr)
+def test_any_name_a_redis_lock_takes_is_a_zookeeper_lock_too(zk, name):
+    # kazoo refused a NUL, a newline or a character past U+FFFF at acquire, and "." at
+    # create; every Redis strategy takes them
+    lock = lockcore.create("zookeeper", zk, name)
+    assert lock.acquire(timeout=5)
+    assert lock.fencing_token is not None
+    lock.release()
+
+
+def test_two_names_never_share_a_lock(zk):
+    from lockcore.strategies.zookeeper import znode_name
+
+    assert len({znode_name(n) for n in NAMES}) == len(NAMES)
+    first = lockcore.create("zookeeper", zk, "a/b")
+    assert first.acquire(timeout=5)
+    try:  # "a%2Fb" was the same znode as "a/b": held by first
+        assert lockcore.create("zookeeper", zk, "a%2Fb").acquire(blocking=False)
+    finally:
+        first.release()
