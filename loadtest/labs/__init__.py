@@ -67,6 +67,10 @@ def run_lab(name: str, narrator: Narrator | None = None) -> Verdict:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", metavar="NAME", help="the lab to run (see --list)")
     parser.add_argument("--list", action="store_true", help="list the labs and exit")
+    parser.epilog = ("Exit status: 0 the lab demonstrated what it claims; 1 it did not, or "
+                     "could not run (its VERDICT line says why: NOT DEMONSTRATED, SKIPPED, "
+                     "lab error); 2 no lab or an unknown one named; 130 interrupted "
+                     "(Ctrl-C, SIGTERM), with no VERDICT line.")
 
 
 def print_list() -> None:

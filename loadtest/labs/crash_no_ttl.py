@@ -68,6 +68,6 @@ def run(narrator: Narrator) -> Verdict:
     demonstrated = not setnx_got and setnx_pttl == -1 and token_got and token_pttl > 0
     line = (f"after SIGKILL of the holder, setnx left the lock with PTTL {setnx_pttl} and the "
             f"waiter {'got it' if setnx_got else f'gave up after {WAIT_S:.0f}s'}; token "
-            f"{'recovered' if token_got else 'did NOT recover'} within its {TTL_MS} ms TTL "
-            f"(waited {token_wait * 1000:.0f} ms)")
+            f"{'recovered' if token_got else 'did NOT recover'} once its {TTL_MS} ms TTL ran "
+            f"out (waited {token_wait * 1000:.0f} ms)")
     return Verdict(demonstrated, line, facts)

@@ -70,7 +70,7 @@ def lose_first_create_reply(client: KazooClient) -> Callable[[], None]:
 
 
 def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient, c: KazooClient) -> bool:
-    """True when the ghost deadlocked every client."""
+    """True when the ghost deadlocked every client, until A's session closed."""
     path = "/seckill/naive/sku-1"
     locks = {"A": NaiveZkLock(a, path), "B": NaiveZkLock(b, path), "C": NaiveZkLock(c, path)}
     got: dict[str, bool] = {}
@@ -100,9 +100,17 @@ def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient, c: KazooClient
              got.get("A"), got.get("B"), got.get("C"))
     deadlocked = not any(got.values()) and owner == a.client_id[0]
     a.stop()
+    after = sorted(b.get_children(path))
     narrator("A's session closes: its ephemeral nodes (ghost included) vanish; children %s",
-             sorted(b.get_children(path)))
-    return deadlocked
+             after)
+    # B and C gave up, but the naive recipe leaves their nodes queued: one is first now
+    first = next((name for name in ("B", "C") if after and after[0] == locks[name].node), None)
+    if first:
+        narrator("%s's %s is the smallest now: %s holds the lock (the deadlock went with the "
+                 "ghost)", first, after[0], first)
+    else:
+        narrator("neither B's nor C's node is the smallest: children %s", after)
+    return deadlocked and first is not None
 
 
 def kazoo_act(narrator: Narrator, a: KazooClient, b: KazooClient) -> bool:
