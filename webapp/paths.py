@@ -61,8 +61,11 @@ class StockPath:
         self.load_stock(redis, sale, stock)
         redis.set(sale.keys.stock_gen, generation)
 
-    def read_stock(self, redis: Any, sale: SaleInfo) -> int:
-        return int(redis.get(sale.keys.stock) or 0)
+    def read_stock(self, redis: Any, sale: SaleInfo) -> int | None:
+        """The units left in Redis; None if Redis has no stock for the sale (it lost its
+        data: the next buyer reloads it from the database)."""
+        stock = redis.get(sale.keys.stock)
+        return None if stock is None else int(stock)
 
     def reset_redis(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
                     generation: int) -> None:

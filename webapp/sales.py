@@ -35,15 +35,17 @@ def _info(sale: Sale) -> SaleInfo:
 
 
 def _live_stock(sale: Sale, redis: Any) -> int | None:
-    """The sale's stock in Redis; None if Redis did not answer (within its timeout)."""
+    """The sale's stock in Redis; None if Redis did not answer (within its timeout) or
+    has no stock for it (it lost its data, and no buyer has reloaded it yet)."""
     try:
-        return int(path_for(sale.strategy).read_stock(redis, _info(sale)))
+        return path_for(sale.strategy).read_stock(redis, _info(sale))
     except RedisError:
         return None
 
 
 def _view(product: Product, sale: Sale, stock: int | None) -> dict[str, Any]:
-    """``stock``: Redis's live count, or None for the database's (Redis is down)."""
+    """``stock``: Redis's live count, or None for the database's (Redis is down, or lost
+    the sale and no buyer has reloaded it yet)."""
     if stock is None:  # the storefront keeps working on the database's count
         stock = sale.remaining
     return {"sku": product.sku, "name": product.name, "price": product.price_cents / 100,
@@ -137,6 +139,8 @@ def audit(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, An
             .having(func.count(Order.id) > 1).subquery()))
         info, db_remaining = _info(sale), sale.remaining
     remaining = path_for(info.strategy).read_stock(redis, info)
+    if remaining is None:  # Redis has no copy (the caller reloads one first: api.audit)
+        remaining = 0
     initial = info.initial_stock
     oversold = max(0, units - initial)
     return {"sku": sku, "strategy": info.strategy, "initial_stock": initial,

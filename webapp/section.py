@@ -39,16 +39,23 @@ logger = logging.getLogger(__name__)
 def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
     """The stock, read in one round trip with the sale's current strategy.
 
-    :raises Busy: the sale was reset to another strategy since ``sale`` was looked up.
+    :raises Busy: the sale was reset to another strategy since ``sale`` was looked up,
+        or Redis lost it (restarted empty).
     """
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
     pipe.hget(sale.keys.info, "strategy")
     stock, strategy = pipe.execute()
-    if strategy is not None and strategy.decode() != sale.strategy:
+    if stock is None or strategy is None:
+        # Redis lost its data (a restart) since the buyer looked the sale up. No stock
+        # key is not "0 left": read as 0, the section set the sold-out flag, which
+        # answered every later buyer 409 before any of them could reload the sale
+        raise Busy(f"Redis lost the sale of {sale.sku} (restarted?); the next buyer "
+                   "reloads it from the database: try again", retry_after_s=1)
+    if strategy.decode() != sale.strategy:
         raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
                    retry_after_s=1)
-    return int(stock or 0)
+    return int(stock)
 
 
 def release_after_section(lock: Any, sale: SaleInfo) -> None:

@@ -115,8 +115,15 @@ class ShardedPath(StockPath):
             pipe.get(key)
         return [int(value or 0) for value in pipe.execute()]
 
-    def read_stock(self, redis: Any, sale: SaleInfo) -> int:
-        return sum(self.read_shards(redis, sale))
+    def read_stock(self, redis: Any, sale: SaleInfo) -> int | None:
+        """The units left in all shards; None if Redis has none of them (lost its data)."""
+        pipe = redis.pipeline(transaction=False)
+        for key in self.keys(sale):
+            pipe.get(key)
+        values = pipe.execute()
+        if all(value is None for value in values):
+            return None
+        return sum(int(value or 0) for value in values)
 
     def first_shard(self, user_id: str) -> int:
         return zlib.crc32(user_id.encode()) % self.shards

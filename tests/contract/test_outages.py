@@ -213,3 +213,39 @@ def test_a_buyer_kept_waiting_past_the_lock_timeout_hears_busy(shop):
     assert shop.buy("patient-0", SLOW).status == 201  # nothing was kept reserved
     audit = shop.assert_books_balance(SLOW)
     assert (audit["orders"], audit["remaining"]) == (1, 9)
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair", "multi"])
+def test_a_buyer_whose_lock_comes_after_redis_lost_its_data_does_not_end_the_sale(
+        shop, strategy):
+    # A buyer waits for the lock; Redis loses everything (the lock with it, so the
+    # buyer gets in); its section finds no stock key. Read as 0 it set the sold-out
+    # flag: every later buyer heard 409 sold_out with 9 units unsold, for good.
+    shop.reset(SKU, 10, strategy)
+    client = redis_of(shop)
+    resource = stock_resource(SKU, strategy)
+    holder = lockcore.create(strategy, client, [resource] if strategy == "multi" else resource,
+                             ttl_ms=30_000)
+    assert holder.acquire(blocking=False)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(shop.buy, "waiting", SKU)
+        time.sleep(0.5)  # it is reserved and queued for the lock
+        client.flushall()  # our own server: the shop's sale, its lock and our hold go
+        answer = waiting.result(timeout=20)
+    assert answer.status in (201, 503), answer.body  # never a sold-out with stock left
+    after = shop.buy("after-loss", SKU)
+    assert after.status == 201, after.body
+    audit = shop.assert_books_balance(SKU)
+    assert audit["remaining"] == 10 - audit["units_sold"] > 0
+    client.close()
+
+
+def test_after_redis_loses_its_data_the_audit_and_the_product_page_reload_it(shop):
+    shop.reset(SKU, 7, "token")
+    assert shop.buy("before-idle-loss", SKU).status == 201
+    client = redis_of(shop)
+    client.flushall()  # nobody buys after: the first reader must not see 0 left
+    assert shop.call("GET", f"/api/products/{SKU}").json["stock"] == 6
+    audit = shop.assert_books_balance(SKU)
+    assert (audit["remaining"], audit["database_remaining"]) == (6, 6)
+    client.close()
