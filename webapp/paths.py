@@ -195,18 +195,28 @@ class SqlPath(StockPath):
         except SoldOut:  # the flag is set if the database has none left (mirror_stock.lua)
             self._mirror(deps.redis, deps.sessions, sale)
             raise
-        # keep the storefront in step, with what the commit left (no second read)
+        # The order is committed: from here on nothing may turn it into a 503 ("nothing
+        # was bought"). The copy is kept in step best-effort; a miss (Redis down or slow)
+        # leaves it above the database until the next purchase mirrors it.
+        try:
+            self._mirror_after(deps, sale)
+        except Exception as exc:  # Redis down or late: the copy waits for the next buyer
+            logger.warning("order %s of %s is committed, but its Redis stock copy was not "
+                           "updated: %r", order.id, sale.sku, exc)
+        return order
+
+    def _mirror_after(self, deps: Checkout, sale: SaleInfo) -> None:
+        """Keep the storefront in step, with what the commit left (no second read)."""
         after = stock_after(deps.sessions, sale.id)
         if after is None:
             self._mirror(deps.redis, deps.sessions, sale)
-            return order
+            return
         keys = [sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout]
         args = [after[0], generation(after[1])]
         if deps.script_pipeline is not None:  # shared with concurrent purchases' scripts
             deps.script_pipeline.run("mirror_stock", keys, args)
         else:
             scripts.script(deps.redis, "mirror_stock")(keys=keys, args=args)
-        return order
 
 
 def _builtin() -> dict[str, StockPath]:

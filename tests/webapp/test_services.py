@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import redis
 from sqlalchemy.exc import OperationalError
 
 from webapp import orders, sales
@@ -137,3 +138,29 @@ def test_a_purchase_reads_the_sale_from_redis_and_restores_a_lost_copy(deps):
     deps.redis.delete(info_key)
     assert checkout(deps, PurchaseRequest(SKU, "ann")).created  # from the database
     assert deps.redis.hget(info_key, "strategy") == b"token"
+
+
+def test_an_sql_order_committed_before_redis_failed_is_still_the_buyers(deps, monkeypatch):
+    # the stock copy is updated after the commit; Redis failing then turned the buyer's
+    # answer into 503 busy ("nothing was bought") with the order row written
+    from webapp import paths, scripts
+
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=5, strategy="sql")
+    real = scripts.script
+
+    def failing_mirror(client, name):
+        if name != "mirror_stock":
+            return real(client, name)
+
+        def down(**_):
+            raise redis.ConnectionError("Redis went away after the commit")
+        return down
+
+    monkeypatch.setattr(paths.scripts, "script", failing_mirror)
+    placed = checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert placed.created
+    monkeypatch.undo()
+    result = audit(deps)
+    assert (result["orders"], result["database_remaining"]) == (1, 4)
+    with pytest.raises(AlreadyPurchased):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
