@@ -26,6 +26,7 @@ Everything the function needs comes in ``Checkout`` so the tests can hand it a
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import time
@@ -92,6 +93,8 @@ class PurchaseResult:
 
 def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
+    if _UNDROPPED:  # an outage left reservations of failed purchases: drop them first
+        drop_undropped()
     fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
     try:
         if fast is not None and fast.written_for is not None:
@@ -278,8 +281,44 @@ def _undo_fast(deps: Checkout, request: PurchaseRequest, fast: _Fast) -> None:
     _unreserve(deps, keys.buyers, request.user_id)
 
 
+#: reservations of failed purchases that Redis was down to drop: (client, key, user)
+_UNDROPPED: collections.deque[tuple[Any, str, str]] = collections.deque(maxlen=100_000)
+
+
 def _unreserve(deps: Checkout, buyers_key: str, user_id: str) -> None:
+    """Drop the reservation of a purchase that failed (it answers 503 or an error: "nothing
+    was bought, try again").
+
+    **Failure timeline** the retry prevents::
+
+        buyer: reserved (SADD buyers); Redis goes down; the purchase fails: 503
+        buyer: the SREM fails too: the reservation stays, with no order behind it
+        buyer: retries once Redis is back: 409 already_purchased, for good
+        fixed: the SREM is kept and retried before this worker's next purchase
+               (``drop_undropped``); a purchase of the same user already reserved
+               again in between is still stopped by the database's UNIQUE row
+    """
     try:
         deps.redis.srem(buyers_key, user_id)
-    except Exception:  # Redis down: the reservation dies with the next reset
-        logger.exception("could not drop the reservation of %r (%s)", user_id, buyers_key)
+    except Exception:  # Redis down: retried before the next purchase of this process
+        logger.warning("could not drop the reservation of %r (%s) yet; will retry",
+                       user_id, buyers_key, exc_info=True)
+        _UNDROPPED.append((deps.redis, buyers_key, user_id))
+
+
+def drop_undropped() -> None:
+    """Retry the reservations ``_unreserve`` could not drop, oldest first; stop at the
+    first that fails again (Redis is still down)."""
+    while True:
+        try:  # taken off first: a concurrent drain (another greenlet) takes the next one
+            entry = _UNDROPPED.popleft()
+        except IndexError:
+            return
+        client, buyers_key, user_id = entry
+        try:
+            client.srem(buyers_key, user_id)
+        except Exception:
+            _UNDROPPED.appendleft(entry)
+            return
+        logger.warning("dropped the reservation of %r (%s) once Redis answered", user_id,
+                       buyers_key)

@@ -164,3 +164,21 @@ def test_an_sql_order_committed_before_redis_failed_is_still_the_buyers(deps, mo
     assert (result["orders"], result["database_remaining"]) == (1, 4)
     with pytest.raises(AlreadyPurchased):
         checkout(deps, PurchaseRequest(SKU, "ann"))
+
+
+def test_a_reservation_redis_could_not_drop_is_dropped_once_it_answers(deps, lock,
+                                                                       monkeypatch):
+    # a 503 says "nothing was bought, try again": the retry must not hear
+    # already_purchased because Redis was down when the reservation should have gone
+    def down(*args):
+        raise redis.ConnectionError("Redis is down")
+
+    lock.grant = False
+    monkeypatch.setattr(deps.redis, "srem", down)
+    with pytest.raises(Busy):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    monkeypatch.undo()
+    assert deps.redis.sismember(SaleKeys(SKU).buyers, "ann")  # left behind, for now
+    lock.grant = True
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+    assert audit(deps)["consistent"]
