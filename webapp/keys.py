@@ -35,5 +35,17 @@ class SaleKeys:
         """A hash copy of the sale's row, so a purchase needs no database read."""
         return f"sale:{{{self.sku}}}:info"
 
+    @property
+    def reloaded(self) -> str:
+        """Set when the sale was reloaded after Redis lost its data: the first lock
+        section after the hold-off reads the stock from the database (``section.py``)."""
+        return f"sale:{{{self.sku}}}:reloaded"
+
+    @property
+    def holdoff(self) -> str:
+        """Lives one lock TTL after such a reload: no lock section sells meanwhile."""
+        return f"sale:{{{self.sku}}}:holdoff"
+
     def all(self) -> list[str]:
-        return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info]
+        return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info,
+                self.reloaded, self.holdoff]

@@ -24,6 +24,7 @@ from .cohort import CohortLock
 from .combining import CombinableLock
 from .extensions import Backends
 from .problems import InvalidRequest
+from .section import hold_off
 from .services import SaleInfo
 
 #: strategies whose waiters cannot BLPOP on one Redis
@@ -104,12 +105,20 @@ def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> Any:
     return lock
 
 
-def raise_fence(backends: Backends, sale: SaleInfo, issued: int) -> None:
+def raise_fence(backends: Backends, sale: SaleInfo, issued: int, *, hold: bool = True) -> None:
     """Make the next fencing tokens of ``sale``'s lock exceed ``issued``, the highest its
     orders carry: for when Redis lost its data and its counter with it
-    (``saleinfo._restore_stock``). The lock-free paths have no lock to raise."""
+    (``saleinfo._restore_stock``). The lock-free paths have no lock to raise. A lock
+    path's sale also holds off its sections for one lock TTL (``section.hold_off``),
+    unless ``hold`` is False: the seed at start, before any of the shop's workers runs."""
+    if sale.strategy not in lockcore.names():
+        return
+    # the lock may have gone with the data while its holder is still in its section:
+    # no section sells until it would have run out (``section.py``)
+    if hold:
+        hold_off(backends.redis, sale, backends.config["LOCK_TTL_MS"] + 2 * sale.work_ms)
     # ``local`` lives in the process; ZooKeeper keeps its sequence numbers on its disk
-    if sale.strategy not in lockcore.names() or sale.strategy in ("local", "zookeeper"):
+    if sale.strategy in ("local", "zookeeper"):
         return
     if not configured(sale.strategy, backends.config):
         return  # no lock to buy with either: the purchase answers 503

@@ -16,7 +16,22 @@ before that buyer gets its lock.
     guard:  the read fetches the sale's strategy in the same round trip; it is not
             ``token`` any more, so the buyer leaves with 503 busy and takes nothing
 
-The check costs no extra round trip: GET and HGET go in one pipeline. The plain
+**After Redis lost its data** (a restart without persistence), the lock went with it
+while its holder may still be in its section, and the stock reloaded from the database
+misses that holder's order, not written yet::
+
+    A:      holds the lock, reads 10 units, works
+    redis:  restarts empty: the lock, the stock, the sale are gone
+    B:      reloads the sale (database: 10 left), takes the free lock, reads 10
+    A, B:   both write 9 to Redis and an order each: database 8, Redis 9, and with a
+            batch per section (combining) the sale oversells by a whole batch
+    fixed:  the reload starts a hold-off of one lock TTL (``hold_off``): no section
+            sells until A's lock would have run out; the first section after it reads
+            the stock from the database, A's order included (``_reread_stock``)
+
+(A holder paused past its TTL is seed 004's story, for fencing: lesson 5.)
+
+The checks cost no extra round trip: they go in one pipeline with the stock's GET. The plain
 locked path (``lockedpath.py``) and a combined batch (``allocation.py``) both read the
 stock through here, and both release through ``release_after_section``: a lock whose
 TTL ran out inside the section is logged (seed 004's lesson), never raised over the
@@ -28,8 +43,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sqlalchemy import select
+
 from lockcore import LockNotOwned
 
+from .models import Sale
 from .problems import Busy
 from .services import Checkout, SaleInfo
 
@@ -45,7 +63,8 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
     pipe.hget(sale.keys.info, "strategy")
-    stock, strategy = pipe.execute()
+    pipe.mget([sale.keys.reloaded, sale.keys.holdoff])
+    stock, strategy, (reloaded, holdoff) = pipe.execute()
     if stock is None or strategy is None:
         # Redis lost its data (a restart) since the buyer looked the sale up. No stock
         # key is not "0 left": read as 0, the section set the sold-out flag, which
@@ -55,7 +74,37 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
     if strategy.decode() != sale.strategy:
         raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
                    retry_after_s=1)
+    if reloaded is not None:
+        if holdoff is not None:
+            raise Busy(f"Redis restarted: {sale.sku} sells again once a lock holder from "
+                       "before it is done (one lock TTL); try again", retry_after_s=1)
+        return _reread_stock(deps, sale)
     return int(stock)
+
+
+def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:
+    """Redis lost the sale (and the lock): no lock section sells for ``lock_ttl_ms``,
+    and the first one after reads the stock from the database (``stock_if_still``)."""
+    pipe = redis.pipeline(transaction=True)
+    pipe.set(sale.keys.reloaded, 1)
+    pipe.set(sale.keys.holdoff, 1, px=max(int(lock_ttl_ms), 1), nx=True)
+    pipe.execute()
+
+
+def _reread_stock(deps: Checkout, sale: SaleInfo) -> int:
+    """The database's count, every holder from before the restart done: into Redis."""
+    with deps.sessions() as session:
+        remaining = session.scalar(select(Sale.remaining).where(Sale.id == sale.id))
+    if remaining is None:  # the sale is gone
+        raise Busy(f"the sale of {sale.sku} is gone; try again", retry_after_s=1)
+    stock = max(int(remaining), 0)
+    pipe = deps.redis.pipeline(transaction=True)
+    pipe.set(sale.keys.stock, stock)
+    pipe.delete(sale.keys.reloaded)
+    pipe.execute()
+    logger.warning("%s: stock read again from the database after the hold-off: %d",
+                   sale.sku, stock)
+    return stock
 
 
 def release_after_section(lock: Any, sale: SaleInfo) -> None:

@@ -130,7 +130,7 @@ class ServedApp:
                              "ZOOKEEPER_HOSTS": self.zookeeper_hosts})
         try:
             demo.seed(self.database_url, self.redis_url, featured_strategy=featured,
-                      fence=functools.partial(locks.raise_fence, backends))
+                      fence=functools.partial(locks.raise_fence, backends, hold=False))
         finally:
             backends.close()
 

@@ -119,5 +119,19 @@ def buy(client: FlaskClient, user: str, sku: str = SKU, quantity: int = 1,
                        json={"user_id": user, "quantity": quantity}, headers=headers)
 
 
+def buy_after_holdoff(client: FlaskClient, user: str, sku: str = SKU,
+                      timeout: float = 15.0) -> Any:
+    """Buy, retrying the 503s of the hold-off a lock path's sale starts after Redis lost
+    its data (one lock TTL: ``webapp/section.py``)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while (response := buy(client, user, sku)).status_code == 503 \
+            and "Redis restarted" in response.get_json()["detail"] \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return response
+
+
 # ZooKeeper for the ``zookeeper`` strategy: the lockcore tests' session fixture, shared.
 from tests.lockcore.conftest import zookeeper_hosts  # noqa: E402, F401

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from lockcore.embedded import EmbeddedRedis, RedisServer
-from tests.webapp.conftest import backends, buy, empty_shop, make_app
+from tests.webapp.conftest import backends, buy, buy_after_holdoff, empty_shop, make_app
 from webapp import demo, locks, sales
 from webapp.extensions import Backends
 
@@ -62,9 +62,9 @@ def _restart_empty(redis: RedisServer, cluster: Any) -> None:
 
 def _buy_after_restart(database_url: str, redis: RedisServer,
                        redlock_urls: list[str]) -> dict[str, Any]:
-    app = make_app(database_url, redis.url, REDLOCK_URLS=redlock_urls)
+    app = make_app(database_url, redis.url, REDLOCK_URLS=redlock_urls, LOCK_TTL_MS=300)
     try:
-        response = buy(app.test_client(), "dee")
+        response = buy_after_holdoff(app.test_client(), "dee")
         assert response.status_code == 201, response.get_json()
         found = sales.audit(backends(app).sessions, backends(app).redis, "sku-1")
         assert found["orders"] == 4 and found["consistent"], found
@@ -102,7 +102,7 @@ def test_the_demo_seed_at_start_raises_the_fence(sqlite_url, own_redis, strategy
     seeding = Backends(dict(config))
     try:  # what ServedApp does at start: the sale is reloaded before any buyer comes
         demo.seed(sqlite_url, own_redis.url,
-                  fence=functools.partial(locks.raise_fence, seeding))
+                  fence=functools.partial(locks.raise_fence, seeding, hold=False))
     finally:
         seeding.close()
     order = _buy_after_restart(sqlite_url, own_redis, redlock_urls)
@@ -121,7 +121,7 @@ def test_a_fence_a_majority_cannot_take_leaves_buyers_busy_until_it_can(sqlite_u
     seeding = Backends(dict(make_app(sqlite_url, own_redis.url, REDLOCK_URLS=urls).config))
     try:
         demo.seed(sqlite_url, own_redis.url,  # the server still starts
-                  fence=functools.partial(locks.raise_fence, seeding))
+                  fence=functools.partial(locks.raise_fence, seeding, hold=False))
     finally:
         seeding.close()
     app = make_app(sqlite_url, own_redis.url, REDLOCK_URLS=urls)

@@ -1,0 +1,54 @@
+"""Redis restarts empty while a lock holder is in its section: the lock is gone, and the
+stock reloaded from the database misses that holder's order, not written yet. The
+reload holds the sale's sections off for one lock TTL, and the first section after it
+reads the stock from the database (``section.py``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from tests.webapp.conftest import SKU, backends, buy, empty_shop, make_app, reset
+from webapp import sales
+
+pytestmark = pytest.mark.timeout(60)
+
+LOCK_TTL_MS = 1_000
+WORK_MS = 600  # the lock lives LOCK_TTL_MS + 2 x WORK_MS = 2.2 s
+
+
+@pytest.fixture
+def shop(sqlite_url: str, redis_url: str, redis_client: Any) -> Iterator[Flask]:
+    app = make_app(sqlite_url, redis_url, LOCK_TTL_MS=LOCK_TTL_MS, LOCK_TIMEOUT_S=5.0)
+    empty_shop(app)
+    sales.create_product(backends(app).sessions, SKU, "Keyboard", 4_900, stock=10,
+                         strategy="token")
+    yield app
+    backends(app).close()
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_a_holder_from_before_the_restart_is_waited_out(shop, redis_client, strategy):
+    client = shop.test_client()
+    reset(client, stock=10, strategy=strategy, work_ms=WORK_MS)
+    first: list[Any] = []
+    holder = threading.Thread(target=lambda: first.append(buy(shop.test_client(), "before")))
+    holder.start()
+    time.sleep(0.25)  # "before" holds the lock, has read 10 and works
+    redis_client.flushall()  # our own server: the restart without persistence
+    during = buy(client, "during")  # reloads the sale and finds the lock free
+    assert during.status_code == 503, during.get_json()
+    holder.join(10)
+    assert first[0].status_code == 201, first[0].get_json()
+    deadline = time.monotonic() + 10
+    while (after := buy(client, "after")).status_code == 503:  # the hold-off
+        assert time.monotonic() < deadline, after.get_json()
+        time.sleep(0.2)
+    assert after.status_code == 201, after.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (2, 8, True), audit
