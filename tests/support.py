@@ -21,6 +21,15 @@ def missing_system_part(reason: str) -> None:
     pytest.skip(message)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (a reaped child does not; a zombie would)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def parent(pid: int) -> int:
     """A process's parent pid (``/proc/<pid>/stat``). :raises OSError: it is gone."""
     with open(f"/proc/{pid}/stat") as stat:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import missing_system_part
+from tests.support import missing_system_part, pid_alive
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,14 +73,6 @@ SERVED = """
 """
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("script", [REDIS, ZOOKEEPER, SERVED], ids=["redis", "zookeeper",
                                                                       "served"])
 def test_a_stop_cut_short_by_ctrl_c_still_leaves_nothing(tmp_path: Path, script: str) -> None:
@@ -93,5 +85,5 @@ def test_a_stop_cut_short_by_ctrl_c_still_leaves_nothing(tmp_path: Path, script:
     started = json.loads(child.stdout.splitlines()[0])
     if isinstance(started, dict):
         missing_system_part(started["missing"])
-    assert started and not [pid for pid in started if alive(pid)]
+    assert started and not [pid for pid in started if pid_alive(pid)]
     assert sorted(p.name for p in scratch.iterdir()) == []

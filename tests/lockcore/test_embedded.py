@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import redis
 
@@ -18,16 +16,13 @@ from lockcore.embedded import (
     ping,
     serving_pid,
 )
+from tests.support import pid_alive
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True  # stop() and kill() reap the child, so no zombie answers here
+# stop() and kill() reap the child, so no zombie answers here
+alive = pid_alive
 
 
 def test_found_binary_is_at_least_redis_6_2():

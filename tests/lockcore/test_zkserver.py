@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from lockcore import zkserver
 from lockcore.zkserver import ZooKeeperServer, ZooKeeperUnavailable, four_letter_word
-from tests.support import missing_system_part
+from tests.support import missing_system_part, pid_alive
 
 pytestmark = pytest.mark.zookeeper
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
@@ -52,7 +43,7 @@ def test_stop_kills_the_process_by_pid_and_removes_its_data(server: ZooKeeperSer
     pid, workdir = server.pid, server.workdir
     assert pid is not None and workdir is not None and workdir.exists()
     server.stop()
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
     assert not Path(workdir).exists()
     assert four_letter_word(server.port, "ruok") == ""
     server.stop()  # stopping twice is harmless
