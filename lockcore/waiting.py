@@ -123,7 +123,8 @@ def longest_block_s(client: Any) -> float:
     socket_timeout = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
     if not isinstance(socket_timeout, (int, float)):
         return MAX_BLOCK_S
-    return min(MAX_BLOCK_S, socket_timeout - SERVER_TICK_S)
+    # at most a tick: no BLPOP, fine polls instead (never 0, which would spin)
+    return max(min(MAX_BLOCK_S, socket_timeout - SERVER_TICK_S), FINE_POLL_S)
 
 
 def positive_ms(name: str, value: Any) -> float:

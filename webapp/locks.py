@@ -115,8 +115,11 @@ def raise_fence(backends: Backends, sale: SaleInfo, issued: int, *, hold: bool =
         return
     # the lock may have gone with the data while its holder is still in its section:
     # no section sells until it would have run out (``section.py``)
-    if hold:
-        hold_off(backends.redis, sale, backends.config["LOCK_TTL_MS"] + 2 * sale.work_ms)
+    # a lock kept elsewhere (RedLock's nodes, ZooKeeper, the process) still excludes:
+    # its sections need only read the stock from the database, no hold-off
+    lost_with_redis = sale.strategy not in ("local", "redlock", "zookeeper")
+    hold_off(backends.redis, sale, backends.config["LOCK_TTL_MS"] + 2 * sale.work_ms
+             if hold and lost_with_redis else 0)
     # ``local`` lives in the process; ZooKeeper keeps its sequence numbers on its disk
     if sale.strategy in ("local", "zookeeper"):
         return

@@ -25,7 +25,7 @@ from . import scripts
 from .batching import Pending
 from .groupcommit import writer_for
 from .keys import SaleKeys
-from .models import Order, PlacedOrder, utcnow
+from .models import Order, PlacedOrder, Sale, utcnow
 from .problems import AlreadyPurchased, InvalidRequest, Replay, SaleReset, SoldOut
 from .saleinfo import started_at
 from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT, TAKE_UNITS_OF_GENERATION
@@ -38,6 +38,14 @@ def find_order(sessions: sessionmaker[Session], sale_id: int, user_id: str) -> O
         return session.scalars(
             select(Order).where(Order.sale_id == sale_id, Order.user_id == user_id)
         ).first()
+
+
+def has_order(sessions: sessionmaker[Session], sku: str, user_id: str) -> bool:
+    """Whether ``user_id`` has an order in the current sale of ``sku``."""
+    with sessions() as session:
+        return session.scalar(
+            select(Order.id).join(Sale, Sale.id == Order.sale_id)
+            .where(Sale.sku == sku, Order.user_id == user_id).limit(1)) is not None
 
 
 def _find_by_key(sessions: sessionmaker[Session], key: str) -> Order | None:

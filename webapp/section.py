@@ -83,11 +83,13 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
 
 
 def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:
-    """Redis lost the sale (and the lock): no lock section sells for ``lock_ttl_ms``,
-    and the first one after reads the stock from the database (``stock_if_still``)."""
+    """Redis lost the sale (and, if it lived there, the lock): no lock section sells for
+    ``lock_ttl_ms`` (0: none), and the first one after reads the stock from the
+    database (``stock_if_still``)."""
     pipe = redis.pipeline(transaction=True)
     pipe.set(sale.keys.reloaded, 1)
-    pipe.set(sale.keys.holdoff, 1, px=max(int(lock_ttl_ms), 1), nx=True)
+    if lock_ttl_ms > 0:
+        pipe.set(sale.keys.holdoff, 1, px=int(lock_ttl_ms), nx=True)
     pipe.execute()
 
 

@@ -41,7 +41,7 @@ from .batching import Pending
 from .deadlines import LATE, deadline, reserve, too_late
 from .keys import SaleKeys
 from .models import OrderLike
-from .orders import find_order, give_back
+from .orders import find_order, give_back, has_order
 from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
 from .saleinfo import Fence, SaleInfo, cached_sale, latest_sale, load_sale
@@ -128,7 +128,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     except AlreadyPurchased:  # the database has the user's order: keep them reserved
         raise
     except BaseException:
-        _unreserve(deps, sale.keys.buyers, request.user_id)
+        _unreserve(deps, sale.sku, request.user_id)
         raise
     logger.info("order %s: %s x%d for %r (%s)", order.id, sale.sku, request.quantity,
                 request.user_id, sale.strategy)
@@ -270,7 +270,6 @@ def _undo_fast(deps: Checkout, request: PurchaseRequest, fast: _Fast) -> None:
     """The script reserved the buyer (and for ``atomic`` took the units), and the purchase
     failed before its order write. The units go back only to the sale generation the
     script took them from: a reset in between made them the old sale's."""
-    keys = SaleKeys(request.sku)
     if fast.taken:
         if fast.same is not None:
             taken_from = fast.same.generation
@@ -278,14 +277,27 @@ def _undo_fast(deps: Checkout, request: PurchaseRequest, fast: _Fast) -> None:
             known = fast.info.get(b"generation")
             taken_from = int(known) if known else None
         give_back(deps.redis, request.sku, request.quantity, taken_from)
-    _unreserve(deps, keys.buyers, request.user_id)
+    _unreserve(deps, request.sku, request.user_id)
 
 
-#: reservations of failed purchases that Redis was down to drop: (client, key, user)
-_UNDROPPED: collections.deque[tuple[Any, str, str]] = collections.deque(maxlen=100_000)
+@dataclass(frozen=True)
+class _Undropped:
+    """A failed purchase's reservation that Redis was down to drop."""
+
+    redis: Any
+    sessions: sessionmaker[Session]
+    sku: str
+    user_id: str
 
 
-def _unreserve(deps: Checkout, buyers_key: str, user_id: str) -> None:
+_UNDROPPED: collections.deque[_Undropped] = collections.deque(maxlen=100_000)
+#: when the next drain may run (``time.monotonic``): while Redis hangs, a purchase does
+#: not wait a reply timeout for the retry before waiting one for itself, every time
+_next_drain = 0.0
+DRAIN_EVERY_S = 1.0
+
+
+def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
     """Drop the reservation of a purchase that failed (it answers 503 or an error: "nothing
     was bought, try again").
 
@@ -294,31 +306,38 @@ def _unreserve(deps: Checkout, buyers_key: str, user_id: str) -> None:
         buyer: reserved (SADD buyers); Redis goes down; the purchase fails: 503
         buyer: the SREM fails too: the reservation stays, with no order behind it
         buyer: retries once Redis is back: 409 already_purchased, for good
-        fixed: the SREM is kept and retried before this worker's next purchase
-               (``drop_undropped``); a purchase of the same user already reserved
-               again in between is still stopped by the database's UNIQUE row
+        fixed: the SREM is kept and retried by this worker's purchases, at most once a
+               second (``drop_undropped``), unless the user has an order by then (the
+               SREM ran after all, or their retry bought elsewhere): that reservation
+               is the order's. One reserved again and still in flight may lose it; the
+               database's UNIQUE row still stops a second order.
     """
     try:
-        deps.redis.srem(buyers_key, user_id)
-    except Exception:  # Redis down: retried before the next purchase of this process
+        deps.redis.srem(SaleKeys(sku).buyers, user_id)
+    except Exception:  # Redis down: retried by a later purchase of this process
         logger.warning("could not drop the reservation of %r (%s) yet; will retry",
-                       user_id, buyers_key, exc_info=True)
-        _UNDROPPED.append((deps.redis, buyers_key, user_id))
+                       user_id, sku, exc_info=True)
+        _UNDROPPED.append(_Undropped(deps.redis, deps.sessions, sku, user_id))
 
 
 def drop_undropped() -> None:
     """Retry the reservations ``_unreserve`` could not drop, oldest first; stop at the
-    first that fails again (Redis is still down)."""
+    first that fails again (Redis or the database still down), for a second."""
+    global _next_drain
+    if time.monotonic() < _next_drain:
+        return
+    _next_drain = time.monotonic() + DRAIN_EVERY_S  # also keeps other greenlets out
     while True:
         try:  # taken off first: a concurrent drain (another greenlet) takes the next one
             entry = _UNDROPPED.popleft()
         except IndexError:
             return
-        client, buyers_key, user_id = entry
         try:
-            client.srem(buyers_key, user_id)
+            if has_order(entry.sessions, entry.sku, entry.user_id):
+                continue  # the reservation is the order's now
+            entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
         except Exception:
             _UNDROPPED.appendleft(entry)
             return
-        logger.warning("dropped the reservation of %r (%s) once Redis answered", user_id,
-                       buyers_key)
+        logger.warning("dropped the reservation of %r (%s) once Redis answered",
+                       entry.user_id, entry.sku)

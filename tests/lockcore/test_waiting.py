@@ -297,3 +297,5 @@ def test_the_longest_block_fits_the_clients_socket_timeout():
     assert waiting.longest_block_s(redis.Redis()) == waiting.MAX_BLOCK_S
     assert waiting.longest_block_s(redis.Redis(socket_timeout=5)) == waiting.MAX_BLOCK_S
     assert waiting.longest_block_s(redis.Redis(socket_timeout=0.5)) == pytest.approx(0.4)
+    # too short for a BLPOP: fine polls, never a wait of 0 (a busy loop)
+    assert waiting.longest_block_s(redis.Redis(socket_timeout=0.05)) == waiting.FINE_POLL_S

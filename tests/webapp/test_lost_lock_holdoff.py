@@ -52,3 +52,21 @@ def test_a_holder_from_before_the_restart_is_waited_out(shop, redis_client, stra
     assert after.status_code == 201, after.get_json()
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["orders"], audit["remaining"], audit["consistent"]) == (2, 8, True), audit
+
+
+@pytest.mark.parametrize("strategy, held_off", [("token", True), ("fair", True),
+                                                ("multi", True), ("local", False)])
+def test_only_a_lock_that_lived_in_the_lost_redis_holds_the_sale_off(shop, redis_client,
+                                                                       strategy, held_off):
+    # RedLock's nodes, ZooKeeper or the process still hold their lock: no hold-off,
+    # only the stock read again from the database by the first section
+    from webapp import locks
+    from webapp.keys import SaleKeys
+    from webapp.saleinfo import load_sale
+
+    reset(shop.test_client(), stock=10, strategy=strategy)
+    redis_client.flushall()
+    locks.raise_fence(backends(shop), load_sale(backends(shop).sessions, SKU), 0)
+    keys = SaleKeys(SKU)
+    assert redis_client.exists(keys.reloaded) == 1
+    assert redis_client.exists(keys.holdoff) == int(held_off)
