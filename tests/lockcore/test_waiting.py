@@ -282,13 +282,17 @@ def test_a_notify_waiter_on_a_client_with_a_short_socket_timeout_waits_it_out(
     resource = ["res"] if strategy == "multi" else "res"
     holder = lockcore.create(strategy, client, resource, wait="notify", ttl_ms=30_000)
     assert holder.acquire(blocking=False)
-    threading.Timer(1.2, holder.release).start()
+    releaser = threading.Timer(1.2, holder.release)
+    releaser.start()
     waiter = lockcore.create(strategy, client, resource, wait="notify", ttl_ms=30_000)
     started = time.monotonic()
-    assert waiter.acquire(timeout=5)
-    assert 1.1 < time.monotonic() - started < 4
-    waiter.release()
-    client.close()
+    try:
+        assert waiter.acquire(timeout=5)
+        assert 1.1 < time.monotonic() - started < 4
+        waiter.release()
+    finally:
+        releaser.join(10)  # its reply may still be on its way: close only after it
+        client.close()
 
 
 def test_the_longest_block_fits_the_clients_socket_timeout():
