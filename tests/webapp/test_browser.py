@@ -72,3 +72,43 @@ def test_a_shopper_buys_sees_the_stock_fall_and_then_the_sold_out_state(page, tm
         expect(page.locator("#a-units_sold")).to_have_text("0")
         expect(page.locator("#a-strategy")).to_have_text("atomic")
         page.screenshot(path=tmp_path / "admin.png", full_page=True)
+
+
+def test_a_retry_after_a_lost_reply_confirms_the_order_the_shop_made(page):
+    # the purchase reaches the shop, its reply is lost: a fresh Idempotency-Key on the
+    # retry made it "already purchased"; the same key gets the order back (200)
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        lost: list[int] = []
+
+        def lose_the_first_reply(route):
+            if lost:
+                route.continue_()
+                return
+            lost.append(route.fetch().status)  # the shop made the order
+            route.abort()
+
+        page.route("**/purchase", lose_the_first_reply)
+        page.fill("#user-name", "frank")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Network error")
+        assert lost == [201]
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Confirmed! Order #")
+        expect(card.locator(".stock")).to_have_text("4")
+
+
+def test_the_page_says_so_when_the_shop_stops_answering(page):
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        page.goto(app.url + "/")
+        expect(page.locator("#offline")).to_be_hidden()
+        page.route("**/api/products", lambda route: route.abort())
+        expect(page.locator("#offline")).to_be_visible(timeout=5_000)
+        page.unroute("**/api/products")
+        expect(page.locator("#offline")).to_be_hidden(timeout=5_000)

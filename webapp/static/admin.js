@@ -13,6 +13,10 @@ $("reset-form").addEventListener("submit", async (event) => {
   sessionStorage.setItem("seckill-token", token);
   const sku = $("sku").value.trim();
   const message = $("reset-message");
+  const button = event.submitter || $("reset-form").querySelector("button");
+  if (button) button.disabled = true;  // a reset deletes orders: never send it twice
+  message.className = "message pending";
+  message.textContent = "Resetting…";
   try {
     const response = await fetch(`/api/admin/sales/${encodeURIComponent(sku)}`, {
       method: "PUT",
@@ -27,7 +31,9 @@ $("reset-form").addEventListener("submit", async (event) => {
       : `${body.error}: ${body.detail}`;
   } catch (err) {
     message.className = "message error";
-    message.textContent = "Network error.";
+    message.textContent = "Network error (or not the shop's answer).";
+  } finally {
+    if (button) button.disabled = false;
   }
 });
 
@@ -43,9 +49,11 @@ async function refresh() {
       $("a-duplicate_buyers").classList.toggle("bad", audit.duplicate_buyers > 0);
       $("a-consistent").classList.toggle("bad", !audit.consistent);
       $("a-consistent").classList.toggle("good", audit.consistent);
+    } else {  // no such sale (yet): no numbers, not the previous sale's
+      for (const field of FIELDS) $("a-" + field).textContent = "-";
     }
   } catch (err) {
-    // keep the last numbers
+    // the server is away: keep the last numbers
   }
   setTimeout(refresh, 500);
 }

@@ -8,6 +8,17 @@ function newKey() {
   return crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
 }
 
+// One Idempotency-Key per purchase, kept until the shop gives a final answer: a retry
+// after a lost reply (a network error, a proxy's 502) is the same purchase, and the
+// shop answers it with the order it made (200) instead of "already purchased".
+const pendingKeys = new Map();
+
+function keyFor(sku, user) {
+  const id = `${sku}\n${user}`;
+  if (!pendingKeys.has(id)) pendingKeys.set(id, newKey());
+  return pendingKeys.get(id);
+}
+
 function card(sku) {
   return document.querySelector(`.card[data-sku="${CSS.escape(sku)}"]`);
 }
@@ -36,12 +47,22 @@ function render(product) {
   }
 }
 
+let failedPolls = 0;
+
+function connection(ok) {
+  // after a few failed polls in a row, say the numbers are stale (they are kept)
+  failedPolls = ok ? 0 : failedPolls + 1;
+  const banner = document.getElementById("offline");
+  if (banner) banner.hidden = failedPolls < 3;
+}
+
 async function poll() {
   try {
     const response = await fetch("/api/products", { cache: "no-store" });
     if (response.ok) (await response.json()).forEach(render);
+    connection(response.ok);
   } catch (err) {
-    // the server is restarting or overloaded: keep the last numbers, try again
+    connection(false);  // the server is restarting or gone: keep the last numbers
   }
   setTimeout(poll, POLL_MS);
 }
@@ -58,13 +79,21 @@ async function buy(el) {
   button.dataset.busy = "1";
   button.disabled = true;
   show(el, "Buying…", "pending");
+  const key = keyFor(sku, user);
   try {
     const response = await fetch(`/api/products/${encodeURIComponent(sku)}/purchase`, {
       method: "POST",
-      headers: { "Content-Type": "application/json", "Idempotency-Key": newKey() },
+      headers: { "Content-Type": "application/json", "Idempotency-Key": key },
       body: JSON.stringify({ user_id: user, quantity: 1 }),
     });
-    const body = await response.json();
+    let body;
+    try {
+      body = await response.json();
+    } catch (err) {  // not the shop's JSON (a proxy's error page): the same key next time
+      show(el, `The shop did not answer (HTTP ${response.status}) — try again.`, "error");
+      return;
+    }
+    if (response.status !== 503) pendingKeys.delete(`${sku}\n${user}`);  // a final answer
     if (response.status === 201 || response.status === 200) {
       show(el, `Confirmed! Order #${body.order_id} for ${body.user_id}.`, "ok");
     } else if (body.error === "sold_out") {
