@@ -75,8 +75,9 @@ class MultiLock(DistributedLock):
             raise ValueError("the multi lock needs a ttl_ms: it is what frees a crashed holder")
         self.key = f"lock:{{{hash_tag}}}"  # the prefix; one key per resource below
         self.keys = [f"{self.key}:r:{r}" for r in self.resources]
+        self.signals = [f"{self.key}:s:{r}" for r in self.resources]  # their wake lists
         self.fence_key = f"{self.key}:fence"  # no resource's key or list: they have r:, s:
-        self._blocked_by = self.keys[0]
+        self._blocked_by = 0  # the index of the resource that refused our last attempt
         self._acquire_script = scripts.script(client, "multi_acquire")
         self._release_script = scripts.script(client, "multi_release")
         self._extend_script = scripts.script(client, "multi_extend")
@@ -84,14 +85,10 @@ class MultiLock(DistributedLock):
     def _fence_at_least(self, issued: int) -> None:
         raise_counter(self.client, self.fence_key, issued)
 
-    def _signal_of(self, key: str) -> str:
-        """The wake-up list of a resource key (``lock:{tag}:r:<res>`` -> ``...:s:<res>``)."""
-        return f"{self.key}:s:{key[len(self.key) + 3:]}"
-
     @property
     def signal_key(self) -> str:
         """The wake-up list of the resource that refused our last attempt."""
-        return self._signal_of(self._blocked_by)
+        return self.signals[self._blocked_by]
 
     def _try_acquire(self, token: str) -> bool:
         ok, value, pttl = self._acquire_script(keys=[*self.keys, self.fence_key],
@@ -99,13 +96,12 @@ class MultiLock(DistributedLock):
         if ok:
             self.fencing_token = int(value)
             return True
-        self._blocked_by = self.keys[int(value) - 1]
+        self._blocked_by = int(value) - 1
         self.holder_ttl_ms = int(pttl)
         return False
 
     def _release(self, token: str) -> None:
-        signals = [self._signal_of(k) for k in self.keys]
-        freed = int(self._release_script(keys=[*self.keys, *signals],
+        freed = int(self._release_script(keys=[*self.keys, *self.signals],
                                           args=[token, SIGNAL_TTL_MS]))
         if freed != len(self.keys):
             raise LockNotOwned(f"only {freed} of {len(self.keys)} resources were still ours "
