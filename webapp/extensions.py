@@ -22,7 +22,7 @@ from redis import BlockingConnectionPool, Redis
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from lockcore.strategies.zookeeper_clients import RECONNECT_MAX_S, reconnect_retry
+from lockcore.strategies.zookeeper_clients import reconnect_retry
 
 from .batching import gevent_patched
 from .cohort import Cohorts
@@ -35,8 +35,6 @@ logger = logging.getLogger(__name__)
 
 #: how long the first zookeeper request waits for the session (later ones do not wait)
 ZK_FIRST_CONNECT_S = 5.0
-#: longest pause between two reconnect tries while ZooKeeper is down (lockcore's)
-ZK_RECONNECT_MAX_S = RECONNECT_MAX_S
 
 SQLITE_BUSY_TIMEOUT_S = 20
 #: WAL pages between checkpoints (SQLite's default 1,000). A checkpoint writes each
@@ -160,8 +158,9 @@ class Backends:
 
         An unreachable ZooKeeper costs the first request ``ZK_FIRST_CONNECT_S``, not
         every request a connect timeout: the client keeps reconnecting in the background
-        (at most ``ZK_RECONNECT_MAX_S`` apart, not kazoo's hour), and until it is back
-        lockcore refuses a zookeeper acquire at once, which the shop answers 503."""
+        (at most ``RECONNECT_MAX_S`` apart: ``reconnect_retry``, not kazoo's hour), and
+        until it is back lockcore refuses a zookeeper acquire at once, which the shop
+        answers 503."""
         hosts = self.config["ZOOKEEPER_HOSTS"]
         if not hosts:
             raise Busy("the zookeeper strategy needs ZOOKEEPER_HOSTS")

@@ -113,13 +113,13 @@ def raise_fence(backends: Backends, sale: SaleInfo, issued: int, *, hold: bool =
     unless ``hold`` is False: the seed at start, before any of the shop's workers runs."""
     if sale.strategy not in lockcore.names():
         return
-    # the lock may have gone with the data while its holder is still in its section:
-    # no section sells until it would have run out (``section.py``)
-    # a lock kept elsewhere (RedLock's nodes, ZooKeeper, the process) still excludes:
-    # its sections need only read the stock from the database, no hold-off
-    lost_with_redis = sale.strategy not in ("local", "redlock", "zookeeper")
-    hold_off(backends.redis, sale, backends.config["LOCK_TTL_MS"] + 2 * sale.work_ms
-             if hold and lost_with_redis else 0)
+    # The lock may have gone with the data while its holder is still in its section: no
+    # section sells until it would have run out (``section.py``). A lock kept elsewhere
+    # (RedLock's nodes, ZooKeeper, the process) still excludes: its sections need only
+    # read the stock from the database, with no hold-off.
+    kept_elsewhere = sale.strategy in ("local", "redlock", "zookeeper")
+    hold_ms = 0 if kept_elsewhere or not hold else lock_ttl_ms(backends, sale)
+    hold_off(backends.redis, sale, hold_ms)
     # ``local`` lives in the process; ZooKeeper keeps its sequence numbers on its disk
     if sale.strategy in ("local", "zookeeper"):
         return
@@ -128,14 +128,18 @@ def raise_fence(backends: Backends, sale: SaleInfo, issued: int, *, hold: bool =
     _new_lock(backends, sale, "fence").fence_at_least(issued)
 
 
+def lock_ttl_ms(backends: Backends, sale: SaleInfo) -> int:
+    """The TTL of ``sale``'s lock: it must outlive the section it guards, simulated work
+    included (and a reload after Redis lost its data holds sales off this long)."""
+    return int(backends.config["LOCK_TTL_MS"]) + 2 * sale.work_ms
+
+
 def _new_lock(backends: Backends, sale: SaleInfo, user_id: str) -> lockcore.DistributedLock:
-    config = backends.config
     strategy = sale.strategy
     resource: Any = stock_resource(sale.sku, strategy)
     if strategy == "multi":
         resource = [resource, f"buyer:{sale.sku}:{user_id}"]
-    # a lock must outlive the section it guards, simulated work included
-    ttl_ms = config["LOCK_TTL_MS"] + 2 * sale.work_ms
+    ttl_ms = lock_ttl_ms(backends, sale)
     wait = "poll" if strategy in _POLLING | _SEED_POLLING else "notify"
     # RedLock retries after a random delay; a short one makes contenders split the votes
     # (1000 buyers on 2 cores: 50 ms -> 907 of 1000 got 503; 200 ms -> 69)

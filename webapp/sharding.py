@@ -108,19 +108,21 @@ class ShardedPath(StockPath):
         written = pipe.execute()
         return any(written[1::2] if sale.generation is not None else written)
 
-    def read_shards(self, redis: Any, sale: SaleInfo) -> list[int]:
-        """Units left in each shard (what the unsold remainder is made of)."""
+    def _shard_values(self, redis: Any, sale: SaleInfo) -> list[bytes | None]:
+        """Each shard's stock key as Redis has it (None: missing), in one round trip."""
         pipe = redis.pipeline(transaction=False)
         for key in self.keys(sale):
             pipe.get(key)
-        return [int(value or 0) for value in pipe.execute()]
+        values: list[bytes | None] = pipe.execute()
+        return values
+
+    def read_shards(self, redis: Any, sale: SaleInfo) -> list[int]:
+        """Units left in each shard (what the unsold remainder is made of)."""
+        return [int(value or 0) for value in self._shard_values(redis, sale)]
 
     def read_stock(self, redis: Any, sale: SaleInfo) -> int | None:
         """The units left in all shards; None if Redis has none of them (lost its data)."""
-        pipe = redis.pipeline(transaction=False)
-        for key in self.keys(sale):
-            pipe.get(key)
-        values = pipe.execute()
+        values = self._shard_values(redis, sale)
         if all(value is None for value in values):
             return None
         return sum(int(value or 0) for value in values)
