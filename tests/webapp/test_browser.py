@@ -112,3 +112,69 @@ def test_the_page_says_so_when_the_shop_stops_answering(page):
         expect(page.locator("#offline")).to_be_visible(timeout=5_000)
         page.unroute("**/api/products")
         expect(page.locator("#offline")).to_be_hidden(timeout=5_000)
+
+
+def test_a_reset_clears_the_old_sales_message_and_a_new_product_gets_a_card(page):
+    # the card said "Confirmed!" about a sale the admin has since reset; and a product
+    # seeded after the page loaded had no card until a reload
+    from playwright.sync_api import expect
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    from webapp import sales
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        meter = card.get_by_role("progressbar")
+        expect(meter).to_have_attribute("aria-valuenow", "5")
+        page.fill("#user-name", "grace")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Confirmed")
+        expect(meter).to_have_attribute("aria-valuenow", "4")
+
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        expect(card.locator(".sold")).to_have_text("0")
+        expect(card.locator(".message")).to_have_text("")
+        expect(meter).to_have_attribute("aria-valuenow", "5")
+
+        engine = create_engine(app.database_url)
+        try:
+            assert sales.create_product(sessionmaker(engine), "sku-late", "Late Lamp", 1250,
+                                        stock=7, strategy="atomic", description="seeded late")
+        finally:
+            engine.dispose()
+        late = page.locator('.card[data-sku="sku-late"]')
+        expect(late.locator("h2")).to_have_text("Late Lamp")
+        expect(late.locator(".price")).to_have_text("$12.50")
+        expect(late.locator(".stock")).to_have_text("7")
+        expect(late.get_by_role("button", name="Buy Late Lamp")).to_be_enabled()
+
+
+def test_a_purchase_with_no_answer_is_reported_and_its_retry_is_the_same_purchase(page):
+    # a request that hangs left the card on "Buying…" for good
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        page.clock.install()
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        keys: list[str] = []
+
+        def hang_the_first(route):
+            keys.append(route.request.headers["idempotency-key"])
+            if len(keys) > 1:
+                route.continue_()  # the first is never answered (nor sent on)
+
+        page.route("**/purchase", hang_the_first)
+        page.fill("#user-name", "heidi")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_have_text("Buying…")
+        page.clock.run_for(21_000)
+        expect(card.locator(".message")).to_contain_text("No answer in 20s")
+        expect(card.locator(".buy")).to_be_enabled()
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Confirmed! Order #")
+        assert len(keys) == 2 and keys[0] == keys[1]

@@ -2,6 +2,9 @@
 "use strict";
 
 const POLL_MS = 500;
+// a purchase that has had no answer by then is reported, and its retry is the same
+// purchase (same Idempotency-Key): longer than the shop's own lock wait and timeouts
+const PURCHASE_TIMEOUT_MS = 20000;
 
 function newKey() {
   // randomUUID needs a secure context; 127.0.0.1 is one, a LAN address is not
@@ -29,21 +32,50 @@ function show(el, text, kind) {
   message.className = "message " + kind;
 }
 
+// A new sale (an admin reset) shows as fewer units sold, or another size or strategy:
+// the card's message was about the old sale, and goes.
+const lastSeen = new Map();
+
+function newSale(product) {
+  const before = lastSeen.get(product.sku);
+  lastSeen.set(product.sku, product);
+  return before !== undefined && (product.sold < before.sold
+    || product.initial_stock !== before.initial_stock || product.strategy !== before.strategy);
+}
+
+function addCard(product) {
+  // a product seeded after the page loaded: the same card the server renders
+  const el = document.getElementById("card-template").content.firstElementChild.cloneNode(true);
+  el.dataset.sku = product.sku;
+  el.querySelector("h2").textContent = product.name;
+  el.querySelector(".description").textContent = product.description || "";
+  el.querySelector(".price").textContent = `$${Number(product.price).toFixed(2)}`;
+  el.querySelector(".meter").setAttribute("aria-label", `${product.name}: stock left`);
+  el.querySelector(".buy").setAttribute("aria-label", `Buy ${product.name}`);
+  el.querySelector(".buy").addEventListener("click", () => buy(el));
+  document.querySelector(".cards").appendChild(el);
+  return el;
+}
+
 function render(product) {
-  const el = card(product.sku);
-  if (!el) return;
+  const el = card(product.sku) || addCard(product);
   el.querySelector(".stock").textContent = product.stock;
   el.querySelector(".initial").textContent = product.initial_stock;
   el.querySelector(".sold").textContent = product.sold;
   el.querySelector(".strategy-name").textContent = product.strategy;
   const share = product.initial_stock ? (100 * product.stock) / product.initial_stock : 0;
   el.querySelector(".fill").style.width = Math.max(0, Math.min(100, share)) + "%";
+  const meter = el.querySelector(".meter");
+  meter.setAttribute("aria-valuemax", product.initial_stock);
+  meter.setAttribute("aria-valuenow", product.stock);
   const soldOut = product.stock <= 0;
   el.classList.toggle("sold-out", soldOut);
   const button = el.querySelector(".buy");
-  if (!button.dataset.busy) {
+  const reset = newSale(product);
+  if (!button.dataset.busy) {  // a purchase under way answers for the new sale itself
     button.disabled = soldOut;
     button.textContent = soldOut ? "Sold out" : "Buy now";
+    if (reset) show(el, "", "");
   }
 }
 
@@ -80,11 +112,14 @@ async function buy(el) {
   button.disabled = true;
   show(el, "Buying…", "pending");
   const key = keyFor(sku, user);
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), PURCHASE_TIMEOUT_MS);
   try {
     const response = await fetch(`/api/products/${encodeURIComponent(sku)}/purchase`, {
       method: "POST",
       headers: { "Content-Type": "application/json", "Idempotency-Key": key },
       body: JSON.stringify({ user_id: user, quantity: 1 }),
+      signal: abort.signal,
     });
     let body;
     try {
@@ -107,8 +142,13 @@ async function buy(el) {
       show(el, body.detail || "Something went wrong.", "error");
     }
   } catch (err) {
-    show(el, "Network error — try again.", "error");
+    if (abort.signal.aborted) {
+      show(el, `No answer in ${PURCHASE_TIMEOUT_MS / 1000}s — try again: it is the same purchase, never a second one.`, "error");
+    } else {
+      show(el, "Network error — try again.", "error");
+    }
   } finally {
+    clearTimeout(timer);
     delete button.dataset.busy;
     button.disabled = el.classList.contains("sold-out");
   }
