@@ -35,7 +35,8 @@ def _bounded(low: int, high: int) -> Callable[[str], int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=_bounded(1, 65535), default=8000)
+    parser.add_argument("--port", type=_bounded(0, 65535), default=8000,
+                        help="0: any free port (the URL printed names it)")
     parser.add_argument("--workers", type=_bounded(1, 64), default=2,
                         help="gunicorn gevent workers")
 
@@ -60,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
     database_url, redlock = config["DATABASE_URL"], config["REDLOCK_URLS"] or None
     # SIGTERM, SIGHUP and SIGINT (even for `seckill serve &`) raise KeyboardInterrupt
     # here: ``webapp.cli.stop_like_ctrl_c`` set that up for every command
-    served = ServedApp(args.host, args.port, args.workers, os.environ.get("REDIS_URL"),
+    served = ServedApp(args.host, args.port or None, args.workers, os.environ.get("REDIS_URL"),
                        database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"))
     try:
         served.start()  # stops what it started if it fails

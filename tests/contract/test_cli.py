@@ -142,12 +142,15 @@ def running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("host", [None, "::1"])  # ::1 was gunicorn's "'' is not a valid port"
-def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_path, host):
+# ::1 was gunicorn's "'' is not a valid port"; --port 0 (any free port) was refused
+@pytest.mark.parametrize("host, port", [(None, None), ("::1", None), (None, 0)])
+def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_path, host,
+                                                                            port):
     env = {k: v for k, v in os.environ.items()
            if k not in ("REDIS_URL", "DATABASE_URL", "REDLOCK_URLS", "SECKILL_ADMIN_TOKEN")}
     on = ["--host", host] if host else []
-    proc = subprocess.Popen([str(SECKILL), "serve", *on, "--port", str(free_port())],
+    port = free_port() if port is None else port
+    proc = subprocess.Popen([str(SECKILL), "serve", *on, "--port", str(port)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     started: list[int] = []
@@ -163,6 +166,8 @@ def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_p
         assert {"storefront", "admin token"} <= set(printed), printed
         url, token = printed["storefront"].rstrip("/"), printed["admin token"]
         assert host is None or url.startswith("http://[::1]:"), url
+        assert port == 0 or url.endswith(f":{port}"), url
+        assert not url.endswith(":0"), url
         started = descendants(proc.pid)
         assert request(url, "GET", "/healthz").status == 200
         answer = request(url, "PUT", "/api/admin/sales/sku-1", {"stock": 3, "strategy": "sql"},
