@@ -46,6 +46,12 @@ class SaleKeys:
         """Lives one lock TTL after such a reload: no lock section sells meanwhile."""
         return f"sale:{{{self.sku}}}:holdoff"
 
+    @property
+    def key_owners(self) -> str:
+        """Idempotency-Key -> the user whose purchase it is, claimed before any stock is
+        taken (``services.claim_key``); a reset forgets them with the sale's orders."""
+        return f"sale:{{{self.sku}}}:key_owners"
+
     def all(self) -> list[str]:
         return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info,
-                self.reloaded, self.holdoff]
+                self.reloaded, self.holdoff, self.key_owners]

@@ -17,7 +17,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,12 +32,20 @@ from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT, TAKE_UNIT
 
 logger = logging.getLogger(__name__)
 
+KEY_USED_ELSEWHERE = "this Idempotency-Key was already used for another purchase"
 
-def find_order(sessions: sessionmaker[Session], sale_id: int, user_id: str) -> Order | None:
+
+def find_order_or_key(sessions: sessionmaker[Session], sale_id: int, user_id: str,
+                      key: str) -> tuple[Order | None, Order | None]:
+    """The user's order in this sale, and the order ``key`` made (either may be None;
+    both are the same order for a replayed purchase). One query."""
     with sessions() as session:
-        return session.scalars(
-            select(Order).where(Order.sale_id == sale_id, Order.user_id == user_id)
-        ).first()
+        rows = session.scalars(select(Order).where(
+            or_(and_(Order.sale_id == sale_id, Order.user_id == user_id),
+                Order.idempotency_key == key))).all()
+    mine = next((o for o in rows if o.sale_id == sale_id and o.user_id == user_id), None)
+    keyed = next((o for o in rows if o.idempotency_key == key), None)
+    return mine, keyed
 
 
 def has_order(sessions: sessionmaker[Session], sku: str, user_id: str) -> bool:
@@ -127,7 +135,7 @@ def explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
         if earlier is not None:
             if earlier.sale_id == sale.id and earlier.user_id == user_id:
                 raise Replay(earlier)
-            raise InvalidRequest("this Idempotency-Key was already used for another purchase")
+            raise InvalidRequest(KEY_USED_ELSEWHERE)
     raise AlreadyPurchased(f"{user_id!r} already bought {sale.sku}")
 
 

@@ -41,7 +41,7 @@ from .batching import Pending
 from .deadlines import LATE, deadline, reserve, too_late
 from .keys import SaleKeys
 from .models import OrderLike
-from .orders import find_order, give_back, has_order
+from .orders import KEY_USED_ELSEWHERE, find_order_or_key, give_back, has_order
 from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
 from .saleinfo import Fence, SaleInfo, cached_sale, latest_sale, load_sale
@@ -238,6 +238,21 @@ def _replay(earlier: OrderLike, request: PurchaseRequest) -> OrderLike:
     return earlier
 
 
+def claim_key(redis: Any, keys: SaleKeys, request: PurchaseRequest) -> None:
+    """Bind ``request.idempotency_key`` to this user in this sale before any stock is taken.
+
+    Without it a key sent by many users at once (a client bug, or a replayed capture)
+    let each of them take units that only the order write's UNIQUE key gave back: honest
+    buyers meanwhile heard ``sold_out`` with stock left. Another user's key is 400.
+    (Another sku's committed order with the key is found in the database first.)
+    """
+    if redis.hsetnx(keys.key_owners, request.idempotency_key, request.user_id):
+        return
+    owner = redis.hget(keys.key_owners, request.idempotency_key)
+    if owner is not None and owner.decode("utf-8", "surrogateescape") != request.user_id:
+        raise InvalidRequest(KEY_USED_ELSEWHERE)
+
+
 def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
              soldout_checked: bool = False) -> OrderLike | None:
     """Reserve the user's single order; return an earlier order for a replayed key.
@@ -246,13 +261,20 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
     """
     keys = sale.keys
     deadline = deps.monotonic() + deps.replay_wait_s
+    claimed = False
     while True:
         if request.idempotency_key is not None:
-            earlier = find_order(deps.sessions, sale.id, request.user_id)
+            earlier, keyed = find_order_or_key(deps.sessions, sale.id, request.user_id,
+                                               request.idempotency_key)
+            if keyed is not None and keyed is not earlier:
+                raise InvalidRequest(KEY_USED_ELSEWHERE)
             if earlier is not None:
                 if earlier.idempotency_key == request.idempotency_key:
                     return _replay(earlier, request)
                 raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
+            if not claimed:  # before any stock is taken: the key is this purchase's
+                claim_key(deps.redis, keys, request)
+                claimed = True
         if not soldout_checked and deps.redis.get(keys.soldout):
             raise SoldOut(f"{sale.sku} is sold out")
         soldout_checked = False

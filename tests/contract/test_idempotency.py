@@ -9,6 +9,9 @@ even once the sale is sold out.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.contract.wire import assert_error, raw_exchange
@@ -53,6 +56,33 @@ def test_a_key_reused_by_another_user_is_400_and_takes_no_stock(shop, sku):
     shop.assert_books_balance(sku)
 
 
+@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+def test_a_key_sent_by_a_crowd_at_once_takes_no_stock_from_honest_buyers(shop, strategy):
+    # 60 users sending one Idempotency-Key at once each took units that only the order
+    # write's UNIQUE key gave back: honest buyers heard sold_out with 2 of 5 units left
+    shop.reset(SMALL, 5, strategy)
+    start = threading.Barrier(70)
+
+    def crowd(n: int) -> int:
+        start.wait()
+        return shop.buy(f"crowd-{n}", SMALL, key=f"crowd-key-{strategy}").status
+
+    def honest(n: int) -> int:
+        start.wait()
+        return shop.buy(f"honest-{n}", SMALL).status
+
+    with ThreadPoolExecutor(70) as pool:
+        crowds = [pool.submit(crowd, n) for n in range(60)]
+        honests = [pool.submit(honest, n) for n in range(10)]
+        crowd_statuses = [f.result() for f in crowds]
+        honest_statuses = [f.result() for f in honests]
+    assert crowd_statuses.count(400) >= 59, crowd_statuses
+    audit = shop.assert_books_balance(SMALL)
+    # ten honest buyers for five units: every unit sold, none refused while units were left
+    assert audit["remaining"] == 0 and audit["units_sold"] == 5, (audit, honest_statuses)
+    assert honest_statuses.count(201) >= 4, honest_statuses
+
+
 def test_a_key_reused_on_another_sku_is_400(shop):
     assert shop.buy("roamer", SKU, key="roaming").status == 201
     assert_error(shop.buy("roamer", OTHER, key="roaming"), 400, "invalid_request")
@@ -79,6 +109,8 @@ def test_a_reset_forgets_the_keys_of_the_orders_it_deleted(shop):
     assert shop.buy("again", SMALL, key="again").status == 201
     shop.reset(SMALL, 5)
     assert shop.buy("again", SMALL, key="again").status == 201
+    shop.reset(SMALL, 5)  # the key's owner is forgotten too: another user may take it
+    assert shop.buy("someone-else", SMALL, key="again").status == 201
     shop.assert_books_balance(SMALL)
 
 
