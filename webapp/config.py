@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 from typing import Any
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -20,6 +21,29 @@ def _csv(value: str | None) -> list[str]:
 
 def _flag(value: str) -> bool:
     return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def without_password(url: str) -> str:
+    """``url`` fit to print or log: a password in it becomes ``***``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            return url
+        userinfo, host = parts.netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:  # not a URL urllib reads: say so rather than print it
+        return "<a URL that does not parse>"
+
+
+def database_url(url: str) -> str:
+    """``DATABASE_URL`` as SQLAlchemy needs it. ``postgres://`` (Heroku's and many hosts'
+    spelling) is no SQLAlchemy scheme, and a bare ``postgresql://`` means psycopg2 on
+    SQLAlchemy 2.0: both mean the psycopg 3 driver this project installs."""
+    for scheme in ("postgres://", "postgresql://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url.removeprefix(scheme)
+    return url
 
 
 class ConfigError(ValueError):
@@ -43,7 +67,7 @@ def check_urls(config: dict[str, Any]) -> None:
     REDLOCK_URLS each a different server, and DATABASE_URL a SQLAlchemy URL."""
     from redis import ConnectionPool, Redis
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     from lockcore.strategies.redlock_nodes import check_independent
 
@@ -54,15 +78,26 @@ def check_urls(config: dict[str, Any]) -> None:
             try:
                 pools[name].append(ConnectionPool.from_url(url))
             except ValueError as exc:
-                raise ConfigError(f"{name}: {url!r} is not a Redis URL ({exc})") from None
+                raise ConfigError(f"{name}: {without_password(url)!r} is not a Redis URL "
+                                  f"({exc})") from None
     try:  # every purchase on such a list failed: one server never wins two votes
         check_independent([Redis(connection_pool=pool) for pool in pools["REDLOCK_URLS"]])
     except ValueError as exc:
         raise ConfigError(f"REDLOCK_URLS: {exc}") from None
     try:
-        make_url(config["DATABASE_URL"])
-    except ArgumentError as exc:
-        raise ConfigError(f"DATABASE_URL: {exc}") from None
+        url = make_url(config["DATABASE_URL"])
+        url.get_dialect()  # an unknown scheme or a missing driver
+    except NoSuchModuleError:
+        raise ConfigError(f"DATABASE_URL: SQLAlchemy has no database {url.drivername!r} "
+                          "(e.g. postgresql+psycopg://user@host/db or "
+                          "sqlite:///path/to/seckill.sqlite)") from None
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+        raise ConfigError(f"DATABASE_URL: {without_password(config['DATABASE_URL'])!r} "
+                          f"is not a database URL ({exc})") from None
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        raise ConfigError("DATABASE_URL: an in-memory SQLite database lives in one process, "
+                          "and gunicorn's workers are several: give it a file "
+                          "(sqlite:///path/to/seckill.sqlite)")
 
 
 def default_database_url(instance_path: str) -> str:
@@ -73,7 +108,8 @@ def default_database_url(instance_path: str) -> str:
 def from_env(instance_path: str) -> dict[str, Any]:
     """The app's config keys, from the environment with working defaults."""
     return {
-        "DATABASE_URL": os.environ.get("DATABASE_URL") or default_database_url(instance_path),
+        "DATABASE_URL": database_url(os.environ.get("DATABASE_URL")
+                                     or default_database_url(instance_path)),
         "REDIS_URL": os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
         "REDLOCK_URLS": _csv(os.environ.get("REDLOCK_URLS")),
         "ZOOKEEPER_HOSTS": os.environ.get("ZOOKEEPER_HOSTS") or os.environ.get("ZK_HOSTS"),

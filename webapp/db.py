@@ -14,6 +14,9 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy.engine import make_url
+
+from .config import database_url as database_url_for_sqlalchemy
 
 logger = logging.getLogger(__name__)
 
@@ -37,14 +40,16 @@ def alembic_config(database_url: str) -> Config:
     config = Config()
     config.set_main_option("script_location", str(resources.files("migrations")))
     # an attribute, not a main option: configparser would choke on a '%' in a password
-    config.attributes["database_url"] = database_url
+    config.attributes["database_url"] = database_url_for_sqlalchemy(database_url)
     return config
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
     """Bring the schema at ``database_url`` to ``revision``; a SQLite file's folder is made."""
-    if database_url.startswith("sqlite:///"):
-        folder = os.path.dirname(database_url.removeprefix("sqlite:///"))
+    database_url = database_url_for_sqlalchemy(database_url)
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        folder = os.path.dirname(url.database)
         if folder:
             os.makedirs(folder, exist_ok=True)
     logger.info("migrating %s to %s", database_url.split("@")[-1], revision)

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from lockcore.strategies.zookeeper_clients import reconnect_retry
 
+from . import config as settings
 from .batching import gevent_patched
 from .cohort import Cohorts
 from .db import sqlite_file_layout
@@ -47,6 +48,7 @@ SQLITE_CHECKPOINT_PAGES = 10_000
 
 
 def make_engine(url: str) -> Engine:
+    url = settings.database_url(url)  # postgres:// and a bare postgresql:// mean psycopg 3
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,
                                                   "check_same_thread": False},

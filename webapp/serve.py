@@ -74,7 +74,8 @@ def main(args: argparse.Namespace) -> int:
         return 1
     try:
         print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"
-              f"admin token {served.admin_token}\nRedis       {served.redis_url}\n"
+              f"admin token {served.admin_token}\n"
+              f"Redis       {settings.without_password(served.redis_url or '')}\n"
               f"database    {_without_password(served.database_url)}\n"
               "Ctrl-C stops everything.", flush=True)
         try:

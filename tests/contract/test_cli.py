@@ -322,6 +322,11 @@ def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
     ("LOCK_TIMEOUT_S=abc", "LOCK_TIMEOUT_S"),   # was: gunicorn's HaltServer traceback
     ("REDIS_URL=garbage", "REDIS_URL"),
     ("DATABASE_URL=garbage", "DATABASE_URL"),
+    # these were tracebacks or an unnamed "could not start", exit 1
+    ("DATABASE_URL=postgresql+psycopg://root:pw@127.0.0.1:notaport/db", "DATABASE_URL"),
+    ("DATABASE_URL=nosuchdb://x/y", "DATABASE_URL"),
+    ("DATABASE_URL=sqlite://", "DATABASE_URL"),  # in memory: one per worker
+    ("DATABASE_URL=sqlite:///:memory:", "DATABASE_URL"),
 ])
 def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(
         tmp_path, setting, named):
@@ -334,6 +339,18 @@ def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(
     assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "admin token" not in proc.stdout
     assert not (tmp_path / "instance").exists()
+
+
+@pytest.mark.parametrize("name", ["REDIS_URL", "REDLOCK_URLS", "DATABASE_URL"])
+def test_a_bad_url_is_named_without_its_password(tmp_path, name):
+    value = {"DATABASE_URL": "postgresql+psycopg://root:S3cret@127.0.0.1:badport/db"}.get(
+        name, "redis://:S3cret@127.0.0.1:badport/0")
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
+                          env={**env, name: value}, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and name in proc.stderr, proc
+    assert "S3cret" not in proc.stderr + proc.stdout and "***" in proc.stderr, proc.stderr
 
 
 def test_serve_with_an_unreachable_redis_url_is_one_line_and_exit_1(tmp_path):
