@@ -29,11 +29,20 @@ MAX_WORK_MS = 10_000
 MAX_LIMIT = sales.NO_LIMIT
 
 
+def _as_sent(header: str) -> bytes:
+    """The header's bytes as the client sent them: WSGI decodes headers as latin-1, and
+    a client sends a non-ASCII token in UTF-8 (so ``tökén`` matches its UTF-8 bytes)."""
+    try:
+        return header.encode("latin-1")
+    except UnicodeEncodeError:  # not from a WSGI server (a test client's str)
+        return header.encode("utf-8", "surrogateescape")
+
+
 def _require_token() -> None:
     expected = get_backends().config["SECKILL_ADMIN_TOKEN"].encode("utf-8")
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode("utf-8", "surrogateescape"), expected):
+            _as_sent(given.strip()), expected):
         raise Unauthorized("send Authorization: Bearer <the admin token>")
 
 

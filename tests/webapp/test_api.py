@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import lockcore
-from tests.webapp.conftest import SKU, auth, buy, buy_after_holdoff, reset
+from tests.webapp.conftest import SKU, auth, backends, buy, buy_after_holdoff, make_app, reset
 
 
 def test_healthz_reports_redis_and_database_ok(client):
@@ -154,6 +154,26 @@ def test_admin_routes_need_the_right_bearer_token(client):
         assert response.status_code == 401
         assert response.get_json()["error"] == "unauthorized"
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize("token", ["tökén-1", "ключ", "🔑-admin"])
+def test_a_non_ascii_admin_token_works_as_a_client_sends_it(app, database_url, redis_url,
+                                                            token):
+    # a client sends the header in UTF-8 and WSGI hands it over decoded as latin-1; it
+    # was encoded again as UTF-8 and never matched
+    app = make_app(database_url, redis_url, SECKILL_ADMIN_TOKEN=token)  # sku-1's shop
+    try:
+        client = app.test_client()
+        on_the_wire = f"Bearer {token}".encode().decode("latin-1")
+        body = {"stock": 5, "strategy": "token"}
+        answer = client.put(f"/api/admin/sales/{SKU}", json=body,
+                            headers={"Authorization": on_the_wire})
+        assert answer.status_code == 200, answer.get_json()
+        wrong = f"Bearer {token}x".encode().decode("latin-1")
+        assert client.put(f"/api/admin/sales/{SKU}", json=body,
+                          headers={"Authorization": wrong}).status_code == 401
+    finally:
+        backends(app).close()
 
 
 def test_a_wrong_method_is_a_json_405(client):
