@@ -7,14 +7,19 @@ such file at a known path, so we build the ``Config`` here and point
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
+from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from .config import database_url as database_url_for_sqlalchemy
 
@@ -44,14 +49,84 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
-    """Bring the schema at ``database_url`` to ``revision``; a SQLite file's folder is made."""
-    database_url = database_url_for_sqlalchemy(database_url)
-    url = make_url(database_url)
+#: ``pg_advisory_lock``'s key for "migrating and seeding": any constant of our own
+MIGRATION_LOCK_KEY = 0x5EC_4111
+
+
+class UnversionedSchema(RuntimeError):
+    """The database has our tables but no ``alembic_version``: made without migrations."""
+
+
+def _sqlite_file(database_url: str) -> str | None:
+    url = make_url(database_url_for_sqlalchemy(database_url))
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        folder = os.path.dirname(url.database)
+        return url.database
+    return None
+
+
+@contextlib.contextmanager
+def migration_lock(database_url: str) -> Iterator[None]:
+    """One process at a time migrates and seeds ``database_url``.
+
+    Two ``seckill serve`` started at once on a new database both ran ``alembic upgrade
+    head`` and the demo seeding: the second died on a duplicate table or product.
+    PostgreSQL: a session advisory lock (freed if we die). SQLite: ``flock`` on a file
+    beside the database (freed if we die too).
+    """
+    database_url = database_url_for_sqlalchemy(database_url)
+    path = _sqlite_file(database_url)
+    if path is not None:
+        folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)
+        with open(f"{path}.migrating", "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # closing the file lets it go
+            yield
+        return
+    if make_url(database_url).get_backend_name() != "postgresql":
+        yield
+        return
+    engine = create_engine(database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"),
+                                   {"key": MIGRATION_LOCK_KEY})
+    finally:
+        engine.dispose()
+
+
+def _refuse_unversioned(database_url: str) -> None:
+    """Alembic would try to create tables that exist and fail with the driver's error."""
+    path = _sqlite_file(database_url)
+    if path is not None and not os.path.exists(path):
+        return  # a new file: the migrations create it, with our page size
+    engine = create_engine(database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+    finally:
+        engine.dispose()
+    ours = tables & {"products", "sales", "orders"}
+    if ours and "alembic_version" not in tables:
+        raise UnversionedSchema(
+            f"the database has seckill's tables ({', '.join(sorted(ours))}) but no "
+            "alembic_version table, so its schema revision is unknown. If the tables "
+            "match the newest migration, record that with `alembic -c migrations/alembic.ini "
+            "stamp head` (DATABASE_URL set); otherwise use a new database")
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    """Bring the schema at ``database_url`` to ``revision``; a SQLite file's folder is made.
+    Callers that may race (several servers on one database) hold ``migration_lock``."""
+    database_url = database_url_for_sqlalchemy(database_url)
+    path = _sqlite_file(database_url)
+    if path is not None and os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    _refuse_unversioned(database_url)
     logger.info("migrating %s to %s", database_url.split("@")[-1], revision)
     command.upgrade(alembic_config(database_url), revision)
 

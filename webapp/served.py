@@ -147,9 +147,10 @@ class ServedApp:
             self.port = free_port()
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
-        db.upgrade(self.database_url)
-        if self.seed:
-            self._seed()
+        with db.migration_lock(self.database_url):  # another serve may be starting too
+            db.upgrade(self.database_url)
+            if self.seed:
+                self._seed()
         env = {**os.environ, **self.env, "REDIS_URL": self.redis_url,
                "DATABASE_URL": self.database_url, "REDLOCK_URLS": ",".join(self.redlock_urls),
                "SECKILL_ADMIN_TOKEN": self.admin_token}

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import threading
+import urllib.request
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
+from tests.support import scratch_postgres
 from webapp import db
 from webapp.models import Base
+from webapp.served import ServedApp
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def test_the_migrations_build_exactly_the_models_schema(database_url):
@@ -79,3 +89,57 @@ def test_an_existing_sqlite_file_keeps_its_page_size(tmp_path):
         assert {"kept", "orders"} <= set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_servers_started_at_once_on_a_new_database_both_serve(tmp_path, redis_url, backend):
+    # both ran `alembic upgrade head` and the demo seeding at once: the second died on
+    # "table alembic_version already exists" or a duplicate product
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path / 'new.sqlite'}"
+        else:
+            url = stack.enter_context(scratch_postgres("seckill_race"))[2]
+        apps = [ServedApp(workers=1, redis_url=redis_url, database_url=url, redlock_urls=[])
+                for _ in range(2)]
+        for app in apps:
+            stack.callback(app.stop)
+        together = threading.Barrier(len(apps))
+        failed: list[BaseException] = []
+
+        def start(app: ServedApp) -> None:
+            together.wait()
+            try:
+                app.start()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failed.append(exc)
+
+        threads = [threading.Thread(target=start, args=(app,)) for app in apps]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert failed == []
+        for app in apps:
+            with urllib.request.urlopen(f"{app.url}/api/products", timeout=10) as answer:
+                skus = [p["sku"] for p in json.load(answer)]
+            assert skus == ["sku-1", "sku-2", "sku-3"], skus
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tables_without_alembic_version_are_refused_with_what_to_do(tmp_path, backend):
+    # alembic tried to create them again: "relation products already exists"
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+        else:
+            url = stack.enter_context(scratch_postgres("seckill_unversioned"))[2]
+        db.upgrade(url)
+        engine = create_engine(url)
+        try:
+            with engine.begin() as connection:
+                connection.execute(text("DROP TABLE alembic_version"))
+        finally:
+            engine.dispose()
+        with pytest.raises(db.UnversionedSchema, match="no alembic_version.*stamp head"):
+            db.upgrade(url)
