@@ -54,10 +54,13 @@ from .batching import SERVED, Batcher, Pending, own_copy
 from .models import Order, PlacedOrder
 from .problems import SaleReset, SoldOut
 from .rowinsert import RowInsert
+from .saleinfo import generation as generation_of
 from .saleinfo import started_at
 from .statements import (
     INSERT_ORDERS,
+    SALE_STOCK_AND_GENERATION,
     TAKE_UNITS,
+    TAKE_UNITS_IF_LEFT_OF_GENERATION_RETURNING,
     TAKE_UNITS_IF_LEFT_RETURNING,
     TAKE_UNITS_OF_GENERATION,
 )
@@ -198,15 +201,28 @@ class ConditionalOrderWriter(OrderWriter):
                     batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
         taken = []
         for pending in batch:
-            row = pending.item[1]
-            decrement = {"b_sale_id": row["sale_id"], "b_units": row["quantity"]}
-            left = connection.execute(TAKE_UNITS_IF_LEFT_RETURNING, decrement).first()
+            _, row, read = pending.item
+            decrement: dict[str, Any] = {"b_sale_id": row["sale_id"], "b_units": row["quantity"]}
+            statement = TAKE_UNITS_IF_LEFT_RETURNING
+            if read is not None:  # not from a sale reset since the purchase read it
+                statement = TAKE_UNITS_IF_LEFT_OF_GENERATION_RETURNING
+                decrement["b_started_at"] = started_at(read)
+            left = connection.execute(statement, decrement).first()
             if left is None:
-                pending.error = SoldOut(f"{row['sku']} is sold out")
+                if read is not None and reset_since(connection, row["sale_id"], read):
+                    pending.error = SaleReset(row["sku"])
+                else:
+                    pending.error = SoldOut(f"{row['sku']} is sold out")
             else:
                 self._uncommitted[row["sale_id"]] = (left[0], left[1])
                 taken.append(pending)
         return taken
+
+
+def reset_since(connection: Connection, sale_id: int, generation_read: int) -> bool:
+    """Whether sale ``sale_id`` is no longer in ``generation_read`` (or is gone)."""
+    now = connection.execute(SALE_STOCK_AND_GENERATION, {"b_sale_id": sale_id}).first()
+    return now is None or generation_of(now[1]) != generation_read
 
 
 def _give_ids(written: list[tuple[Pending[OrderWrite], int]]) -> None:

@@ -23,12 +23,18 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
 from .batching import Pending
-from .groupcommit import writer_for
+from .groupcommit import reset_since, writer_for
 from .keys import SaleKeys
 from .models import Order, PlacedOrder, Sale, utcnow
 from .problems import AlreadyPurchased, InvalidRequest, Replay, SaleReset, SoldOut
 from .saleinfo import started_at
-from .statements import INSERT_ORDERS, TAKE_UNITS, TAKE_UNITS_IF_LEFT, TAKE_UNITS_OF_GENERATION
+from .statements import (
+    INSERT_ORDERS,
+    TAKE_UNITS,
+    TAKE_UNITS_IF_LEFT,
+    TAKE_UNITS_IF_LEFT_OF_GENERATION,
+    TAKE_UNITS_OF_GENERATION,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +113,8 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
     order, row = new_order(sale, user_id, quantity, fencing_token, idempotency_key)
     decrement = TAKE_UNITS_IF_LEFT if conditional else TAKE_UNITS
     parameters: dict[str, Any] = {"b_sale_id": sale.id, "b_units": quantity}
-    if generation is not None and not conditional:
-        decrement = TAKE_UNITS_OF_GENERATION
+    if generation is not None:
+        decrement = TAKE_UNITS_IF_LEFT_OF_GENERATION if conditional else TAKE_UNITS_OF_GENERATION
         parameters["b_started_at"] = started_at(generation)
     try:
         # Core statements on the session's connection: writing the order was a third of
@@ -117,7 +123,8 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
         with sessions.begin() as session:
             connection = session.connection()
             if connection.execute(decrement, parameters).rowcount == 0:
-                if decrement is TAKE_UNITS_OF_GENERATION:
+                if generation is not None and (not conditional or reset_since(
+                        connection, sale.id, generation)):
                     raise SaleReset(sale.sku)
                 raise SoldOut(f"{sale.sku} is sold out")
             order.id = connection.execute(INSERT_ORDERS, row).scalar_one()

@@ -16,18 +16,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import bindparam, select
-
 import lockcore
 
 from . import scripts
 from .deadlines import LATE, deadline, too_late
 from .groupcommit import stock_after
-from .models import Sale
 from .orders import give_back, insert_grouped, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut
 from .saleinfo import cache_sale, generation, sale_fields
 from .services import Checkout, PurchaseRequest, SaleInfo
+from .statements import SALE_STOCK_AND_GENERATION
 
 logger = logging.getLogger(__name__)
 
@@ -156,10 +154,6 @@ class AtomicPath(StockPath):
 
 
 #: what ``mirror_stock.lua`` needs, read after a commit
-_REMAINING_AND_GENERATION = select(Sale.remaining, Sale.started_at).where(
-    Sale.id == bindparam("b_sale_id"))
-
-
 class SqlPath(StockPath):
     """The database is the stock; Redis holds a copy, kept in step by
     ``mirror_stock.lua`` from what the database says after each commit (a DECRBY was
@@ -177,7 +171,7 @@ class SqlPath(StockPath):
 
     def _mirror(self, redis: Any, sessions: Any, sale: SaleInfo) -> None:
         with sessions() as session:
-            row = session.execute(_REMAINING_AND_GENERATION, {"b_sale_id": sale.id}).first()
+            row = session.execute(SALE_STOCK_AND_GENERATION, {"b_sale_id": sale.id}).first()
         if row is None:  # the sale is gone
             return
         remaining, started_at = row
@@ -190,8 +184,10 @@ class SqlPath(StockPath):
         # must not yield (see orders.py)
         self._work(deps, sale)
         try:  # with concurrent ones: each its own conditional UPDATE, one COMMIT
+            # only in the generation read: one queued behind a reset sold from the new sale
             order = insert_grouped(deps.sessions, sale, request.user_id, request.quantity,
-                                   request.idempotency_key, conditional=True)
+                                   request.idempotency_key, conditional=True,
+                                   generation=sale.generation)
         except SoldOut:  # the flag is set if the database has none left (mirror_stock.lua)
             self._mirror(deps.redis, deps.sessions, sale)
             raise

@@ -9,7 +9,7 @@ only the execution (docs/performance.md, session 4).
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, insert, update
+from sqlalchemy import bindparam, insert, select, update
 
 from .models import Order, Sale
 
@@ -24,6 +24,16 @@ TAKE_UNITS_IF_LEFT = TAKE_UNITS.where(Sale.remaining >= bindparam("b_units"))
 #: the same, answering what is left and the sale generation it is left in (SQLite >=
 #: 3.35 and PostgreSQL have UPDATE ... RETURNING): Redis's copy follows it
 TAKE_UNITS_IF_LEFT_RETURNING = TAKE_UNITS_IF_LEFT.returning(Sale.remaining, Sale.started_at)
+#: the same, only in the sale generation the purchase read: a purchase queued behind a
+#: reset's row lock found the *new* sale's ``remaining`` enough and sold from it
+#: (rowcount 0: sold out, or reset since: ``SALE_STOCK_AND_GENERATION`` tells)
+TAKE_UNITS_IF_LEFT_OF_GENERATION = TAKE_UNITS_IF_LEFT.where(
+    Sale.started_at == bindparam("b_started_at"))
+TAKE_UNITS_IF_LEFT_OF_GENERATION_RETURNING = TAKE_UNITS_IF_LEFT_OF_GENERATION.returning(
+    Sale.remaining, Sale.started_at)
+#: what the database has left of a sale, and its generation
+SALE_STOCK_AND_GENERATION = select(Sale.remaining, Sale.started_at).where(
+    Sale.id == bindparam("b_sale_id"))
 #: insert order rows; each comes back with what identifies it, (sale_id, user_id) being
 #: UNIQUE, so a multi-row INSERT need not return its rows in parameter order (asking
 #: for that order makes SQLAlchemy send SQLite one INSERT per row)

@@ -83,3 +83,22 @@ def test_a_reset_waits_for_a_purchase_transaction_in_flight_and_deletes_its_orde
     assert answers == [200]
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 5, True), audit
+
+
+@pytest.mark.parametrize("new", ["atomic", "token", "sql"])
+def test_an_sql_purchase_from_before_a_reset_does_not_sell_from_the_new_sale(client, app, new):
+    """An ``sql`` purchase that read the sale, then queued behind a reset's row lock
+    (PostgreSQL) or simply came late: its ``UPDATE ... WHERE remaining >= 1`` found the
+    new sale's count enough and sold from it, so a switch from ``sql`` oversold the new
+    sale (an audit helper saw 4-10 units over, ``consistent: false``)."""
+    reset(client, stock=1_000, strategy="sql")
+    with app.app_context():
+        shop = backends(app)
+        stale = load_sale(shop.sessions, SKU)  # read before the reset
+        reset(client, stock=2, strategy=new)
+        deps = Checkout(sessions=shop.sessions, redis=shop.redis, lock_timeout_s=1.0,
+                        lock_for=lambda sale, user: locks.lock_for(shop, sale, user))
+        with pytest.raises(Busy):  # SaleReset: 503, try again
+            paths.path_for("sql").purchase(deps, stale, PurchaseRequest(SKU, "late"))
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (2, 0, True), audit
