@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import logging
+import time
 from collections.abc import Iterator
 
 from flask import Blueprint, Response, jsonify, render_template, request
+from redis.exceptions import RedisError
 
 import lockcore
 from lockcore import LockError
@@ -21,6 +24,8 @@ from .extensions import Backends, get_backends
 from .lockedpath import LockedPath
 from .problems import Busy, Unauthorized, UnknownSku
 from .saleinfo import load_sale
+
+logger = logging.getLogger(__name__)
 
 bp = Blueprint("admin", __name__)
 
@@ -96,9 +101,23 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
     if not locks.configured(sale.strategy, backends.config):
         yield  # not configured (any more): no buyer here can hold it either
         return
-    lock = locks.lock_for(backends, sale, "admin-reset")  # unreachable: 503, try again
     timeout = backends.config["LOCK_TIMEOUT_S"]
-    if not lock.acquire(blocking=True, timeout=timeout):
+    try:
+        lock = locks.lock_for(backends, sale, "admin-reset")
+        acquired = lock.acquire(blocking=True, timeout=timeout)
+    except _unreachable() as exc:
+        # Its server is down (a sale set to zookeeper with ZooKeeper gone could never be
+        # switched away: every reset was 503). No buyer can take this lock now, and one
+        # that took it before the outage ends its section within the lock's TTL: wait
+        # that long, then reset without it.
+        wait_s = locks.lock_ttl_ms(backends, sale) / 1000
+        logger.warning("reset of %s: its %s lock is unreachable (%s); resetting after "
+                       "%.1fs, the longest a section that began before can last",
+                       sku, sale.strategy, exc, wait_s)
+        time.sleep(wait_s)  # gevent's, under gunicorn: other requests go on
+        yield
+        return
+    if not acquired:
         raise Busy(f"a purchase held the {sale.strategy} lock of {sku} for {timeout:g}s")
     try:
         yield
@@ -107,6 +126,17 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
             lock.release()
         except LockError:  # the TTL ran out during the reset: nothing left to release
             pass
+
+
+def _unreachable() -> tuple[type[BaseException], ...]:
+    """What a lock raises when its server cannot be reached (not: a buyer holds it)."""
+    kinds: tuple[type[BaseException], ...] = (RedisError,)
+    try:
+        from kazoo.exceptions import KazooException
+        from kazoo.handlers.threading import KazooTimeoutError
+    except ImportError:  # kazoo is optional
+        return kinds
+    return (*kinds, KazooException, KazooTimeoutError)
 
 
 @bp.get("/admin")

@@ -14,7 +14,7 @@ from lockcore.zkserver import ZooKeeperServer
 from webapp import extensions, sales
 from webapp.serve import ServedApp
 
-from .conftest import SKU, backends, buy, empty_shop, make_app
+from .conftest import SKU, auth, backends, buy, empty_shop, make_app
 from .served import audit, call, reset_sale
 
 pytestmark = pytest.mark.zookeeper
@@ -86,3 +86,25 @@ def test_a_purchase_holding_the_lock_when_zookeeper_dies_still_answers_in_gevent
         assert status == 201
         result = audit(app, SKU)
         assert result["consistent"], result
+
+
+def test_a_sale_on_zookeeper_can_be_switched_away_while_zookeeper_is_down(
+        sqlite_url: str, redis_url: str, redis_client: Any, monkeypatch) -> None:
+    # every reset took the zookeeper lock first to wait for buyers in their section, and
+    # answered 503 "zookeeper is unavailable": the sale was stuck on a dead strategy
+    monkeypatch.setattr(extensions, "ZK_FIRST_CONNECT_S", 0.5)
+    server = ZooKeeperServer()  # nothing listening there
+    app = make_app(sqlite_url, redis_url, ZOOKEEPER_HOSTS=server.hosts, LOCK_TTL_MS=300)
+    b = backends(app)
+    try:
+        empty_shop(app)
+        sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=10, strategy="token")
+        client = app.test_client()
+        assert client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                          json={"stock": 5, "strategy": "zookeeper"}).status_code == 200
+        away = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                          json={"stock": 5, "strategy": "token"})
+        assert away.status_code == 200, away.get_json()
+        assert buy(client, "ann").status_code == 201
+    finally:
+        b.close()
