@@ -13,7 +13,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine
 
-from webapp.db import sqlite_file_layout
+from webapp.db import connect_args, sqlite_file_layout
 from webapp.models import Base
 
 config = context.config
@@ -37,7 +37,7 @@ def run_migrations_offline() -> None:
 
 def run_migrations_online() -> None:
     url = database_url()
-    engine = create_engine(url)
+    engine = create_engine(url, connect_args=connect_args(url))  # a connect timeout
     try:
         with engine.connect() as connection:
             if url.startswith("sqlite"):  # before the first table: a new file's layout

@@ -17,7 +17,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
@@ -47,6 +47,27 @@ def alembic_config(database_url: str) -> Config:
     # an attribute, not a main option: configparser would choke on a '%' in a password
     config.attributes["database_url"] = database_url_for_sqlalchemy(database_url)
     return config
+
+
+#: how long a PostgreSQL connection may take to open: a server that accepts and never
+#: answers (a wrong port, a frozen host) hung ``seckill serve`` for good
+PG_CONNECT_TIMEOUT_S = 10
+
+
+def connect_args(database_url: str) -> dict[str, Any]:
+    """The driver's connection options every engine of ours passes: a connect timeout
+    for PostgreSQL, unless the URL sets its own."""
+    url = make_url(database_url_for_sqlalchemy(database_url))
+    if url.get_backend_name() == "postgresql" and "connect_timeout" not in url.query:
+        return {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    return {}
+
+
+def scratch_engine(database_url: str) -> Engine:
+    """An engine for one job (migrating, checking): no pool kept, the connect timeout."""
+    database_url = database_url_for_sqlalchemy(database_url)
+    return create_engine(database_url, poolclass=NullPool,
+                         connect_args=connect_args(database_url))
 
 
 #: ``pg_advisory_lock``'s key for "migrating and seeding": any constant of our own
@@ -86,7 +107,7 @@ def migration_lock(database_url: str) -> Iterator[None]:
     if make_url(database_url).get_backend_name() != "postgresql":
         yield
         return
-    engine = create_engine(database_url, poolclass=NullPool)
+    engine = scratch_engine(database_url)
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
@@ -104,7 +125,7 @@ def _refuse_unversioned(database_url: str) -> None:
     path = _sqlite_file(database_url)
     if path is not None and not os.path.exists(path):
         return  # a new file: the migrations create it, with our page size
-    engine = create_engine(database_url, poolclass=NullPool)
+    engine = scratch_engine(database_url)
     try:
         with engine.connect() as connection:
             tables = set(inspect(connection).get_table_names())

@@ -27,7 +27,7 @@ from lockcore.strategies.zookeeper_clients import reconnect_retry
 from . import config as settings
 from .batching import gevent_patched
 from .cohort import Cohorts
-from .db import sqlite_file_layout
+from .db import connect_args, sqlite_file_layout
 from .pipelining import ScriptPipeline
 from .problems import Busy
 from .takenorders import write_taken
@@ -66,7 +66,8 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_size=5, max_overflow=10, pool_timeout=10, pool_pre_ping=True)
+    return create_engine(url, pool_size=5, max_overflow=10, pool_timeout=10, pool_pre_ping=True,
+                         connect_args=connect_args(url))
 
 
 def _semaphore(size: int) -> Any:

@@ -43,6 +43,49 @@ class StartupError(RuntimeError):
     """The shop could not be served (its port is taken, gunicorn did not come up)."""
 
 
+#: how long the checks before starting wait for a server given by URL
+REACH_TIMEOUT_S = 5
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def reachable_redis(url: str) -> None:
+    """``REDIS_URL`` answers a PING in time, or ``StartupError`` naming it."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=REACH_TIMEOUT_S,
+                                  socket_timeout=REACH_TIMEOUT_S)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise StartupError(f"REDIS_URL {settings.without_password(url)}: cannot reach it "
+                           f"({_first_line(exc)})") from None
+    finally:
+        client.close()
+
+
+def reachable_database(url: str) -> None:
+    """A database server named by ``DATABASE_URL`` lets us connect in time, or
+    ``StartupError`` naming it (SQLite is a file: nothing to reach)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if make_url(settings.database_url(url)).get_backend_name() == "sqlite":
+        return
+    engine = db.scratch_engine(url)
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as exc:
+        raise StartupError(f"DATABASE_URL {settings.without_password(url)}: cannot connect "
+                           f"({_first_line(exc)})") from None
+    finally:
+        engine.dispose()
+
+
 def netloc(host: str, port: int) -> str:
     """``host:port``, with an IPv6 address in brackets (``[::1]:8000``), as URLs and
     gunicorn's ``--bind`` want it (``::1:8000`` was "'' is not a valid port number")."""
@@ -141,12 +184,15 @@ class ServedApp:
         _live.add(self)  # from here on, the exit hook stops what is started and cleans up
         if self.redis_url is None:
             self.redis_url = self._stack.enter_context(EmbeddedRedis(1)).urls[0]
+        else:
+            reachable_redis(self.redis_url)
         if self.redlock_urls is None:
             self.redlock_urls = self._stack.enter_context(EmbeddedRedis(5)).urls
         if self._port_picked:  # a port picked before they started may now be one of theirs
             self.port = free_port()
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
+        reachable_database(self.database_url)
         with db.migration_lock(self.database_url):  # another serve may be starting too
             db.upgrade(self.database_url)
             if self.seed:

@@ -11,15 +11,17 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lockcore.embedded import free_port
 from tests.contract.wire import request
-from tests.support import cmdline, descendants, parent
+from tests.support import PG_ADMIN_URL, cmdline, descendants, missing_system_part, parent
 from webapp.cli import build_parser
 
 SECKILL = Path(sys.executable).parent / "seckill"
@@ -360,4 +362,43 @@ def test_serve_with_an_unreachable_redis_url_is_one_line_and_exit_1(tmp_path):
                           env=env, capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 1, proc
-    assert "could not start" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "REDIS_URL" in proc.stderr and "cannot reach" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A port that accepts connections and never answers (a frozen host, a wrong port)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("name", ["DATABASE_URL", "REDIS_URL"])
+def test_serve_with_a_server_that_never_answers_names_it_and_exits(tmp_path, silent_server,
+                                                                    name):
+    # DATABASE_URL there hung `seckill serve` (and the showdown) for good
+    value = {"DATABASE_URL": f"postgresql+psycopg://root@127.0.0.1:{silent_server}/x",
+             "REDIS_URL": f"redis://127.0.0.1:{silent_server}/0"}[name]
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
+                          env={**env, name: value}, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and name in proc.stderr, proc
+    assert "Traceback" not in proc.stderr and "admin token" not in proc.stdout
+
+
+def test_serve_with_a_missing_postgres_database_names_database_url(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env["DATABASE_URL"] = PG_ADMIN_URL.rsplit("/", 1)[0] + "/seckill_no_such_database"
+    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    if "Connection refused" in proc.stderr:
+        missing_system_part(f"PostgreSQL at {PG_ADMIN_URL} is unreachable")
+    assert proc.returncode == 1, proc
+    assert "DATABASE_URL" in proc.stderr and "does not exist" in proc.stderr, proc.stderr
