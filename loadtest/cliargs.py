@@ -29,6 +29,10 @@ def unwritable_file(path: Path, *, make_parent: bool = False) -> str | None:
             return exc.strerror or str(exc)
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         return f"{parent} is not a writable directory"
+    if path.is_dir():  # found only when the results were written, after the whole run
+        return f"{path} is a directory, not a file"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} is not writable"
     return None
 
 

@@ -40,6 +40,14 @@ def test_an_unwritable_json_file_is_a_usage_error_before_the_run():
     assert "Traceback" not in done.stderr
 
 
+def test_a_json_file_that_is_a_directory_is_a_usage_error_before_the_run(tmp_path):
+    # it was an IsADirectoryError traceback after the whole run, exit 1
+    done = seckill("showdown", "--json", str(tmp_path), "--users", "1",
+                   "--strategies", "token", timeout=60)
+    assert done.returncode == 2 and "is a directory" in done.stderr, (done.stdout, done.stderr)
+    assert "serving the shop" not in done.stdout and "Traceback" not in done.stderr
+
+
 def _children() -> dict[int, int]:
     parents = {}
     for entry in Path("/proc").iterdir():
@@ -180,3 +188,13 @@ def test_bench_with_an_unwritable_json_file_says_so_before_measuring(capsys):
                                       "--json", "/proc/x/b.json"])
     assert bench.main(args) == 2
     assert "--json" in capsys.readouterr().err
+
+
+def test_bench_with_a_directory_as_its_json_file_says_so_before_measuring(capsys, tmp_path):
+    from loadtest import bench
+    from webapp.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--quick", "--only", "token-poll",
+                                      "--json", str(tmp_path)])
+    assert bench.main(args) == 2
+    assert "is a directory" in capsys.readouterr().err

@@ -53,6 +53,16 @@ def test_an_exact_sale_passes_and_leaves_the_report_and_raw_data(tmp_path, capsy
     assert {"token_stats.csv", "token_stats_history.csv", "token_arrivals.jsonl"} <= raw
 
 
+def test_a_second_run_into_the_same_report_links_only_its_own_raw_files(tmp_path, capsys):
+    # the first run's raw files stayed in raw/ and the second's index.html linked them
+    with serve(StubShop()) as url:
+        assert showdown(url, tmp_path, "naive") == 0
+        assert showdown(url, tmp_path, "token") == 0
+    raw = {p.name for p in (tmp_path / "raw").iterdir()}
+    assert raw and all(name.startswith("token") for name in raw), raw
+    assert "raw/naive" not in (tmp_path / "index.html").read_text()
+
+
 def test_a_reset_that_fails_once_is_retried_and_one_that_keeps_failing_is_an_error(tmp_path):
     with serve(StubShop(failing_resets=1)) as url:
         assert ShopClient(url, "t").reset_sale("sku-1", 5, "token", 0)["stock"] == 5
