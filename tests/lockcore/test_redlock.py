@@ -227,6 +227,33 @@ def test_two_paused_nodes_cost_one_deadline_and_their_late_replies_are_never_mis
         lock.release()
 
 
+def test_frozen_nodes_keep_costing_one_deadline_not_one_each_and_release_stays_clean(
+        redlock_cluster, redlock_clients) -> None:
+    """Once a frozen node timed out its socket is closed, and the next call connected
+    again: the TCP connect succeeds (the kernel accepts), the handshake waited the whole
+    node timeout, node after node, before the live nodes were even sent the command.
+    Their replies were then read with 1 ms left: a release raised LockNotOwned."""
+    node_timeout = 0.6
+    lock = redlock(redlock_clients, node_timeout_ms=int(node_timeout * 1000),
+                   ttl_ms=10_000)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    frozen = redlock_cluster.servers[:2]
+    for server in frozen:
+        server.pause()
+    try:
+        ends = time.monotonic() + 2.5  # past SUSPECT_S: the frozen nodes are tried again
+        while time.monotonic() < ends:
+            started = time.monotonic()
+            assert lock.acquire(blocking=False)
+            lock.release()  # LockNotOwned if the live nodes' replies were cut short
+            took = time.monotonic() - started
+            assert took < 2 * node_timeout - 0.1, f"acquire + release took {took:.2f}s"
+    finally:
+        for server in frozen:
+            server.resume()
+
+
 def test_a_node_restarted_without_persistence_lets_a_second_holder_in(
         redlock_cluster, redlock_clients) -> None:
     servers = redlock_cluster.servers
