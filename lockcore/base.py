@@ -121,6 +121,8 @@ class DistributedLock(ABC):
         if ttl_ms is not None:
             ttl_ms = whole_ttl_ms(ttl_ms)
         check_timeout(timeout)
+        if not isinstance(watchdog, bool):  # "false" is truthy: it switched the watchdog on
+            raise TypeError(f"watchdog must be True or False, not {watchdog!r}")
         if self.needs_redis and not callable(getattr(client, "execute_command", None)):
             raise TypeError(f"the {self.strategy} lock needs a redis-py client, not "
                             f"{type(client).__name__}")

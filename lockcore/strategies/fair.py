@@ -44,8 +44,10 @@ buyers for one item, batch jobs that must all get a turn.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from ..base import MAX_TTL_MS
 from ..waiting import positive_ms
 from .handoff import HandOffLock
 
@@ -60,8 +62,9 @@ class FairLock(HandOffLock):
                  **options: Any) -> None:
         ceiling = max(positive_ms("poll_ms", options.get("poll_ms", 50)),
                       positive_ms("max_poll_ms", options.get("max_poll_ms", 1_000)))
-        super().__init__(client, name, lease_ms=lease_ms or max(3_000, int(3 * ceiling)),
-                         **options)
+        if lease_ms is None:  # a waiter calls at least every max_poll_ms
+            lease_ms = min(max(3_000, math.ceil(3 * ceiling)), MAX_TTL_MS)
+        super().__init__(client, name, lease_ms=lease_ms, **options)
         self.keys = self.queue_keys
         self.position: int | None = None  # our place in the queue at the last attempt
         self._script = self._queue_script

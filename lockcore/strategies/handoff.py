@@ -26,7 +26,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from .. import scripts
-from ..base import DistributedLock, acquire_arguments, new_token
+from ..base import MAX_TTL_MS, DistributedLock, acquire_arguments, new_token
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
 from ..wire import round_trip
@@ -47,6 +47,12 @@ class HandOffLock(DistributedLock):
         if self.ttl_ms is None:
             raise ValueError(f"the {self.strategy} lock needs a ttl_ms: "
                              "it is what frees a crashed holder")
+        # the lease goes to Redis as whole ms (PEXPIRE, a ZSET score): -5 or 1.5 there
+        # failed at the first acquire, with a Lua or a NoneType error
+        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) \
+                or not 0 < lease_ms <= MAX_TTL_MS:
+            raise ValueError(f"lease_ms must be a whole number of milliseconds between 1 "
+                             f"and {MAX_TTL_MS} (a year), not {lease_ms!r}")
         self.lease_ms = lease_ms
         self.fence_key = f"{self.key}:fence"
         self.queue_keys = [self.key, f"{self.key}:queue", f"{self.key}:leases",

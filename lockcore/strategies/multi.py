@@ -67,6 +67,8 @@ class MultiLock(DistributedLock):
             raise TypeError("multi needs a non-empty list of resource names")
         if not all(isinstance(r, str) and r for r in resources):
             raise TypeError("every resource must be a non-empty string")
+        if not isinstance(hash_tag, str):  # was "argument of type 'int' is not iterable"
+            raise TypeError(f"hash_tag must be a string, not {hash_tag!r}")
         if not hash_tag or "{" in hash_tag or "}" in hash_tag:
             raise ValueError("hash_tag must be a non-empty string without braces")
         self.resources = sorted(set(resources))

@@ -49,8 +49,15 @@ from typing import Any
 from .. import scripts
 from ..base import DistributedLock
 from ..errors import LockError, LockNotOwned
-from ..waiting import SIGNAL_TTL_MS, BackoffWaiter
-from .redlock_nodes import JitterWaiter, check_independent, on_every_node, quorum, validity_ms
+from ..waiting import SIGNAL_TTL_MS, BackoffWaiter, positive_ms
+from .redlock_nodes import (
+    JitterWaiter,
+    check_independent,
+    drift_ms,
+    on_every_node,
+    quorum,
+    validity_ms,
+)
 
 
 class RedLock(DistributedLock):
@@ -71,6 +78,10 @@ class RedLock(DistributedLock):
         super().__init__(list(clients), name, **options)
         if self.ttl_ms is None:
             raise ValueError("redlock needs a ttl_ms: validity is measured against it")
+        if validity_ms(self.ttl_ms, 0) <= 0:  # 1-2 ms: never acquirable
+            raise ValueError(f"ttl_ms={self.ttl_ms} is within the clock-drift allowance "
+                             f"({drift_ms(self.ttl_ms):g} ms): no hold could ever be valid")
+        positive_ms("node_timeout_ms", node_timeout_ms)  # 0 or nan: never acquirable
         if not isinstance(self.waiter, BackoffWaiter):
             self.waiter = JitterWaiter(options.get("poll_ms", 50))
         self.clients: list[Any] = list(clients)

@@ -48,6 +48,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import scripts
+from ..base import MAX_TTL_MS
 from .handoff import HandOffLock
 
 #: how long a notify-waiter may be overtaken by bargers before a release hands it the lock
@@ -75,10 +76,14 @@ class TokenLock(HandOffLock):
 
     def __init__(self, client: Any, name: str, *,
                  handoff_after_ms: float = DEFAULT_HANDOFF_AFTER_MS, **options: Any) -> None:
+        if "lease_ms" in options:  # was "got multiple values for keyword argument"
+            raise TypeError("token takes no lease_ms: its queue lease is QUEUE_LEASE_MS "
+                            "(fair's lease_ms is an option of fair)")
         super().__init__(client, name, lease_ms=QUEUE_LEASE_MS, **options)
         if isinstance(handoff_after_ms, bool) or not isinstance(handoff_after_ms, (int, float)) \
-                or handoff_after_ms < 0:
-            raise ValueError("handoff_after_ms must be a number >= 0")
+                or not 0 <= handoff_after_ms <= MAX_TTL_MS:  # nan fails both comparisons
+            raise ValueError("handoff_after_ms must be a number of milliseconds from 0 to "
+                             f"{MAX_TTL_MS} (a year), not {handoff_after_ms!r}")
         self.handoff_after_s = handoff_after_ms / 1000
         self._queued = False  # in starvation mode: our turn comes from the queue
         self._first_fail: float | None = None

@@ -172,6 +172,9 @@ BAD_OPTIONS = {
     "timeout-negative": {"timeout": -1},
     "timeout-nan": {"timeout": float("nan")},
     "timeout-str": {"timeout": "x"},
+    # 1e300 passed create, then overflowed a sleep or reached Redis
+    "poll_ms-huge": {"poll_ms": 1e300},
+    "max_poll_ms-huge": {"max_poll_ms": 1e300},
 }
 
 
@@ -183,6 +186,43 @@ def test_a_bad_option_is_a_value_error_at_create(make_lock, strategy, options):
     lock_class_or_skip(strategy)
     with pytest.raises(ValueError, match=next(iter(options))):
         make_lock(strategy, **options)
+
+
+# options of one strategy, accepted at create before and failing later (a Lua error, a
+# NoneType error, a lock never acquirable) or with a message naming no option
+STRATEGY_BAD_OPTIONS = [
+    ("fair", {"lease_ms": -5}, ValueError, "lease_ms"),
+    ("fair", {"lease_ms": 0}, ValueError, "lease_ms"),
+    ("fair", {"lease_ms": 1.5}, ValueError, "lease_ms"),
+    ("fair", {"lease_ms": "x"}, ValueError, "lease_ms"),
+    ("fair", {"lease_ms": 10**30}, ValueError, "lease_ms"),
+    ("token", {"lease_ms": 5_000}, TypeError, "lease_ms"),
+    ("token", {"handoff_after_ms": float("nan")}, ValueError, "handoff_after_ms"),
+    ("token", {"handoff_after_ms": float("inf")}, ValueError, "handoff_after_ms"),
+    ("redlock", {"node_timeout_ms": 0}, ValueError, "node_timeout_ms"),
+    ("redlock", {"node_timeout_ms": -1}, ValueError, "node_timeout_ms"),
+    ("redlock", {"node_timeout_ms": float("nan")}, ValueError, "node_timeout_ms"),
+    ("redlock", {"node_timeout_ms": 1e300}, ValueError, "node_timeout_ms"),
+    ("redlock", {"node_timeout_ms": "x"}, ValueError, "node_timeout_ms"),
+    ("redlock", {"ttl_ms": 2}, ValueError, "drift"),
+    ("multi", {"hash_tag": 5}, TypeError, "hash_tag"),
+    ("token", {"watchdog": "false"}, TypeError, "watchdog"),  # "false" switched it on
+    ("fair", {"watchdog": 1}, TypeError, "watchdog"),
+]
+
+
+@pytest.mark.parametrize("strategy, options, error, named", STRATEGY_BAD_OPTIONS,
+                         ids=[f"{s}-{next(iter(o))}={next(iter(o.values()))!r}"
+                              for s, o, _, _ in STRATEGY_BAD_OPTIONS])
+def test_a_strategys_bad_option_is_refused_at_create_naming_it(make_lock, strategy, options,
+                                                              error, named):
+    lock_class_or_skip(strategy)
+    with pytest.raises(error, match=named):
+        make_lock(strategy, **options)
+
+
+def test_a_tiny_redlock_ttl_above_the_drift_allowance_is_accepted(make_lock):
+    assert make_lock("redlock", ttl_ms=3).ttl_ms == 3
 
 
 @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -0.5])
