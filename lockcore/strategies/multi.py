@@ -13,7 +13,9 @@ acquisition (one counter for all multi locks, so they also order overlapping set
 2. ``multi_release.lua`` deletes each key only if it still holds our token, and wakes the
    waiters of exactly the keys it freed.
 3. A blocked acquisition learns *which* resource stopped it; with ``wait="notify"`` it
-   blocks on that resource's signal list only.
+   blocks on that resource's signal list only. Woken by it and stopped by another
+   resource then, it passes the wake-up on to that list's next waiter (which slept
+   until its block ran out: a lost wake-up).
 
 **Failure timeline** of the seed's version (a pipeline of SETNX, then undo)::
 
@@ -46,7 +48,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import scripts
-from ..base import DistributedLock
+from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
 from ..waiting import SIGNAL_TTL_MS
@@ -80,6 +82,7 @@ class MultiLock(DistributedLock):
         self.signals = [f"{self.key}:s:{r}" for r in self.resources]  # their wake lists
         self.fence_key = f"{self.key}:fence"  # no resource's key or list: they have r:, s:
         self._blocked_by = 0  # the index of the resource that refused our last attempt
+        self._woken = False  # a wake-up of that resource's list woke us (notify)
         self._acquire_script = scripts.script(client, "multi_acquire")
         self._release_script = scripts.script(client, "multi_release")
         self._extend_script = scripts.script(client, "multi_extend")
@@ -92,9 +95,19 @@ class MultiLock(DistributedLock):
         """The wake-up list of the resource that refused our last attempt."""
         return self.signals[self._blocked_by]
 
+    def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
+        """``wait="notify"``: block on the refusing resource's list, then try, telling
+        the script whether a wake-up woke us (it passes one on that it cannot use)."""
+        self._woken = self.client.blpop([self.signal_key], timeout=block_s) is not None
+        token = new_token()
+        return token, self._try_acquire(token)
+
     def _try_acquire(self, token: str) -> bool:
-        ok, value, pttl = self._acquire_script(keys=[*self.keys, self.fence_key],
-                                               args=[token, self.ttl_ms])
+        woken_for = self._blocked_by + 1 if self._woken else 0
+        self._woken = False
+        ok, value, pttl = self._acquire_script(
+            keys=[*self.keys, *self.signals, self.fence_key],
+            args=[token, self.ttl_ms, woken_for, SIGNAL_TTL_MS])
         if ok:
             self.fencing_token = int(value)
             return True

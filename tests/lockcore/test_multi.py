@@ -107,6 +107,38 @@ def test_a_notify_waiter_wakes_when_the_resource_that_blocked_it_is_freed(
     waiter.release()
 
 
+def test_a_wake_up_taken_by_a_waiter_that_cannot_use_it_is_passed_on(redis_client) -> None:
+    """W waits for [wa, wc], V for [wa]. wa's release woke W (first in line), which
+    found wc held and went to wait on wc's list with wa's only wake-up: V slept on
+    until its block ran out (a lockcore audit: 653 ms; up to a second)."""
+    x, y = multi(redis_client, ["wa"]), multi(redis_client, ["wc"])
+    assert x.acquire(blocking=False) and y.acquire(blocking=False)
+    w = multi(redis_client, ["wa", "wc"], wait="notify")
+    v = multi(redis_client, ["wa"], wait="notify")
+    got_at: dict[str, float] = {}
+
+    def take(name: str, lock: lockcore.DistributedLock) -> None:
+        if lock.acquire(timeout=10):
+            got_at[name] = time.monotonic()
+
+    waiters = [threading.Thread(target=take, args=("w", w)),
+               threading.Thread(target=take, args=("v", v))]
+    waiters[0].start()
+    time.sleep(0.2)  # W blocks on wa's list first: the first wake-up is W's
+    waiters[1].start()
+    time.sleep(0.2)  # V blocks behind it, with 0.8 s of its block left
+    released_at = time.monotonic()
+    x.release()
+    waiters[1].join(5)
+    try:
+        assert "v" in got_at and got_at["v"] - released_at < 0.4, got_at
+    finally:  # let W in and out either way: no thread left blocked on the client
+        v.release()
+        y.release()
+        waiters[0].join(5)
+        w.release()
+
+
 def test_random_overlapping_batches_never_lose_an_update(redis_client) -> None:
     resources = [f"acct:{i}" for i in range(5)]
     start = threading.Event()
