@@ -118,7 +118,8 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
         yield
         return
     if not acquired:
-        raise Busy(f"a purchase held the {sale.strategy} lock of {sku} for {timeout:g}s")
+        raise Busy(f"could not take the {sale.strategy} lock of {sku} within {timeout:g}s: "
+                   "purchases hold it, or keep winning it")
     try:
         yield
     finally:

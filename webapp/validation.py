@@ -19,6 +19,23 @@ from .problems import InvalidRequest
 MAX_KEY_LENGTH = 128
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice; which value was meant is a guess."""
+
+
+def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key named twice (``json`` keeps the last
+    silently: ``{"user_id": "ann", "user_id": "bob"}`` bought for bob)."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return found
+
+
 def json_object(request: Request) -> dict[str, Any]:
     if not request.is_json:
         raise InvalidRequest("send a JSON object with Content-Type: application/json")
@@ -28,11 +45,19 @@ def json_object(request: Request) -> dict[str, Any]:
         # message is not acted on (RFC 9112, 8), even if what came parses
         raise InvalidRequest(f"the body ended after {len(data)} of the "
                              f"{request.content_length} bytes its Content-Length announced")
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):  # it was "not valid JSON": name the real problem
+        raise InvalidRequest(f"Content-Encoding {encoding!r} is not accepted: send the JSON "
+                             "body uncompressed")
     try:  # json.loads itself: get_json's checks again and its hooks cost more than parsing
-        body = json.loads(data)
+        body = json.loads(data, object_pairs_hook=_without_duplicates)
     except RecursionError:  # "[[[[..." deeper than the parser's stack
         raise InvalidRequest("the JSON body is nested too deeply") from None
-    except ValueError:  # not JSON, or not UTF-8/16/32 (UnicodeDecodeError is one)
+    except DuplicateKey as exc:
+        raise InvalidRequest(f"the JSON body names {exc.args[0]!r} twice") from None
+    except ValueError as exc:  # not JSON, or not UTF-8/16/32 (UnicodeDecodeError is one)
+        if "digits" in str(exc):  # Python refuses integers past 4300 digits
+            raise InvalidRequest("a number in the body has more digits than accepted") from None
         raise InvalidRequest("the body is not valid JSON (send a JSON object, UTF-8)") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")

@@ -49,12 +49,26 @@ def test_a_body_that_is_not_a_json_object_is_400(client, raw, content_type):
     (b"{not json", "not valid JSON"), (b'{"user_id": "ann"} trailing', "not valid JSON"),
     (b'{"user_id": "ann"}{"user_id": "bob"}', "not valid JSON"), (b"", "not valid JSON"),
     (b"[1, 2]", "must be a JSON object"), (b"null", "must be a JSON object"),
+    # these named the wrong problem, or none: the last "user_id" silently won
+    (b'{"user_id": "ann", "user_id": "bob"}', "names 'user_id' twice"),
+    (b'{"user_id": "ann", "quantity": ' + b"9" * 5000 + b"}", "more digits than accepted"),
 ])
 def test_the_error_says_whether_the_body_is_not_json_or_not_an_object(client, raw, detail):
     response = client.post(f"/api/products/{SKU}/purchase", data=raw,
                            headers={"Content-Type": "application/json"})
     assert response.status_code == 400
     assert detail in response.get_json()["detail"]
+
+
+def test_a_compressed_body_is_400_naming_the_encoding(client):
+    import gzip
+
+    response = client.post(f"/api/products/{SKU}/purchase",
+                           data=gzip.compress(b'{"user_id": "ann"}'),
+                           headers={"Content-Type": "application/json",
+                                    "Content-Encoding": "gzip"})
+    assert response.status_code == 400
+    assert "Content-Encoding 'gzip'" in response.get_json()["detail"]
 
 
 @pytest.mark.parametrize("sku", ["x" * 5000, "%00", "caf%C3%A9", "%ED%A0%80", "a%0Ab",
