@@ -85,6 +85,10 @@ def print_list() -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.list:
+        if args.name:  # it was ignored: "--list crash" listed everything, ran nothing
+            print(f"seckill scenario: --list takes no lab name ({args.name!r}): run "
+                  f"`seckill scenario {args.name}`, or `--list` alone", file=sys.stderr)
+            return 2
         print_list()
         return 0
     if not args.name:

@@ -32,6 +32,13 @@ def test_an_unknown_lab_exits_non_zero_naming_the_choices(
     assert "crash-no-ttl" in err
 
 
+def test_list_with_a_name_is_a_usage_error_not_a_silent_list(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scenario", "--list", "crash-no-ttl"]) == 2
+    captured = capsys.readouterr()
+    assert "--list takes no lab name" in captured.err and not captured.out
+
+
 def test_no_name_and_no_list_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenario"]) == 2
     assert "--list" in capsys.readouterr().err
