@@ -14,12 +14,11 @@ import time
 from collections.abc import Iterator
 
 from flask import Blueprint, Response, jsonify, render_template, request
-from redis.exceptions import RedisError
 
 import lockcore
 from lockcore import LockError
 
-from . import locks, paths, sales, validation
+from . import locks, paths, sales, section, validation
 from .extensions import Backends, get_backends
 from .lockedpath import LockedPath
 from .problems import Busy, Unauthorized, UnknownSku
@@ -77,9 +76,11 @@ def _one_reset_at_a_time(backends: Backends, sku: str) -> Iterator[None]:
     stock lock would serialize them, the lock-free paths have none: this one is for
     resets only, so buyers never wait for it."""
     timeout = backends.config["LOCK_TIMEOUT_S"]
-    # outlives a reset that waits ``timeout`` for the stock lock and then works
+    # outlives a reset that waits ``timeout`` for the stock lock (or, with its server
+    # down, one lock TTL at most: ``_current_lock``) and then works
+    longest_lock_ttl_ms = int(backends.config["LOCK_TTL_MS"]) + 2 * MAX_WORK_MS
     lock = lockcore.create("token", backends.redis, f"reset:{sku}",
-                           ttl_ms=int(2 * timeout * 1000) + 10_000)
+                           ttl_ms=int(2 * timeout * 1000) + longest_lock_ttl_ms + 10_000)
     if not lock.acquire(blocking=True, timeout=2 * timeout):
         raise Busy(f"another reset of {sku} is still running")
     try:
@@ -106,17 +107,22 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
         lock = locks.lock_for(backends, sale, "admin-reset")
         acquired = lock.acquire(blocking=True, timeout=timeout)
     except _unreachable() as exc:
-        # Its server is down (a sale set to zookeeper with ZooKeeper gone could never be
-        # switched away: every reset was 503). No buyer can take this lock now, and one
-        # that took it before the outage ends its section within the lock's TTL: wait
-        # that long, then reset without it.
-        wait_s = locks.lock_ttl_ms(backends, sale) / 1000
-        logger.warning("reset of %s: its %s lock is unreachable (%s); resetting after "
-                       "%.1fs, the longest a section that began before can last",
-                       sku, sale.strategy, exc, wait_s)
-        time.sleep(wait_s)  # gevent's, under gunicorn: other requests go on
-        yield
-        return
+        # ZooKeeper is down, for this worker at least (a sale set to zookeeper with
+        # ZooKeeper gone could never be switched away: every reset was 503). Other
+        # workers may still reach it, so fence through the shop's Redis, which every
+        # section checks: a hold-off stops new sections everywhere, and one begun
+        # before ends within the lock's TTL. Wait that long; use the lock if it is back.
+        ttl_ms = locks.lock_ttl_ms(backends, sale)
+        logger.warning("reset of %s: its %s lock is unreachable (%s); holding the sale off "
+                       "and resetting after %.1fs", sku, sale.strategy, exc, ttl_ms / 1000)
+        section.hold_off(backends.redis, sale, ttl_ms)
+        time.sleep(ttl_ms / 1000)  # gevent's, under gunicorn: other requests go on
+        try:
+            lock = locks.lock_for(backends, sale, "admin-reset")
+            acquired = lock.acquire(blocking=False)
+        except _unreachable():
+            yield  # still down: every section has ended or been held off
+            return
     if not acquired:
         raise Busy(f"could not take the {sale.strategy} lock of {sku} within {timeout:g}s: "
                    "purchases hold it, or keep winning it")
@@ -130,14 +136,15 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
 
 
 def _unreachable() -> tuple[type[BaseException], ...]:
-    """What a lock raises when its server cannot be reached (not: a buyer holds it)."""
-    kinds: tuple[type[BaseException], ...] = (RedisError,)
+    """What a ZooKeeper lock raises when its server cannot be reached (not: a buyer
+    holds it). The locks kept in the shop's Redis need it for the reset anyway (their
+    errors stay 503); ``redlock`` answers an unreachable majority with False."""
     try:
         from kazoo.exceptions import KazooException
         from kazoo.handlers.threading import KazooTimeoutError
     except ImportError:  # kazoo is optional
-        return kinds
-    return (*kinds, KazooException, KazooTimeoutError)
+        return ()
+    return (KazooException, KazooTimeoutError)
 
 
 @bp.get("/admin")

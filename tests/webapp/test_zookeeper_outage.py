@@ -11,7 +11,8 @@ import pytest
 
 from lockcore.strategies.zookeeper import RELEASE_WAIT_S
 from lockcore.zkserver import ZooKeeperServer
-from webapp import extensions, sales
+from webapp import admin, extensions, sales
+from webapp.keys import SaleKeys
 from webapp.serve import ServedApp
 
 from .conftest import SKU, auth, backends, buy, empty_shop, make_app
@@ -102,9 +103,19 @@ def test_a_sale_on_zookeeper_can_be_switched_away_while_zookeeper_is_down(
         client = app.test_client()
         assert client.put(f"/api/admin/sales/{SKU}", headers=auth(),
                           json={"stock": 5, "strategy": "zookeeper"}).status_code == 200
+        held_off: list[int] = []
+        sleep = admin.time.sleep
+
+        def waiting(seconds: float) -> None:  # other workers may reach ZooKeeper: fenced?
+            held_off.append(b.redis.exists(SaleKeys(SKU).holdoff))
+            sleep(seconds)
+
+        monkeypatch.setattr(admin.time, "sleep", waiting)
         away = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
                           json={"stock": 5, "strategy": "token"})
+        monkeypatch.setattr(admin.time, "sleep", sleep)
         assert away.status_code == 200, away.get_json()
+        assert held_off == [1]
         assert buy(client, "ann").status_code == 201
     finally:
         b.close()
