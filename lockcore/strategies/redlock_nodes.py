@@ -23,7 +23,9 @@ node accepts the TCP connection and never answers the handshake, which cost its 
 timeout node after node, before the live nodes were even asked (a lockcore audit: 2
 frozen of 5 made every acquire and release 400 ms, and releases raised
 ``LockNotOwned`` with the validity left). A node that timed out is then a "no" without
-being asked for ``SUSPECT_S``, so a frozen minority costs one deadline a second.
+being asked for ``SUSPECT_S`` (unless that leaves fewer than a majority to ask), so a
+frozen minority costs one deadline a second. Nodes that timed out before connect
+last, so a frozen one early in the list cannot leave a live one no time.
 
 **RedLock's own connections** (``node_lane``). Opening a connection goes through
 redis-py's connect, which retries with the client's policy: redis-py 8's default client
@@ -122,31 +124,38 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
     results: list[Any] = [None] * len(clients)
     sent: list[tuple[int, Any, Any]] = []
     unconnected: list[tuple[int, Any, Any]] = []
+    quiet = _quiet_nodes(clients, now)
     for node, client in enumerate(clients):
         if not isinstance(client, redis.Redis):
             results[node] = _attempt(call, client)
             continue
-        quiet_since = _suspects.get(client)
-        if quiet_since is not None and now - quiet_since < SUSPECT_S:
-            results[node] = NodeTimeout(f"node {node} timed out {now - quiet_since:.1f}s "
-                                        "ago: a 'no' until it is tried again")
+        if node in quiet:
+            results[node] = NodeTimeout(f"node {node} timed out {quiet[node]:.1f}s ago: "
+                                        "a 'no' until it is tried again")
             continue
         source = _Connections(client, timeout)
         try:
-            conn = source.take()
+            conn = source.take()  # a new connection from the pool connects here
         except Exception as exc:  # down: refused at once (or the connect timeout)
+            if isinstance(exc, redis.TimeoutError):
+                _suspects[client] = time.monotonic()
             results[node] = exc
             continue
         if getattr(conn, "_sock", None) is None:
             unconnected.append((node, source, conn))
             continue
         _send(node, source, conn, command, results, sent)
-    for node, source, conn in unconnected:  # after the others' commands are on their way
+    # after the others' commands are on their way; a node that timed out before, last:
+    # a frozen one early in the list would leave a live one no time to connect
+    unconnected.sort(key=lambda item: clients[item[0]] in _suspects)
+    for node, source, conn in unconnected:
+        given = max(deadline - time.monotonic(), 0.001)
         try:
-            _connect_within(conn, deadline)
+            _connect_within(conn, given)
         except redis.TimeoutError as exc:
             source.give_back(conn)
-            _suspects[clients[node]] = time.monotonic()
+            if given >= timeout / 2:  # not when others' waits left it no real chance
+                _suspects[clients[node]] = time.monotonic()
             results[node] = NodeTimeout(f"node {node} did not let us connect in time: {exc}")
             continue
         except Exception as exc:
@@ -180,8 +189,23 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
 #: and release again; one try a second keeps that off the other calls.
 SUSPECT_S = 1.0
 
-#: per client: when its node last timed out
+#: per client: when its node last timed out (kept until it answers again)
 _suspects: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def _quiet_nodes(clients: Sequence[Any], now: float) -> dict[int, float]:
+    """The nodes not to ask now (index -> seconds since they timed out): those that
+    timed out within ``SUSPECT_S``, unless that would leave fewer than a majority to
+    ask (a stall of this process can time out live nodes too)."""
+    quiet = {}
+    for node, client in enumerate(clients):
+        try:
+            since = _suspects.get(client)
+        except TypeError:  # a stand-in that cannot be weakly referenced
+            continue
+        if since is not None and now - since < SUSPECT_S:
+            quiet[node] = now - since
+    return quiet if len(clients) - len(quiet) >= quorum(len(clients)) else {}
 
 
 def _send(node: int, source: _Connections, conn: Any, command: Sequence[Any],
@@ -195,12 +219,11 @@ def _send(node: int, source: _Connections, conn: Any, command: Sequence[Any],
     sent.append((node, source, conn))
 
 
-def _connect_within(conn: Any, deadline: float) -> None:
-    """Connect ``conn`` (and its handshake) within what is left until ``deadline``: a
-    frozen node accepts the TCP connection and never answers the handshake, which
-    waited the whole socket timeout, node after node."""
+def _connect_within(conn: Any, left: float) -> None:
+    """Connect ``conn`` (and its handshake) within ``left`` seconds: a frozen node
+    accepts the TCP connection and never answers the handshake, which waited the whole
+    socket timeout, node after node."""
     timeouts = conn.socket_connect_timeout, conn.socket_timeout
-    left = max(deadline - time.monotonic(), 0.001)
     conn.socket_connect_timeout = min(left, timeouts[0] or left)
     conn.socket_timeout = min(left, timeouts[1] or left)
     try:

@@ -254,6 +254,24 @@ def test_frozen_nodes_keep_costing_one_deadline_not_one_each_and_release_stays_c
             server.resume()
 
 
+def test_suspects_are_asked_anyway_when_the_rest_are_no_majority(redlock_clients) -> None:
+    # a stall of this process can time out live nodes: three of five suspected must
+    # not refuse every acquire for a second
+    from lockcore.strategies import redlock_nodes
+
+    lock = redlock(redlock_clients)
+    now = time.monotonic()
+    for client in redlock_clients[:3]:
+        redlock_nodes._suspects[client] = now
+    try:
+        assert lock.acquire(blocking=False)
+        lock.release()
+        assert not any(c in redlock_nodes._suspects for c in redlock_clients[:3])
+    finally:
+        for client in redlock_clients:
+            redlock_nodes._suspects.pop(client, None)
+
+
 def test_a_node_restarted_without_persistence_lets_a_second_holder_in(
         redlock_cluster, redlock_clients) -> None:
     servers = redlock_cluster.servers
