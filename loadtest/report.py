@@ -55,6 +55,15 @@ def charts(results: list[StrategyResult]) -> list[str]:
                      labels, {"fairness": [r.fairness for r in ran]}, unit="share")]
 
 
+def _written_by(parts: tuple[str, ...], labels: set[str]) -> bool:
+    """Whether the raw file at ``parts`` (its path under ``raw/``) is one of these
+    phases': ``<label>_stats.csv``, ``<label>_arrivals.jsonl``, ``<label>.log``, or
+    anything in a folder ``<label>/``."""
+    first = parts[0]
+    return any(first == f"{label}.log" or first.startswith(f"{label}_")
+               or (len(parts) > 1 and first == label) for label in labels)
+
+
 def _raw_links(raw_files: list[str]) -> str:
     """One link per raw file (a browser lists a ``file://`` folder, a web server may not)."""
     if not raw_files:
@@ -96,10 +105,15 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
 
 def write_report(directory: Path, results: list[StrategyResult],
                  summary: dict[str, Any]) -> Path:
+    """``index.html`` in ``directory``, linking the files of ``raw/`` that this run's
+    phases wrote (each file is named after its phase's label). An earlier run into the
+    same directory left its own there: they stay, unlinked (nothing is deleted)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "index.html"
     raw = directory / "raw"
+    labels = {result.label for result in results}
     raw_files = sorted(f.relative_to(directory).as_posix() for f in raw.rglob("*")
-                       if f.is_file()) if raw.is_dir() else []
+                       if f.is_file() and _written_by(f.relative_to(raw).parts, labels)
+                       ) if raw.is_dir() else []
     path.write_text(render(results, summary, raw_files), encoding="utf-8")
     return path

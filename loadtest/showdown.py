@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 import urllib.parse
@@ -214,10 +213,6 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
     with serve_target(args, requested or strategy_names(), named=bool(requested)) as target:
         names = target.strategies
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"
-        if report_dir is not None and raw_dir.is_dir():
-            # a report directory holds one run: an earlier run's raw files, left there,
-            # were linked from this run's index.html
-            shutil.rmtree(raw_dir)
         results = run_showdown(target, names, plan, raw_dir,
                                args.rounds if args.sustained else 1, args.paired)
         machine = target.describe()

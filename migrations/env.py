@@ -13,6 +13,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine
 
+from webapp import config as settings
 from webapp.db import connect_args, sqlite_file_layout
 from webapp.models import Base
 
@@ -24,7 +25,7 @@ def database_url() -> str:
     url = config.attributes.get("database_url") or os.environ.get("DATABASE_URL")
     if not url:
         raise RuntimeError("set DATABASE_URL (e.g. sqlite:///instance/seckill.sqlite)")
-    return str(url)
+    return settings.database_url(str(url))  # postgres:// and postgresql:// as the app
 
 
 def run_migrations_offline() -> None:

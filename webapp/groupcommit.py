@@ -200,6 +200,7 @@ class ConditionalOrderWriter(OrderWriter):
     def _take_units(self, connection: Connection,
                     batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
         taken = []
+        reset: dict[tuple[int, int], bool] = {}  # one look per sale generation and batch
         for pending in batch:
             _, row, read = pending.item
             decrement: dict[str, Any] = {"b_sale_id": row["sale_id"], "b_units": row["quantity"]}
@@ -209,7 +210,9 @@ class ConditionalOrderWriter(OrderWriter):
                 decrement["b_started_at"] = started_at(read)
             left = connection.execute(statement, decrement).first()
             if left is None:
-                if read is not None and reset_since(connection, row["sale_id"], read):
+                if read is not None and (row["sale_id"], read) not in reset:
+                    reset[row["sale_id"], read] = reset_since(connection, row["sale_id"], read)
+                if read is not None and reset[row["sale_id"], read]:
                     pending.error = SaleReset(row["sku"])
                 else:
                     pending.error = SoldOut(f"{row['sku']} is sold out")

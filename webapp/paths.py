@@ -191,6 +191,9 @@ class SqlPath(StockPath):
         except SoldOut:  # the flag is set if the database has none left (mirror_stock.lua)
             self._mirror(deps.redis, deps.sessions, sale)
             raise
+        except SaleReset:
+            self._forget_stale_copy(deps.redis, sale)
+            raise
         # The order is committed: from here on nothing may turn it into a 503 ("nothing
         # was bought"). The copy is kept in step best-effort; a miss (Redis down or slow)
         # leaves it above the database until the next purchase mirrors it.
@@ -200,6 +203,19 @@ class SqlPath(StockPath):
             logger.warning("order %s of %s is committed, but its Redis stock copy was not "
                            "updated: %r", order.id, sale.sku, exc)
         return order
+
+    @staticmethod
+    def _forget_stale_copy(redis: Any, sale: SaleInfo) -> None:
+        """The database has a newer sale than the one read from Redis's copy. A reset in
+        flight rewrites the copy itself; one whose Redis side failed (or a Redis back
+        from an old snapshot) left it stale for good, and every ``sql`` purchase 503.
+        Drop it if it is still the stale one: the next buyer loads it from the database."""
+        try:
+            known = redis.hget(sale.keys.info, "generation")
+            if known is not None and int(known) == sale.generation:
+                redis.delete(sale.keys.info)
+        except Exception as exc:  # the 503 stands; the next SaleReset tries again
+            logger.warning("%s: stale sale copy not dropped: %r", sale.sku, exc)
 
     def _mirror_after(self, deps: Checkout, sale: SaleInfo) -> None:
         """Keep the storefront in step, with what the commit left (no second read)."""

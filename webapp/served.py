@@ -55,9 +55,12 @@ def _first_line(exc: BaseException) -> str:
 def reachable_redis(url: str) -> None:
     """``REDIS_URL`` answers a PING in time, or ``StartupError`` naming it."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
+    # one try: redis-py 8 retries three times with backoff, 20 s for a silent server
     client = redis.Redis.from_url(url, socket_connect_timeout=REACH_TIMEOUT_S,
-                                  socket_timeout=REACH_TIMEOUT_S)
+                                  socket_timeout=REACH_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
     try:
         client.ping()
     except redis.RedisError as exc:

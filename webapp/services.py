@@ -272,12 +272,14 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                 if earlier.idempotency_key == request.idempotency_key:
                     return _replay(earlier, request)
                 raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
-            if not claimed:  # before any stock is taken: the key is this purchase's
-                claim_key(deps.redis, keys, request)
-                claimed = True
         if not soldout_checked and deps.redis.get(keys.soldout):
             raise SoldOut(f"{sale.sku} is sold out")
         soldout_checked = False
+        if request.idempotency_key is not None and not claimed:
+            # before any stock is taken, after the sold-out check (the claims of a
+            # sold-out sale's late buyers would only pile up until its reset)
+            claim_key(deps.redis, keys, request)
+            claimed = True
         if reserve(deps.redis, keys.buyers, request.user_id):
             return None
         if request.idempotency_key is None:

@@ -83,14 +83,17 @@ def test_the_report_is_one_offline_html_file_with_the_table_and_four_charts(tmp_
     assert urls <= {"summary.json", "raw/"}  # nothing fetched from the network
 
 
-def test_the_report_links_every_raw_file(tmp_path):
+def test_the_report_links_every_raw_file_of_its_phases_and_no_other(tmp_path):
     (tmp_path / "raw" / "token").mkdir(parents=True)
-    for name in ("token/locust_stats.csv", "token/locust.log", "arrivals-naive.jsonl"):
+    ours = ("token/locust_stats.csv", "token/locust.log", "token_stats.csv",
+            "token_arrivals.jsonl", "token.log")
+    theirs = ("naive_stats.csv", "naive.log", "token #2_stats.csv", "tokenx.log")
+    for name in ours + theirs:  # theirs: an earlier run's, into the same directory
         (tmp_path / "raw" / name).write_text("x")
     html = write_report(tmp_path, [result("token", True)], {}).read_text()
     urls = set(re.findall(r"href='([^']+)'", html))
-    assert {"raw/token/locust_stats.csv", "raw/token/locust.log",
-            "raw/arrivals-naive.jsonl"} <= urls
+    assert {f"raw/{name}" for name in ours} <= urls
+    assert not {f"raw/{name}" for name in theirs} & urls
     assert all((tmp_path / url).exists() for url in urls - {"raw/", "summary.json"})
 
 

@@ -102,3 +102,22 @@ def test_an_sql_purchase_from_before_a_reset_does_not_sell_from_the_new_sale(cli
             paths.path_for("sql").purchase(deps, stale, PurchaseRequest(SKU, "late"))
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (2, 0, True), audit
+
+
+def test_an_sql_sale_whose_redis_copy_is_stale_sells_again_after_one_503(client, app):
+    """A reset whose Redis side failed (or a Redis back from an old snapshot) left the
+    copy of the sale one generation behind the database: every ``sql`` purchase then
+    carried the old generation and answered 503, for good."""
+    from datetime import timedelta
+
+    reset(client, stock=5, strategy="sql")
+    shop = backends(app)
+    with shop.sessions.begin() as session:  # the database moved on; Redis did not
+        sale = session.scalars(select(Sale).where(Sale.sku == SKU)).one()
+        session.execute(update(Sale).where(Sale.id == sale.id)
+                        .values(started_at=sale.started_at + timedelta(seconds=1)))
+    first = buy(client, "ann")
+    assert first.status_code == 503, first.get_json()
+    assert buy(client, "ann").status_code == 201
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (1, 4, True), audit
