@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
 from collections.abc import Iterator
 from importlib import resources
 from typing import Any
@@ -85,23 +86,38 @@ def _sqlite_file(database_url: str) -> str | None:
     return None
 
 
+#: how long a start waits for another process migrating the same database
+MIGRATION_WAIT_S = 120.0
+
+
+class MigrationBusy(RuntimeError):
+    """Another process kept migrating this database past ``MIGRATION_WAIT_S``."""
+
+
 @contextlib.contextmanager
-def migration_lock(database_url: str) -> Iterator[None]:
+def migration_lock(database_url: str, wait_s: float = MIGRATION_WAIT_S) -> Iterator[None]:
     """One process at a time migrates and seeds ``database_url``.
 
     Two ``seckill serve`` started at once on a new database both ran ``alembic upgrade
     head`` and the demo seeding: the second died on a duplicate table or product.
-    PostgreSQL: a session advisory lock (freed if we die). SQLite: ``flock`` on a file
-    beside the database (freed if we die too).
+    PostgreSQL: a session advisory lock on a connection of its own, in autocommit (no
+    transaction left open beside the migration). SQLite: ``flock`` on a file beside the
+    database. Both are freed if we die; a peer that hangs costs ``wait_s`` at most.
     """
     database_url = database_url_for_sqlalchemy(database_url)
     path = _sqlite_file(database_url)
+    deadline = time.monotonic() + wait_s
     if path is not None:
         folder = os.path.dirname(path)
         if folder:
             os.makedirs(folder, exist_ok=True)
-        with open(f"{path}.migrating", "a") as held:
-            fcntl.flock(held, fcntl.LOCK_EX)  # closing the file lets it go
+        with open(f"{path}.migrating", "a") as held:  # closing the file lets it go
+            while True:
+                try:
+                    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    _wait_or_give_up(deadline, wait_s)
             yield
         return
     if make_url(database_url).get_backend_name() != "postgresql":
@@ -109,15 +125,24 @@ def migration_lock(database_url: str) -> Iterator[None]:
         return
     engine = scratch_engine(database_url)
     try:
-        with engine.connect() as connection:
-            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            key = {"key": MIGRATION_LOCK_KEY}
+            while not connection.execute(text("SELECT pg_try_advisory_lock(:key)"),
+                                         key).scalar():
+                _wait_or_give_up(deadline, wait_s)
             try:
                 yield
             finally:
-                connection.execute(text("SELECT pg_advisory_unlock(:key)"),
-                                   {"key": MIGRATION_LOCK_KEY})
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), key)
     finally:
         engine.dispose()
+
+
+def _wait_or_give_up(deadline: float, wait_s: float) -> None:
+    if time.monotonic() > deadline:
+        raise MigrationBusy(f"another process has been migrating this database for over "
+                            f"{wait_s:g}s; is a seckill serve stuck starting?")
+    time.sleep(0.1)
 
 
 def _refuse_unversioned(database_url: str) -> None:

@@ -21,6 +21,7 @@ Not a strategy: what two strategies share, so each of their modules teaches one 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from redis.exceptions import NoScriptError
@@ -49,9 +50,11 @@ class HandOffLock(DistributedLock):
                              "it is what frees a crashed holder")
         # the lease goes to Redis as whole ms (PEXPIRE, a ZSET score): -5 or 1.5 there
         # failed at the first acquire, with a Lua or a NoneType error
+        if isinstance(lease_ms, float) and math.isfinite(lease_ms):
+            lease_ms = math.ceil(lease_ms)  # as ttl_ms: never shorter than asked
         if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) \
                 or not 0 < lease_ms <= MAX_TTL_MS:
-            raise ValueError(f"lease_ms must be a whole number of milliseconds between 1 "
+            raise ValueError(f"lease_ms must be a number of milliseconds between 1 "
                              f"and {MAX_TTL_MS} (a year), not {lease_ms!r}")
         self.lease_ms = lease_ms
         self.fence_key = f"{self.key}:fence"

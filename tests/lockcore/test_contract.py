@@ -193,7 +193,7 @@ def test_a_bad_option_is_a_value_error_at_create(make_lock, strategy, options):
 STRATEGY_BAD_OPTIONS = [
     ("fair", {"lease_ms": -5}, ValueError, "lease_ms"),
     ("fair", {"lease_ms": 0}, ValueError, "lease_ms"),
-    ("fair", {"lease_ms": 1.5}, ValueError, "lease_ms"),
+    ("fair", {"lease_ms": float("nan")}, ValueError, "lease_ms"),
     ("fair", {"lease_ms": "x"}, ValueError, "lease_ms"),
     ("fair", {"lease_ms": 10**30}, ValueError, "lease_ms"),
     ("token", {"lease_ms": 5_000}, TypeError, "lease_ms"),
@@ -223,6 +223,12 @@ def test_a_strategys_bad_option_is_refused_at_create_naming_it(make_lock, strate
 
 def test_a_tiny_redlock_ttl_above_the_drift_allowance_is_accepted(make_lock):
     assert make_lock("redlock", ttl_ms=3).ttl_ms == 3
+
+
+def test_a_fractional_lease_is_rounded_up_as_a_ttl_is(make_lock):
+    lock_class_or_skip("fair")
+    assert make_lock("fair", lease_ms=2.5 * 1000).lease_ms == 2500
+    assert make_lock("fair", lease_ms=1500.2).lease_ms == 1501
 
 
 @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -0.5])

@@ -143,3 +143,18 @@ def test_tables_without_alembic_version_are_refused_with_what_to_do(tmp_path, ba
             engine.dispose()
         with pytest.raises(db.UnversionedSchema, match="no alembic_version.*stamp head"):
             db.upgrade(url)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_start_waits_for_a_migration_in_progress_and_not_for_ever(tmp_path, backend):
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            url = f"sqlite:///{tmp_path / 'busy.sqlite'}"
+        else:
+            url = stack.enter_context(scratch_postgres("seckill_busy"))[2]
+        with db.migration_lock(url):  # another process, migrating
+            with pytest.raises(db.MigrationBusy, match="migrating this database"):
+                with db.migration_lock(url, wait_s=0.3):
+                    pass
+        with db.migration_lock(url, wait_s=0.3):  # freed: the next one gets it
+            pass
