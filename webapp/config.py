@@ -94,6 +94,14 @@ def check_urls(config: dict[str, Any]) -> None:
     except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
         raise ConfigError(f"DATABASE_URL: {without_password(config['DATABASE_URL'])!r} "
                           f"is not a database URL ({exc})") from None
+
+
+def check_served_database(config: dict[str, Any]) -> None:
+    """What ``seckill serve`` needs beyond ``check_urls``: a database every gunicorn
+    worker shares (an app in one process, a test's, may use SQLite in memory)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(config["DATABASE_URL"])
     if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
         raise ConfigError("DATABASE_URL: an in-memory SQLite database lives in one process, "
                           "and gunicorn's workers are several: give it a file "

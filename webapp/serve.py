@@ -55,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
     try:  # what the workers will read, checked before anything starts
         config = settings.from_env(str(Path.cwd() / "instance"))  # SQLite lives there
         settings.check_urls(config)
+        settings.check_served_database(config)
     except settings.ConfigError as exc:
         print(f"seckill serve: {exc}", file=sys.stderr)
         return 2

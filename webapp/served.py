@@ -77,6 +77,10 @@ def reachable_database(url: str) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
     if make_url(settings.database_url(url)).get_backend_name() == "sqlite":
+        try:  # a file: nothing to reach; in memory: nothing the workers could share
+            settings.check_served_database({"DATABASE_URL": url})
+        except settings.ConfigError as exc:
+            raise StartupError(str(exc)) from None
         return
     engine = db.scratch_engine(url)
     try:
