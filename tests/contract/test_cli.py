@@ -27,10 +27,13 @@ from webapp.cli import build_parser
 SECKILL = Path(sys.executable).parent / "seckill"
 
 
-def seckill(*args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Run the console script; on timeout, SIGTERM it (it stops what it started)."""
+def seckill(*args: str, timeout: float = 30.0, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the console script; on timeout, SIGTERM it (it stops what it started: a
+    plain ``subprocess.run`` timeout SIGKILLs it, and its redis-servers live on)."""
     proc = subprocess.Popen([str(SECKILL), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            cwd=cwd, env=env)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -199,9 +202,8 @@ def test_serve_on_a_port_in_use_says_so_and_starts_nothing(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-        proc = subprocess.run([str(SECKILL), "serve", "--port", str(port)], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
+        proc = seckill("serve", "--port", str(port), cwd=tmp_path, env=env,
+                   timeout=60)
     assert proc.returncode == 1, proc
     assert f"127.0.0.1:{port}" in proc.stderr and "in use" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "admin token" not in proc.stdout
@@ -334,9 +336,8 @@ def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(
         tmp_path, setting, named):
     name, value = setting.split("=", 1)
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
-                          env={**env, name: value}, capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    proc = seckill("serve", "--port", str(free_port()), cwd=tmp_path, env={**env, name: value},
+                   timeout=60)
     assert proc.returncode == 2, proc
     assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "admin token" not in proc.stdout
@@ -348,9 +349,8 @@ def test_a_bad_url_is_named_without_its_password(tmp_path, name):
     value = {"DATABASE_URL": "postgresql+psycopg://root:S3cret@127.0.0.1:badport/db"}.get(
         name, "redis://:S3cret@127.0.0.1:badport/0")
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
-                          env={**env, name: value}, capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    proc = seckill("serve", "--port", str(free_port()), cwd=tmp_path, env={**env, name: value},
+                   timeout=60)
     assert proc.returncode == 2 and name in proc.stderr, proc
     assert "S3cret" not in proc.stderr + proc.stdout and "***" in proc.stderr, proc.stderr
 
@@ -358,9 +358,8 @@ def test_a_bad_url_is_named_without_its_password(tmp_path, name):
 def test_serve_with_an_unreachable_redis_url_is_one_line_and_exit_1(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env["REDIS_URL"] = f"redis://127.0.0.1:{free_port()}/0"
-    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    proc = seckill("serve", "--port", str(free_port()), cwd=tmp_path, env=env,
+                   timeout=60)
     assert proc.returncode == 1, proc
     assert "REDIS_URL" in proc.stderr and "cannot reach" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -385,9 +384,8 @@ def test_serve_with_a_server_that_never_answers_names_it_and_exits(tmp_path, sil
     value = {"DATABASE_URL": f"postgresql+psycopg://root@127.0.0.1:{silent_server}/x",
              "REDIS_URL": f"redis://127.0.0.1:{silent_server}/0"}[name]
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
-                          env={**env, name: value}, capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    proc = seckill("serve", "--port", str(free_port()), cwd=tmp_path, env={**env, name: value},
+                   timeout=60)
     assert proc.returncode == 1 and name in proc.stderr, proc
     assert "Traceback" not in proc.stderr and "admin token" not in proc.stdout
 
@@ -395,9 +393,8 @@ def test_serve_with_a_server_that_never_answers_names_it_and_exits(tmp_path, sil
 def test_serve_with_a_missing_postgres_database_names_database_url(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env["DATABASE_URL"] = PG_ADMIN_URL.rsplit("/", 1)[0] + "/seckill_no_such_database"
-    proc = subprocess.run([str(SECKILL), "serve", "--port", str(free_port())], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    proc = seckill("serve", "--port", str(free_port()), cwd=tmp_path, env=env,
+                   timeout=60)
     if "Connection refused" in proc.stderr:
         missing_system_part(f"PostgreSQL at {PG_ADMIN_URL} is unreachable")
     assert proc.returncode == 1, proc
