@@ -6,6 +6,7 @@ import contextlib
 import json
 import threading
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -17,7 +18,15 @@ from webapp import db
 from webapp.models import Base
 from webapp.served import ServedApp
 
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def new_database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A database with nothing in it: a new SQLite file, or a PostgreSQL one of our own."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'new.sqlite'}"
+        return
+    with scratch_postgres("seckill_migrations") as (_, _, url):
+        yield url
 
 
 def test_the_migrations_build_exactly_the_models_schema(database_url):
@@ -91,15 +100,11 @@ def test_an_existing_sqlite_file_keeps_its_page_size(tmp_path):
         engine.dispose()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_two_servers_started_at_once_on_a_new_database_both_serve(tmp_path, redis_url, backend):
+def test_two_servers_started_at_once_on_a_new_database_both_serve(new_database_url, redis_url):
     # both ran `alembic upgrade head` and the demo seeding at once: the second died on
     # "table alembic_version already exists" or a duplicate product
+    url = new_database_url
     with contextlib.ExitStack() as stack:
-        if backend == "sqlite":
-            url = f"sqlite:///{tmp_path / 'new.sqlite'}"
-        else:
-            url = stack.enter_context(scratch_postgres("seckill_race"))[2]
         apps = [ServedApp(workers=1, redis_url=redis_url, database_url=url, redlock_urls=[])
                 for _ in range(2)]
         for app in apps:
@@ -126,35 +131,24 @@ def test_two_servers_started_at_once_on_a_new_database_both_serve(tmp_path, redi
             assert skus == ["sku-1", "sku-2", "sku-3"], skus
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_tables_without_alembic_version_are_refused_with_what_to_do(tmp_path, backend):
+def test_tables_without_alembic_version_are_refused_with_what_to_do(new_database_url):
     # alembic tried to create them again: "relation products already exists"
-    with contextlib.ExitStack() as stack:
-        if backend == "sqlite":
-            url = f"sqlite:///{tmp_path / 'old.sqlite'}"
-        else:
-            url = stack.enter_context(scratch_postgres("seckill_unversioned"))[2]
-        db.upgrade(url)
-        engine = create_engine(url)
-        try:
-            with engine.begin() as connection:
-                connection.execute(text("DROP TABLE alembic_version"))
-        finally:
-            engine.dispose()
-        with pytest.raises(db.UnversionedSchema, match="no alembic_version.*stamp head"):
-            db.upgrade(url)
+    db.upgrade(new_database_url)
+    engine = create_engine(new_database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("DROP TABLE alembic_version"))
+    finally:
+        engine.dispose()
+    with pytest.raises(db.UnversionedSchema, match="no alembic_version.*stamp head"):
+        db.upgrade(new_database_url)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_start_waits_for_a_migration_in_progress_and_not_for_ever(tmp_path, backend):
-    with contextlib.ExitStack() as stack:
-        if backend == "sqlite":
-            url = f"sqlite:///{tmp_path / 'busy.sqlite'}"
-        else:
-            url = stack.enter_context(scratch_postgres("seckill_busy"))[2]
-        with db.migration_lock(url):  # another process, migrating
-            with pytest.raises(db.MigrationBusy, match="migrating this database"):
-                with db.migration_lock(url, wait_s=0.3):
-                    pass
-        with db.migration_lock(url, wait_s=0.3):  # freed: the next one gets it
-            pass
+def test_a_start_waits_for_a_migration_in_progress_and_not_for_ever(new_database_url):
+    url = new_database_url
+    with db.migration_lock(url):  # another process, migrating
+        with pytest.raises(db.MigrationBusy, match="migrating this database"):
+            with db.migration_lock(url, wait_s=0.3):
+                pass
+    with db.migration_lock(url, wait_s=0.3):  # freed: the next one gets it
+        pass
