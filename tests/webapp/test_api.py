@@ -176,6 +176,22 @@ def test_a_non_ascii_admin_token_works_as_a_client_sends_it(app, database_url, r
         backends(app).close()
 
 
+@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+def test_a_key_in_flight_for_another_user_is_400_before_any_stock_is_taken(client, app,
+                                                                          strategy):
+    # ann's purchase with the key is under way (claimed, no order row yet): bob's with
+    # the same key took a unit that only the order write's UNIQUE key gave back
+    from webapp.keys import SaleKeys
+
+    reset(client, stock=1, strategy=strategy)
+    backends(app).redis.hset(SaleKeys(SKU).key_owners, "shared-key", "ann")
+    answer = buy(client, "bob", key="shared-key")
+    assert answer.status_code == 400, answer.get_json()
+    assert "already used for another purchase" in answer.get_json()["detail"]
+    assert client.get(f"/api/products/{SKU}").get_json()["stock"] == 1
+    assert buy(client, "ann", key="shared-key").status_code == 201
+
+
 def test_a_wrong_method_is_a_json_405(client):
     response = client.delete(f"/api/products/{SKU}")
     assert response.status_code == 405
