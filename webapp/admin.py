@@ -18,7 +18,7 @@ from flask import Blueprint, Response, jsonify, render_template, request
 import lockcore
 from lockcore import LockError
 
-from . import locks, paths, sales, section, validation
+from . import locks, paths, sales, section, shop, validation
 from .extensions import Backends, get_backends
 from .lockedpath import LockedPath
 from .problems import Busy, Unauthorized, UnknownSku
@@ -148,7 +148,7 @@ def _unreachable() -> tuple[type[BaseException], ...]:
 
 
 @bp.get("/admin")
-def page() -> str:
+def page() -> Response:
     strategies = []
     for name in paths.names():
         try:
@@ -156,4 +156,4 @@ def page() -> str:
         except (ImportError, AttributeError):  # a strategy module still being written
             safe = False
         strategies.append((name, safe))
-    return render_template("admin.html", strategies=strategies)
+    return shop.page(render_template("admin.html", strategies=strategies))

@@ -339,3 +339,12 @@ def test_the_no_op_endpoint_takes_a_purchase_shaped_post_and_still_answers_a_bar
     assert client.get("/api/noop").get_json() == {}
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert audit["orders"] == 0  # it touched no sale
+
+
+@pytest.mark.parametrize("path", ["/", "/admin"])
+def test_the_html_pages_send_a_content_security_policy(client, path):
+    answer = client.get(path)
+    assert answer.status_code == 200 and answer.mimetype == "text/html"
+    assert "default-src 'self'" in answer.headers["Content-Security-Policy"]
+    assert "object-src 'none'" in answer.headers["Content-Security-Policy"]
+    assert answer.headers["X-Content-Type-Options"] == "nosniff"

@@ -178,3 +178,25 @@ def test_a_purchase_with_no_answer_is_reported_and_its_retry_is_the_same_purchas
         card.locator(".buy").click()
         expect(card.locator(".message")).to_contain_text("Confirmed! Order #")
         assert len(keys) == 2 and keys[0] == keys[1]
+
+
+def test_the_pages_run_under_their_content_security_policy(page):
+    # the pages now send a CSP: their own scripts, styles and icon must still load
+    from playwright.sync_api import expect
+
+    refused: list[str] = []
+    page.on("console", lambda message: refused.append(message.text)
+            if "Content Security Policy" in message.text else None)
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=4, strategy="token")
+        answer = page.goto(app.url + "/")
+        assert answer is not None and "default-src 'self'" in answer.headers[
+            "content-security-policy"]
+        card = page.locator('.card[data-sku="sku-1"]')  # (a refused inline style says so)
+        page.fill("#user-name", "ivan")
+        card.locator(".buy").click()  # shop.js runs: it is the page's own script
+        expect(card.locator(".message")).to_contain_text("Confirmed")
+        expect(card.locator(".stock")).to_have_text("3")
+        page.goto(app.url + "/admin")
+        expect(page.locator("#a-units_sold")).to_have_text("1")  # admin.js runs too
+    assert refused == []
