@@ -79,11 +79,15 @@ class UnversionedSchema(RuntimeError):
     """The database has our tables but no ``alembic_version``: made without migrations."""
 
 
-def _sqlite_file(database_url: str) -> str | None:
-    url = make_url(database_url_for_sqlalchemy(database_url))
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        return url.database
-    return None
+def _sqlite_file(database_url: str, *, make_folder: bool = False) -> str | None:
+    """The file of a SQLite ``database_url`` (None: not SQLite, or in memory); with
+    ``make_folder``, its folder is made if missing."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    if make_folder and os.path.dirname(url.database):
+        os.makedirs(os.path.dirname(url.database), exist_ok=True)
+    return url.database
 
 
 #: how long a start waits for another process migrating the same database
@@ -105,12 +109,9 @@ def migration_lock(database_url: str, wait_s: float = MIGRATION_WAIT_S) -> Itera
     database. Both are freed if we die; a peer that hangs costs ``wait_s`` at most.
     """
     database_url = database_url_for_sqlalchemy(database_url)
-    path = _sqlite_file(database_url)
+    path = _sqlite_file(database_url, make_folder=True)
     deadline = time.monotonic() + wait_s
     if path is not None:
-        folder = os.path.dirname(path)
-        if folder:
-            os.makedirs(folder, exist_ok=True)
         with open(f"{path}.migrating", "a") as held:  # closing the file lets it go
             while True:
                 try:
@@ -169,9 +170,7 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     """Bring the schema at ``database_url`` to ``revision``; a SQLite file's folder is made.
     Callers that may race (several servers on one database) hold ``migration_lock``."""
     database_url = database_url_for_sqlalchemy(database_url)
-    path = _sqlite_file(database_url)
-    if path is not None and os.path.dirname(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+    _sqlite_file(database_url, make_folder=True)
     _refuse_unversioned(database_url)
     logger.info("migrating %s to %s", database_url.split("@")[-1], revision)
     command.upgrade(alembic_config(database_url), revision)

@@ -200,7 +200,7 @@ class ConditionalOrderWriter(OrderWriter):
     def _take_units(self, connection: Connection,
                     batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
         taken = []
-        reset: dict[tuple[int, int], bool] = {}  # one look per sale generation and batch
+        reset: dict[tuple[int, int | None], bool] = {}  # one look per sale generation, batch
         for pending in batch:
             _, row, read = pending.item
             decrement: dict[str, Any] = {"b_sale_id": row["sale_id"], "b_units": row["quantity"]}
@@ -210,12 +210,11 @@ class ConditionalOrderWriter(OrderWriter):
                 decrement["b_started_at"] = started_at(read)
             left = connection.execute(statement, decrement).first()
             if left is None:
-                if read is not None and (row["sale_id"], read) not in reset:
-                    reset[row["sale_id"], read] = reset_since(connection, row["sale_id"], read)
-                if read is not None and reset[row["sale_id"], read]:
-                    pending.error = SaleReset(row["sku"])
-                else:
-                    pending.error = SoldOut(f"{row['sku']} is sold out")
+                read_of = (row["sale_id"], read)
+                if read is not None and read_of not in reset:
+                    reset[read_of] = reset_since(connection, row["sale_id"], read)
+                pending.error = (SaleReset(row["sku"]) if reset.get(read_of)
+                                 else SoldOut(f"{row['sku']} is sold out"))
             else:
                 self._uncommitted[row["sale_id"]] = (left[0], left[1])
                 taken.append(pending)

@@ -153,7 +153,6 @@ class AtomicPath(StockPath):
                             generation=sale.generation, written=written)
 
 
-#: what ``mirror_stock.lua`` needs, read after a commit
 class SqlPath(StockPath):
     """The database is the stock; Redis holds a copy, kept in step by
     ``mirror_stock.lua`` from what the database says after each commit (a DECRBY was

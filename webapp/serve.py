@@ -41,16 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gunicorn gevent workers")
 
 
-def _without_password(url: str | None) -> str:
-    """A database URL fit to print: its password as ``***``."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url or "").render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy reads: print it as given
-        return str(url)
-
-
 def main(args: argparse.Namespace) -> int:
     try:  # what the workers will read, checked before anything starts
         config = settings.from_env(str(Path.cwd() / "instance"))  # SQLite lives there
@@ -77,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"
               f"admin token {served.admin_token}\n"
               f"Redis       {settings.without_password(served.redis_url or '')}\n"
-              f"database    {_without_password(served.database_url)}\n"
+              f"database    {settings.without_password(served.database_url or '')}\n"
               "Ctrl-C stops everything.", flush=True)
         try:
             while served.proc is not None and served.proc.poll() is None:
