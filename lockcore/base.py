@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import LockError, LockLost, LockNotOwned, LockTimeout
-from .waiting import Waiter, make_waiter, signal_release
+from .waiting import A_YEAR_MS, Waiter, make_waiter, signal_release
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ LostCallback = Callable[["DistributedLock", str], None]
 
 DEFAULT_TTL_MS = 10_000
 #: a lock held longer than a year is a bug; Redis refuses a PX past its 64-bit clock
-MAX_TTL_MS = 365 * 24 * 3600 * 1000
+MAX_TTL_MS = A_YEAR_MS
 
 
 def check_timeout(timeout: Any) -> None:
@@ -63,23 +63,28 @@ def acquire_arguments(blocking: Any, timeout: Any) -> tuple[bool, float | None]:
     return bool(blocking), timeout
 
 
-def whole_ttl_ms(ttl_ms: Any) -> int:
-    """``ttl_ms`` as the whole milliseconds Redis takes (``PX``): an int, or a float
-    rounded up (``2.5 * 1000``; never shorter than asked), between 1 and a year.
+def whole_ms(name: str, value: Any, number: str = "a number of milliseconds") -> int:
+    """``value`` as the whole milliseconds Redis takes (``PX``, ``PEXPIRE``): an int, or
+    a float rounded up (``2.5 * 1000``; never shorter than asked), from 1 to a year.
 
-    :raises TypeError: not a number (``True`` is not a TTL either).
+    :raises TypeError: not a number (``True`` is not a duration either).
     :raises ValueError: not finite, or out of range.
     """
-    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, (int, float)):
-        raise TypeError(f"ttl_ms must be a number of milliseconds or None, not {ttl_ms!r}")
-    if isinstance(ttl_ms, float):
-        if not math.isfinite(ttl_ms):
-            raise ValueError(f"ttl_ms must be between 1 and {MAX_TTL_MS} (a year), "
-                             f"not {ttl_ms!r}")
-        ttl_ms = math.ceil(ttl_ms)
-    if not 0 < ttl_ms <= MAX_TTL_MS:
-        raise ValueError(f"ttl_ms must be between 1 and {MAX_TTL_MS} (a year), not {ttl_ms!r}")
-    return int(ttl_ms)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be {number}, not {value!r}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be between 1 and {MAX_TTL_MS} (a year), "
+                             f"not {value!r}")
+        value = math.ceil(value)
+    if not 0 < value <= MAX_TTL_MS:
+        raise ValueError(f"{name} must be between 1 and {MAX_TTL_MS} (a year), not {value!r}")
+    return int(value)
+
+
+def whole_ttl_ms(ttl_ms: Any) -> int:
+    """``whole_ms`` for a ``ttl_ms`` (which may also be None: checked by the caller)."""
+    return whole_ms("ttl_ms", ttl_ms, "a number of milliseconds or None")
 
 
 def new_token() -> str:

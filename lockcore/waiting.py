@@ -127,17 +127,18 @@ def longest_block_s(client: Any) -> float:
     return max(min(MAX_BLOCK_S, socket_timeout - SERVER_TICK_S), FINE_POLL_S)
 
 
-#: the longest wait option taken, in ms (a year): 1e300 overflowed a sleep, or Redis
-MAX_WAIT_MS = 365 * 24 * 3600 * 1000
+#: a year in ms: the longest TTL, lease or wait option taken (1e300 overflowed a sleep,
+#: or reached Redis)
+A_YEAR_MS = 365 * 24 * 3600 * 1000
 
 
 def positive_ms(name: str, value: Any) -> float:
     """``value`` if it is a number > 0 and at most a year (not a bool), else
     ``ValueError``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or not 0 < value <= MAX_WAIT_MS:
+            or not math.isfinite(value) or not 0 < value <= A_YEAR_MS:
         raise ValueError(f"{name} must be a positive number of milliseconds up to "
-                         f"{MAX_WAIT_MS} (a year), not {value!r}")
+                         f"{A_YEAR_MS} (a year), not {value!r}")
     return value
 
 

@@ -21,13 +21,12 @@ Not a strategy: what two strategies share, so each of their modules teaches one 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 from redis.exceptions import NoScriptError
 
 from .. import scripts
-from ..base import MAX_TTL_MS, DistributedLock, acquire_arguments, new_token
+from ..base import DistributedLock, acquire_arguments, new_token, whole_ms
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
 from ..wire import round_trip
@@ -50,13 +49,10 @@ class HandOffLock(DistributedLock):
                              "it is what frees a crashed holder")
         # the lease goes to Redis as whole ms (PEXPIRE, a ZSET score): -5 or 1.5 there
         # failed at the first acquire, with a Lua or a NoneType error
-        if isinstance(lease_ms, float) and math.isfinite(lease_ms):
-            lease_ms = math.ceil(lease_ms)  # as ttl_ms: never shorter than asked
-        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) \
-                or not 0 < lease_ms <= MAX_TTL_MS:
-            raise ValueError(f"lease_ms must be a number of milliseconds between 1 "
-                             f"and {MAX_TTL_MS} (a year), not {lease_ms!r}")
-        self.lease_ms = lease_ms
+        try:
+            self.lease_ms = whole_ms("lease_ms", lease_ms)
+        except TypeError as exc:  # a bad lock option is a ValueError at create
+            raise ValueError(str(exc)) from None
         self.fence_key = f"{self.key}:fence"
         self.queue_keys = [self.key, f"{self.key}:queue", f"{self.key}:leases",
                            f"{self.key}:lease_ms", f"{self.key}:seq", self.fence_key,
