@@ -176,7 +176,7 @@ def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
             return f"--report {report_dir}: {exc.strerror or exc}"
         if not os.access(report_dir, os.W_OK):
             return f"--report {report_dir}: not writable"
-    problem = None if json_file is None else unwritable_file(Path(json_file))
+    problem = None if json_file is None else unwritable_file(Path(json_file), make_parent=True)
     return None if problem is None else f"--json {json_file}: {problem}"
 
 
@@ -228,7 +228,7 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
         from .report import write_report
         (report_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         print(f"\nreport: {write_report(report_dir, results, summary)}")
-    if args.json:
+    if args.json:  # its folder was made by _unwritable, as --report's and bench's are
         Path(args.json).write_text(json.dumps(summary, indent=2))
     bad = failed(results)
     for r in bad:

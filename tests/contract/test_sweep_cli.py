@@ -34,10 +34,18 @@ def test_an_unwritable_report_dir_is_a_usage_error_before_the_run():
 
 
 def test_an_unwritable_json_file_is_a_usage_error_before_the_run():
-    done = seckill("showdown", "--json", "/no-such-dir/out.json", "--users", "1",
+    done = seckill("showdown", "--json", "/proc/no-such-dir/out.json", "--users", "1",
                    "--strategies", "token", timeout=60)
     assert done.returncode == 2 and "--json" in done.stderr, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
+
+
+def test_a_json_file_in_a_new_folder_gets_its_folder_before_the_run(tmp_path):
+    # --report and bench's --json made missing folders; showdown's --json refused one
+    from loadtest.showdown import _unwritable
+    target = tmp_path / "new" / "deeper" / "out.json"
+    assert _unwritable(None, str(target)) is None
+    assert target.parent.is_dir()
 
 
 def test_a_json_file_that_is_a_directory_is_a_usage_error_before_the_run(tmp_path):
