@@ -14,8 +14,12 @@ watchdog, lost-lock reporting and the context manager. A strategy implements onl
 ``token`` is fresh and random for every acquisition and belongs to this *handle*,
 not to a thread-local: two asyncio tasks or greenlets sharing a thread cannot release
 each other's locks (redis-py's ``thread_local=False`` lesson). So a handle is one
-holder: make one per thread (or greenlet); a second one acquiring with a handle that is
-already acquiring gets ``LockError`` (``_enter_acquire``).
+holder at a time. Threads that share one handle take turns on it, as they would on a
+``threading.Lock``: a thread acquiring while another acquires or holds with the same
+handle waits for the handle first, within its timeout (``_occupy``), and then for
+the lock. Like ``threading.Lock``, any thread may release it (the shop passes a held
+lock from one greenlet to the next); acquiring it again in the thread that holds it is
+``LockError`` (not reentrant).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import logging
 import math
 import os
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import TracebackType
@@ -154,7 +159,9 @@ class DistributedLock(ABC):
         self._lost_reason: str | None = None
         self._mutex = threading.RLock()  # serialises a renewal against a release
         self._watchdog: Any = None
-        self._acquirer: int | None = None  # the thread in acquire (``_enter_acquire``)
+        #: the thread acquiring with, or holding, this handle (``_occupy``)
+        self._occupant: int | None = None
+        self._vacated = threading.Condition(threading.Lock())
         #: set by a release that woke a waiter: the next blocking acquire waits first
         self.queue_first = False
 
@@ -199,29 +206,59 @@ class DistributedLock(ABC):
         """Take the lock; False when not blocking or when ``timeout`` seconds pass
         (``None`` or ``-1``: no limit)."""
         blocking, timeout = acquire_arguments(blocking, timeout)
-        outer = self._enter_acquire()
-        try:
-            return self._acquire(blocking, timeout)
-        finally:
-            self._exit_acquire(outer)
+        return self._acquire_occupied(blocking, timeout, self._acquire)
 
-    def _enter_acquire(self) -> bool:
-        """Claim this handle for the calling thread's acquire; True if not nested.
+    def _acquire_occupied(self, blocking: bool, timeout: float | None,
+                          attempt: Callable[[bool, float | None], bool]) -> bool:
+        """``attempt`` with this handle occupied by the calling thread (``_occupy``);
+        the handle is vacated again unless ``attempt`` took the lock."""
+        claim = self._occupy(blocking, timeout)
+        if claim is None:
+            return False
+        outer, timeout = claim
+        acquired = False
+        try:
+            acquired = attempt(blocking, timeout)
+            return acquired
+        finally:
+            if outer and not acquired:
+                self._vacate()
+
+    def _occupy(self, blocking: bool, timeout: float | None) -> tuple[bool, float | None] | None:
+        """Claim this handle for the calling thread: ``(outer, timeout left)``, or None
+        if another thread kept it occupied past ``timeout`` (or ``blocking`` is False).
 
         A handle is one holder (its token and, for queue locks, its place in line are
         the handle's): a second thread acquiring with it at the same time would
-        overwrite them. It gets ``LockError`` instead of corrupting the first's."""
+        overwrite them, so it waits here until the first thread's acquire fails or its
+        lock is released, as threads sharing a ``threading.Lock`` wait for each other.
+        ``outer`` is False when the calling thread occupies it already (it holds the
+        lock: ``_check_acquire`` then refuses, and the handle stays occupied)."""
+        if timeout is not None:
+            if not blocking:
+                raise ValueError("timeout makes no sense with blocking=False")
+            check_timeout(timeout)
         me = threading.get_ident()
-        with self._mutex:
-            if self._acquirer is not None and self._acquirer != me:
-                raise LockError("another thread is acquiring with this handle; a handle is "
-                                "one holder: make one per thread", self.name)
-            outer, self._acquirer = self._acquirer is None, me
-        return outer
+        with self._vacated:
+            if self._occupant is None or self._occupant == me:
+                outer, self._occupant = self._occupant is None, me
+                return outer, timeout
+            if not blocking:
+                return None
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self._occupant is not None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._vacated.wait(left)
+            self._occupant = me
+            return True, None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    def _exit_acquire(self, outer: bool) -> None:
-        if outer:
-            self._acquirer = None
+    def _vacate(self) -> None:
+        """The handle is free for another thread's acquire (released, or not taken)."""
+        with self._vacated:
+            self._occupant = None
+            self._vacated.notify()
 
     def _check_acquire(self, blocking: bool, timeout: float | None) -> None:
         """What every ``acquire`` refuses: a held handle (not reentrant), a bad timeout."""
@@ -272,13 +309,14 @@ class DistributedLock(ABC):
         self._stop_watchdog()  # a release always wins over a pending renewal
         with self._mutex:
             token, self._token = self._token, None
-            if token is None:
+            if token is None:  # (another thread may be acquiring with it: stays occupied)
                 raise LockNotOwned("release of a lock this handle does not hold", self.name)
             try:
                 self._release(token)
             finally:
                 if not self.signals_on_release:
                     signal_release(self)
+                self._vacate()
             logger.debug("released %s lock %r", self.strategy, self.name)
 
     def extend(self, ttl_ms: int | None = None) -> None:

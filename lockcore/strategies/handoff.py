@@ -72,21 +72,20 @@ class HandOffLock(DistributedLock):
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """As ``DistributedLock.acquire``; leaves the queue if it gives up while queued."""
         blocking, timeout = acquire_arguments(blocking, timeout)
-        outer = self._enter_acquire()
+        return self._acquire_occupied(blocking, timeout, self._acquire_queued)
+
+    def _acquire_queued(self, blocking: bool, timeout: float | None) -> bool:
+        if self._token is not None:
+            return self._acquire(blocking, timeout)  # raises: locks are not reentrant
+        self._new_acquisition()
         try:
-            if self._token is not None:
-                return self._acquire(blocking, timeout)  # raises: locks are not reentrant
-            self._new_acquisition()
-            try:
-                gotten = self._acquire(blocking, timeout)
-            except BaseException:
-                self._leave_queue()
-                raise
-            if not gotten:
-                self._leave_queue()
-            return gotten
-        finally:
-            self._exit_acquire(outer)
+            gotten = self._acquire(blocking, timeout)
+        except BaseException:
+            self._leave_queue()
+            raise
+        if not gotten:
+            self._leave_queue()
+        return gotten
 
     def _new_acquisition(self) -> None:
         self._uuid = new_token()  # one identity for every attempt of this acquisition

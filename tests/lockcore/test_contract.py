@@ -93,9 +93,10 @@ def test_a_handle_is_not_reentrant(pair):
         lock.acquire(blocking=False)
 
 
-def test_a_second_thread_acquiring_with_the_same_handle_gets_lock_error(pair):
+def test_a_second_thread_acquiring_with_the_same_handle_waits_its_turn(pair):
     """A handle is one holder: a concurrent acquire on it from another thread must not
-    overwrite the first's token (or its place in a queue); it raises instead."""
+    overwrite the first's token (or its place in a queue). It waits for the handle
+    within its timeout, as on a ``threading.Lock`` (it used to raise ``LockError``)."""
     import threading
 
     lock, rival = pair
@@ -105,16 +106,53 @@ def test_a_second_thread_acquiring_with_the_same_handle_gets_lock_error(pair):
     first.start()
     try:
         deadline = time.monotonic() + 5
-        while lock._acquirer is None and time.monotonic() < deadline:  # it is waiting
+        while lock._occupant is None and time.monotonic() < deadline:  # it is waiting
             time.sleep(0.005)
-        with pytest.raises(lockcore.LockError, match="another thread"):
-            lock.acquire(timeout=0.1)
+        assert lock.acquire(blocking=False) is False
+        started = time.monotonic()
+        assert lock.acquire(timeout=0.2) is False
+        assert time.monotonic() - started >= 0.2
     finally:
         rival.release()
         first.join(15)
     assert outcome == [True]
     lock.release()  # the first thread's acquisition is intact
     assert rival.acquire(blocking=False)
+    rival.release()
+
+
+def test_threads_sharing_one_handle_take_turns(pair):
+    """``with lock:`` in several threads on one handle, as with a ``threading.Lock``:
+    every section runs, one at a time, and each holds the lock in the backend."""
+    import threading
+
+    lock, rival = pair
+    inside, most, sections, errors = [0], [0], [0], []
+    guard = threading.Lock()
+
+    def buyer() -> None:
+        try:
+            for _ in range(5):
+                with lock:
+                    with guard:
+                        inside[0] += 1
+                        most[0] = max(most[0], inside[0])
+                    assert rival.acquire(blocking=False) is False
+                    time.sleep(0.002)
+                    with guard:
+                        inside[0] -= 1
+                        sections[0] += 1
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=buyer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(40)
+    assert errors == []
+    assert (sections[0], most[0]) == (20, 1)
+    assert lock.token is None and rival.acquire(blocking=False)
     rival.release()
 
 
