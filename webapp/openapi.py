@@ -25,7 +25,10 @@ _TOO_LARGE = (413, "request_entity_too_large: the body is over 64 KiB")
 _PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sold", "strategy"],
             "properties": {"sku": {"type": "string"}, "name": {"type": "string"},
                            "price": {"type": "number"}, "stock": {"type": "integer"},
-                           "sold": {"type": "integer"}, "strategy": {"type": "string"}}}
+                           "sold": {"type": "integer"}, "strategy": {"type": "string"},
+                           "initial_stock": {"type": "integer"},
+                           "sale_started_at": {"type": "string", "format": "date-time",
+                                               "description": "set anew by every reset"}}}
 _ORDER = {"type": "object", "required": ["order_id", "sku", "user_id", "quantity"],
           "properties": {"order_id": {"type": "integer"}, "sku": {"type": "string"},
                          "user_id": {"type": "string"}, "quantity": {"type": "integer"},

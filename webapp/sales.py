@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .models import Order, Product, Sale, utcnow
 from .paths import path_for
 from .problems import UnknownSku
-from .saleinfo import SaleInfo, generation
+from .saleinfo import SaleInfo, generation, started_at
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ def _view(product: Product, sale: Sale, stock: int | None) -> dict[str, Any]:
     return {"sku": product.sku, "name": product.name, "price": product.price_cents / 100,
             "description": product.description, "stock": max(stock, 0),
             "sold": sale.initial_stock - sale.remaining, "initial_stock": sale.initial_stock,
-            "strategy": sale.strategy, "work_ms": sale.work_ms, "limit": sale.per_user_limit}
+            "strategy": sale.strategy, "work_ms": sale.work_ms, "limit": sale.per_user_limit,
+            # set by every reset: how a watcher (the storefront) tells a new sale apart
+            "sale_started_at": started_at(generation(sale.started_at)).isoformat()}
 
 
 def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str, Any]]:

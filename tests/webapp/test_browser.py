@@ -152,6 +152,34 @@ def test_a_reset_clears_the_old_sales_message_and_a_new_product_gets_a_card(page
         expect(late.get_by_role("button", name="Buy Late Lamp")).to_be_enabled()
 
 
+def test_a_reset_that_sells_more_before_the_next_poll_still_clears_the_message(page):
+    # the page told a new sale by fewer units sold: a reset followed, before its next
+    # poll, by more sales than the old sale had left "Confirmed!" about the old sale
+    from playwright.sync_api import expect
+
+    from tests.webapp.served import call
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="atomic")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        page.fill("#user-name", "ada")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Confirmed")
+        expect(card.locator(".sold")).to_have_text("1")
+
+        page.route("**/api/products", lambda route: route.abort())  # no poll sees it
+        page.wait_for_timeout(700)
+        reset_sale(app, "sku-1", stock=5, strategy="atomic")
+        for user in ("bo", "cy"):
+            status, _ = call(f"{app.url}/api/products/sku-1/purchase", "POST",
+                             {"user_id": user})
+            assert status == 201
+        page.unroute("**/api/products")
+        expect(card.locator(".sold")).to_have_text("2")
+        expect(card.locator(".message")).to_have_text("")
+
+
 def test_a_purchase_with_no_answer_is_reported_and_its_retry_is_the_same_purchase(page):
     # a request that hangs left the card on "Buying…" for good
     from playwright.sync_api import expect

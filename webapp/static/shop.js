@@ -32,15 +32,15 @@ function show(el, text, kind) {
   message.className = "message " + kind;
 }
 
-// A new sale (an admin reset) shows as fewer units sold, or another size or strategy:
-// the card's message was about the old sale, and goes.
+// A new sale (an admin reset) has a new sale_started_at: the card's message was about
+// the old sale, and goes. (Counting units sold missed a reset that sold more than the
+// old sale by the next poll, or one that changed nothing visible.)
 const lastSeen = new Map();
 
 function newSale(product) {
   const before = lastSeen.get(product.sku);
-  lastSeen.set(product.sku, product);
-  return before !== undefined && (product.sold < before.sold
-    || product.initial_stock !== before.initial_stock || product.strategy !== before.strategy);
+  lastSeen.set(product.sku, product.sale_started_at);
+  return before !== undefined && product.sale_started_at !== before;
 }
 
 function addCard(product) {
