@@ -163,10 +163,17 @@ class ShardedPath(StockPath):
         reset and answered ``sold_out`` to every buyer of the new sale. So: read the
         generation the reset writes after the shards, read the shards again (all there,
         all 0), and set the flag only while that generation stands (``flag_soldout.lua``).
-        Only on the way out of a sale, so the extra round trips are rare."""
+        A buyer who looked up an older generation than the one standing hears 503
+        (``SaleReset``) instead: its empty shards were the old sale's. Only on the way
+        out of a sale, so the extra round trips are rare."""
         generation = redis.get(sale.keys.stock_gen)
         if generation is None:  # mid-reset, or Redis lost the sale: leave the flag alone
             return
+        if sale.generation is not None and int(generation) != sale.generation:
+            # A reset since this buyer looked the sale up, maybe to another strategy,
+            # which leaves these shards as they were (empty, of the old generation):
+            # they say nothing of the new sale, whose flag this buyer would have set.
+            raise SaleReset(sale.sku)
         pipe = redis.pipeline(transaction=False)
         for key in self.keys(sale):
             pipe.get(key)

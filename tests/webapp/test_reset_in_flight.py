@@ -140,3 +140,25 @@ def test_a_sharded_buyer_who_looked_the_sale_up_before_a_reset_takes_nothing_new
     assert checkout(sharded, PurchaseRequest(SKU, "ann")).created
     assert books(sharded) == (1, 49, 49, True)
 
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "sql", "atomic-sharded"])
+def test_a_sharded_buyer_who_found_the_old_sale_empty_does_not_flag_the_new_one_sold_out(
+        deps, monkeypatch, strategy):
+    # a buyer of a sold-out atomic-sharded sale, caught by a reset to another strategy,
+    # found the old (untouched) shards empty and flagged the new sale: every later
+    # buyer heard 409 sold_out beside 20 units, and the audit said consistent
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=0, strategy="atomic-sharded")
+    real = services.cached_sale
+
+    def look_up_then_reset(*args, **kwargs):
+        sale = real(*args, **kwargs)
+        sales.reset_sale(deps.sessions, deps.redis, SKU, stock=20, strategy=strategy)
+        return sale
+
+    monkeypatch.setattr(services, "cached_sale", look_up_then_reset)
+    with pytest.raises(SaleReset):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest(SKU, "bo")).created
+    assert books(deps) == (1, 19, 19, True)
