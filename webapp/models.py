@@ -60,7 +60,10 @@ class Sale(Base):
 
 class Order(Base):
     __tablename__ = "orders"
-    __table_args__ = (UniqueConstraint("sale_id", "user_id", name="uq_orders_sale_user"),)
+    #: on SQLite, AUTOINCREMENT: a reset deletes orders, and an id is never reused
+    #: (PostgreSQL's sequence never reuses one either; migration 0003)
+    __table_args__ = (UniqueConstraint("sale_id", "user_id", name="uq_orders_sale_user"),
+                      {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     #: no index of its own: uq_orders_sale_user's leading column serves lookups by sale

@@ -152,3 +152,59 @@ def test_a_start_waits_for_a_migration_in_progress_and_not_for_ever(new_database
                 pass
     with db.migration_lock(url, wait_s=0.3):  # freed: the next one gets it
         pass
+
+
+def test_an_order_id_is_never_handed_out_twice_across_a_reset(tmp_path, redis_client):
+    # SQLite gave the new sale's first order the id of the order the reset had deleted
+    from sqlalchemy.orm import sessionmaker
+
+    from webapp import sales
+    from webapp.extensions import make_engine
+    from webapp.services import Checkout, PurchaseRequest, checkout
+
+    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    db.upgrade(url)
+    engine = make_engine(url)
+    try:
+        sessions = sessionmaker(engine, expire_on_commit=False)
+        sales.create_product(sessions, "sku-1", "Lamp", 1_000, stock=5, strategy="atomic")
+        deps = Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: None)
+        ids = []
+        for user in ("ann", "bo"):
+            sales.reset_sale(sessions, redis_client, "sku-1", stock=5, strategy="atomic")
+            ids.append(checkout(deps, PurchaseRequest("sku-1", user)).order.id)
+        assert ids[1] > ids[0]
+    finally:
+        engine.dispose()
+
+
+def test_upgrading_an_sqlite_file_with_orders_keeps_them_and_their_ids(tmp_path):
+    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    db.upgrade(url, "0002")
+    engine = create_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO products (sku, name, price_cents, description) "
+                "VALUES ('sku-1', 'Lamp', 100, '')"))
+            connection.execute(text(
+                "INSERT INTO sales (sku, strategy, initial_stock, remaining, work_ms, "
+                "per_user_limit, started_at) VALUES ('sku-1', 'atomic', 5, 3, 0, 1, "
+                "'2026-11-26 00:00:00')"))
+            for order_id, user in ((4, "ann"), (9, "bo")):
+                connection.execute(text(
+                    "INSERT INTO orders (id, sale_id, sku, user_id, quantity, strategy, "
+                    "created_at) VALUES (:id, 1, 'sku-1', :user, 1, 'atomic', "
+                    "'2026-11-26 00:00:00')"), {"id": order_id, "user": user})
+        db.upgrade(url)
+        with engine.begin() as connection:
+            rows = connection.execute(text("SELECT id, user_id FROM orders ORDER BY id")).all()
+            assert [tuple(row) for row in rows] == [(4, "ann"), (9, "bo")]
+            connection.execute(text("DELETE FROM orders WHERE id = 9"))
+            connection.execute(text(
+                "INSERT INTO orders (sale_id, sku, user_id, quantity, strategy, created_at) "
+                "VALUES (1, 'sku-1', 'cy', 1, 'atomic', '2026-11-26 00:00:00')"))
+            assert connection.execute(text(
+                "SELECT id FROM orders WHERE user_id = 'cy'")).scalar() == 10
+    finally:
+        engine.dispose()
