@@ -140,7 +140,7 @@ def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None) 
     wanted = [(b.request.user_id, b.request.quantity, fencing_token,
                b.request.idempotency_key) for b in winners]
     try:
-        outcomes = write_batch(deps.sessions, sale, wanted)
+        outcomes = write_batch(deps.sessions, sale, wanted, deps.redis)
         for buyer, outcome in zip(winners, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 buyer.error = outcome

@@ -26,6 +26,10 @@ def _known_sku(sku: str) -> str:
     return sku
 
 
+#: a PostgreSQL session's read-only setting (a hot standby, or a database set read-only)
+READ_ONLY = sql("SELECT current_setting('transaction_read_only')")
+
+
 @bp.get("/healthz")
 def healthz() -> tuple[Response, int]:
     backends = get_backends()
@@ -36,7 +40,11 @@ def healthz() -> tuple[Response, int]:
         status["redis"] = f"down: {type(exc).__name__}"
     try:
         with backends.engine.connect() as connection:
-            connection.execute(sql("SELECT 1"))
+            if connection.dialect.name == "postgresql":  # one that cannot take an order
+                if connection.execute(READ_ONLY).scalar() == "on":
+                    status["database"] = "down: read-only"
+            else:
+                connection.execute(sql("SELECT 1"))
     except Exception as exc:
         status["database"] = f"down: {type(exc).__name__}"
     down = [part for part, state in status.items() if state != "ok"]

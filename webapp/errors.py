@@ -1,7 +1,8 @@
 """Every error is JSON ``{"error": CODE, "detail": TEXT}``, whatever raised it.
 
 Shop errors carry their own status; a backend that is down or a lock not acquired in
-time is 503 ``busy`` with ``Retry-After`` (microblog's ``errors/handlers.py`` idea);
+time is 503 ``busy`` with ``Retry-After`` (microblog's ``errors/handlers.py`` idea), and
+so is any error the database answers with (``DBAPIError``: read-only, a trigger);
 any other HTTP error (404, 405, 413...) keeps its status with a JSON body; anything
 else is a bug: logged with its traceback, answered 500 without one.
 """
@@ -13,7 +14,7 @@ import re
 
 from flask import Blueprint, Response, jsonify
 from redis.exceptions import RedisError
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
@@ -57,6 +58,16 @@ def redis_down(exc: RedisError) -> tuple[Response, int]:
 @bp.app_errorhandler(PoolTimeout)
 def database_down(exc: Exception) -> tuple[Response, int]:
     return _unavailable("the database", exc)
+
+
+@bp.app_errorhandler(DBAPIError)
+def database_refused(exc: DBAPIError) -> tuple[Response, int]:
+    """The database answered with an error of its own (read-only, a trigger, a missing
+    privilege): not the buyer's fault, and nothing was bought; 503 like a database
+    that is down (it was 500), logged with its traceback, since it may be a bug."""
+    logger.error("the database refused: %s", type(exc.orig or exc).__name__, exc_info=exc)
+    return error_response("busy", "the database refused the request, try again shortly",
+                          503, 1)
 
 
 @bp.app_errorhandler(LockError)

@@ -17,11 +17,14 @@ queued since the last commit, then hands the lead on: one order when the shop is
 quiet, a dozen or more under load. **Every request is answered only after its own row
 is committed**; nobody hears 201 for a row that a later failure could roll back.
 
-**Failures.** An ``IntegrityError`` (the same buyer or Idempotency-Key twice) rolls the
-whole batch back, and each order is written alone, so each request gets the answer a
-transaction of its own would have given it (201, ``Replay``, ``AlreadyPurchased``,
-``SoldOut``). Any other error (database down, locked past the busy timeout) is every
-order's error: each request gives its units back (``record_order``'s rule).
+**Failures.** An ``IntegrityError`` (the same buyer or Idempotency-Key twice), or a
+row refused by the database (``refused_by_the_database``: a trigger, a read-only
+database) rolls the whole batch back, and each order is written alone, so each request
+gets the answer a transaction of its own would have given it (201, ``Replay``,
+``AlreadyPurchased``, ``SoldOut``, 503): one buyer's refused row is not the others'.
+Any other error (database down, locked past the busy timeout) is every order's error:
+each request gives its units back (``record_order``'s rule), unless its row is found
+committed after all (``orders.landed_after_all``: the COMMIT's reply was lost).
 
 **The INSERT on the driver's cursor** (``rowinsert.py``): Core's executemany handles
 every row's parameters and result in Python; rendered once per batch size from the
@@ -47,10 +50,11 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .batching import SERVED, Batcher, Pending, own_copy
+from .commits import committing, remote
 from .models import Order, PlacedOrder
 from .problems import SaleReset, SoldOut
 from .rowinsert import RowInsert
@@ -86,6 +90,8 @@ class OrderWriter(Batcher[OrderWrite]):
         super().__init__(max_batch)
         #: the engine the sessions are bound to (its transactions skip the ORM's)
         self._engine: Engine = sessions.kw["bind"]
+        #: whether a COMMIT's reply can be lost (``commits.py``)
+        self._remote = remote(self._engine.dialect.name)
         #: the rows' INSERT on the driver's cursor (``rowinsert.py``); None: Core's
         self._insert = RowInsert.for_connection(Order.__table__, ORDER_COLUMNS,
                                                 ("id", "sale_id", "user_id"),
@@ -112,13 +118,13 @@ class OrderWriter(Batcher[OrderWrite]):
     def _serve(self, batch: list[Pending[OrderWrite]]) -> None:
         try:
             written = self._transaction(batch)
-        except IntegrityError:
-            logger.info("a batch of %d orders hit a UNIQUE constraint; writing them one by one",
-                        len(batch))
-            for pending in batch:
-                self._alone(pending)
-            return
         except Exception as exc:
+            if refused_by_the_database(exc):  # one row's refusal is not the others'
+                logger.info("a batch of %d orders was refused (%s); writing them one by one",
+                            len(batch), type(exc).__name__)
+                for pending in batch:
+                    self._alone(pending)
+                return
             for pending in batch:
                 pending.error = own_copy(exc)
             return
@@ -128,7 +134,7 @@ class OrderWriter(Batcher[OrderWrite]):
                      ) -> list[tuple[Pending[OrderWrite], int]]:
         """Count the units off ``sales.remaining``, insert the rows, commit; each row
         written with its id (a row refused by ``_take_units`` has its error instead)."""
-        with self._engine.begin() as connection:
+        with committing(self._engine.begin(), self._remote) as connection:
             taken = self._take_units(connection, batch)
             if not taken:
                 return []
@@ -219,6 +225,13 @@ class ConditionalOrderWriter(OrderWriter):
                 self._uncommitted[row["sale_id"]] = (left[0], left[1])
                 taken.append(pending)
         return taken
+
+
+def refused_by_the_database(error: BaseException) -> bool:
+    """An error the database answered a statement with (a UNIQUE violation, a CHECK, a
+    trigger's exception, a read-only transaction), as opposed to one of reaching it
+    (``OperationalError``: down, a lost connection, SQLite locked past its timeout)."""
+    return isinstance(error, DatabaseError) and not isinstance(error, OperationalError)
 
 
 def reset_since(connection: Connection, sale_id: int, generation_read: int) -> bool:

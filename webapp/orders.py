@@ -13,7 +13,10 @@ or sleeps.
 
 from __future__ import annotations
 
+import collections
 import logging
+import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,10 +26,19 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
 from .batching import Pending
+from .commits import CommitLost, committing, remote
 from .groupcommit import reset_since, writer_for
 from .keys import SaleKeys
 from .models import Order, PlacedOrder, Sale, utcnow
-from .problems import AlreadyPurchased, InvalidRequest, Replay, SaleReset, SoldOut
+from .problems import (
+    AlreadyPurchased,
+    Busy,
+    InvalidRequest,
+    OrderInDoubt,
+    Replay,
+    SaleReset,
+    SoldOut,
+)
 from .saleinfo import started_at
 from .statements import (
     INSERT_ORDERS,
@@ -120,7 +132,7 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
         # Core statements on the session's connection: writing the order was a third of
         # a purchase's CPU in the profile, much of it the ORM's unit of work (identity
         # map, flush ordering, events) for one UPDATE and one INSERT of a fixed shape
-        with sessions.begin() as session:
+        with committing(sessions.begin(), remote(_dialect(sessions))) as session:
             connection = session.connection()
             if connection.execute(decrement, parameters).rowcount == 0:
                 if generation is not None and (not conditional or reset_since(
@@ -134,15 +146,30 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
     return order
 
 
+def _dialect(sessions: sessionmaker[Session]) -> str:
+    bind = sessions.kw.get("bind")
+    return "" if bind is None else str(bind.dialect.name)
+
+
 def explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
                      idempotency_key: str | None) -> None:
-    """Turn a UNIQUE violation into ``Replay``, ``AlreadyPurchased`` or ``InvalidRequest``."""
+    """Turn a UNIQUE violation into ``Replay``, ``AlreadyPurchased`` or ``InvalidRequest``;
+    any other refusal (a CHECK constraint, a trigger) into a 503 ``Busy``.
+
+    **Failure timeline** the last check prevents: a trigger refuses ann's row (an
+    ``IntegrityError`` too); she hears 409 already_purchased with no order, and stays
+    reserved, so her retry after the trigger is gone hears it again, until a reset."""
     if idempotency_key is not None:
         earlier = _find_by_key(sessions, idempotency_key)
         if earlier is not None:
             if earlier.sale_id == sale.id and earlier.user_id == user_id:
                 raise Replay(earlier)
             raise InvalidRequest(KEY_USED_ELSEWHERE)
+    with sessions() as session:
+        mine = session.scalar(select(Order.id).where(Order.sale_id == sale.id,
+                                                     Order.user_id == user_id).limit(1))
+    if mine is None:
+        raise Busy(f"the database refused the order for {sale.sku}; nothing was bought")
     raise AlreadyPurchased(f"{user_id!r} already bought {sale.sku}")
 
 
@@ -173,13 +200,161 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
                             generation=generation)
     except SaleReset:  # the units were the old sale's, whose stock the reset replaced
         raise
+    except Exception as exc:
+        if maybe_written(exc):  # the COMMIT's reply lost: did the row land after all?
+            landed = landed_after_all(sessions, redis, sale, user_id, quantity,
+                                      idempotency_key, generation, stock_keys)
+            if landed is not None:
+                return landed
+        give_back(redis, sale.sku, quantity, generation, stock_keys)
+        raise
     except BaseException:
         give_back(redis, sale.sku, quantity, generation, stock_keys)
         raise
 
 
+def maybe_written(error: BaseException) -> bool:
+    """Whether a failed write may have committed its row all the same: the connection
+    failed with the COMMIT sent and its reply lost (``commits.CommitLost``). Any other
+    error (no connection, a statement refused, one of the shop's answers) wrote nothing."""
+    return isinstance(error, CommitLost)
+
+
+def _written_rows(sessions: sessionmaker[Session], sale_id: int,
+                  wanted: list[tuple[str, int, str | None]]) -> list[Order | None]:
+    """For each ``(user_id, quantity, idempotency_key)``: its row in the sale if it is
+    that purchase's (its quantity and key), else None. One query."""
+    users = [user_id for user_id, _, _ in wanted]
+    with sessions() as session:
+        rows = {row.user_id: row for row in session.scalars(select(Order).where(
+            Order.sale_id == sale_id, Order.user_id.in_(users)))}
+    found = []
+    for user_id, quantity, key in wanted:
+        row = rows.get(user_id)
+        mine = row is not None and row.quantity == quantity and row.idempotency_key == key
+        found.append(row if mine else None)
+    return found
+
+
+def find_landed(sessions: sessionmaker[Session], sale: Any, request: Any) -> Order | None:
+    """The request's row if the database has it; None if not, or if it cannot tell
+    (for a path whose stock is the database, ``sql``: nothing waits on the answer)."""
+    try:
+        return _written_rows(sessions, sale.id, [(request.user_id, request.quantity,
+                                                  request.idempotency_key)])[0]
+    except Exception:  # noqa: BLE001 - the write's own error stands
+        return None
+
+
+def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
+                     quantity: int, idempotency_key: str | None, generation: int | None,
+                     stock_keys: tuple[str, str] | None = None) -> Any:
+    """After a write that ``maybe_written``: the order if its row is in the database
+    (the purchase succeeded: 201), None if it is not (the caller gives the units back).
+
+    **Failure timeline** it prevents (a helper's proxy dropping connections mid-COMMIT)::
+
+        buyer:  takes 1 unit in Redis; its row's COMMIT reaches PostgreSQL and commits
+        link:   drops before the reply: the write raises OperationalError
+        buyer:  gives its unit back (Redis +1) and answers 503 "nothing was bought"
+        sale:   sells that unit again: one order more than the stock (49 oversold)
+
+    If the database cannot be asked either, ``OrderInDoubt`` (503): the units stay
+    taken and the buyer reserved, and ``settle_in_doubt`` asks again later."""
+    outcome = landed_batch(sessions, redis, sale, [(user_id, quantity, idempotency_key)],
+                           generation, stock_keys)[0]
+    if isinstance(outcome, OrderInDoubt):
+        raise outcome
+    return outcome
+
+
+def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
+                 wanted: list[tuple[str, int, str | None]], generation: int | None,
+                 stock_keys: tuple[str, str] | None = None) -> list[Any]:
+    """``landed_after_all`` for several purchases of one sale in one query: for each,
+    its order, None (not written), or an ``OrderInDoubt`` (queued for later)."""
+    started = time.monotonic()
+    try:
+        return list(_written_rows(sessions, sale.id, wanted))
+    except Exception as exc:  # noqa: BLE001 - asked once more, unless that took long
+        failure: Exception = exc
+    if time.monotonic() - started < 1.0:
+        time.sleep(0.05)
+        try:
+            return list(_written_rows(sessions, sale.id, wanted))
+        except Exception as exc:  # noqa: BLE001 - in doubt: settled later
+            failure = exc
+    outcomes: list[Any] = []
+    for user_id, quantity, key in wanted:
+        logger.warning("order of %r for %s may be written: the database could not tell "
+                       "(%r); its %d unit(s) stay taken until it can", user_id, sale.sku,
+                       failure, quantity)
+        _IN_DOUBT.append(_InDoubt(sessions, redis, sale.sku, sale.id, user_id, quantity,
+                                  key, _generation_of(sale, generation), stock_keys))
+        outcomes.append(OrderInDoubt(sale.sku))
+    return outcomes
+
+
+def _generation_of(sale: Any, generation: int | None) -> int | None:
+    """The generation the units were taken from: a lock path's purchase gives none (a
+    reset waits for its section), but a later give-back runs outside it."""
+    return generation if generation is not None else getattr(sale, "generation", None)
+
+
+@dataclass(frozen=True)
+class _InDoubt:
+    """A purchase whose row may be written, which the database could not confirm."""
+
+    sessions: Any
+    redis: Any
+    sku: str
+    sale_id: int
+    user_id: str
+    quantity: int
+    idempotency_key: str | None
+    generation: int | None
+    stock_keys: tuple[str, str] | None
+
+
+#: purchases ``landed_after_all`` could not settle: this worker's next purchases ask
+#: again, at most once a second (``settle_in_doubt``)
+_IN_DOUBT: collections.deque[_InDoubt] = collections.deque(maxlen=100_000)
+_next_settle = 0.0
+SETTLE_EVERY_S = 1.0
+
+
+def in_doubt() -> bool:
+    return bool(_IN_DOUBT)
+
+
+def settle_in_doubt() -> None:
+    """Ask the database about each purchase in doubt, oldest first; stop at the first
+    it cannot answer, for a second. A row: it is the buyer's order, which keeps the
+    reservation. No row: the units go back to their generation's stock (none if the
+    sale was reset since) and the buyer's reservation goes, so a retry can buy."""
+    global _next_settle
+    if time.monotonic() < _next_settle:
+        return
+    _next_settle = time.monotonic() + SETTLE_EVERY_S  # also keeps other greenlets out
+    while True:
+        try:  # taken off first: a concurrent settle (another greenlet) takes the next one
+            entry = _IN_DOUBT.popleft()
+        except IndexError:
+            return
+        try:
+            if _written_rows(entry.sessions, entry.sale_id, [
+                    (entry.user_id, entry.quantity, entry.idempotency_key)]) == [None]:
+                if give_back(entry.redis, entry.sku, entry.quantity, entry.generation,
+                             entry.stock_keys, quiet=False):
+                    entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
+        except Exception:  # noqa: BLE001 - still down: next time
+            _IN_DOUBT.appendleft(entry)
+            return
+        logger.warning("settled the order in doubt of %r for %s", entry.user_id, entry.sku)
+
+
 def give_back(redis: Any, sku: str, quantity: int, generation: int | None,
-              stock_keys: tuple[str, str] | None = None) -> None:
+              stock_keys: tuple[str, str] | None = None, *, quiet: bool = True) -> bool:
     """Return ``quantity`` units to ``sku``'s stock, or to ``stock_keys`` (a stock key and
     its generation key); to ``generation``'s only, if given (``give_back.lua``). A
     failure is logged: the audit will show it.
@@ -204,10 +379,13 @@ def give_back(redis: Any, sku: str, quantity: int, generation: int | None,
                                                 args=[quantity, generation]) < 0:
             logger.warning("%s was reset: %d unit(s) of the old sale not given back", sku,
                            quantity)
-            return
+            return False
         redis.delete(SaleKeys(sku).soldout)  # only a shortcut: a refusal sets it again
     except Exception:  # Redis down too: the audit will show the mismatch
+        if not quiet:  # the caller keeps it and tries again
+            raise
         logger.exception("could not return %d unit(s) to %s", quantity, stock_keys[0])
-    else:
-        logger.warning("order write for %s failed; %d unit(s) returned to %s", sku,
-                       quantity, stock_keys[0])
+        return False
+    logger.warning("order write for %s failed; %d unit(s) returned to %s", sku,
+                   quantity, stock_keys[0])
+    return True

@@ -21,7 +21,7 @@ import lockcore
 from . import scripts
 from .deadlines import LATE, deadline, too_late
 from .groupcommit import stock_after
-from .orders import give_back, insert_grouped, record_order
+from .orders import find_landed, give_back, insert_grouped, maybe_written, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut
 from .saleinfo import cache_sale, generation, sale_fields
 from .services import Checkout, PurchaseRequest, SaleInfo
@@ -193,6 +193,10 @@ class SqlPath(StockPath):
         except SaleReset:
             self._forget_stale_copy(deps.redis, sale)
             raise
+        except Exception as exc:  # the COMMIT's reply lost: the row may be there all the same
+            order = find_landed(deps.sessions, sale, request) if maybe_written(exc) else None
+            if order is None:  # the database is the stock: nothing to give back
+                raise
         # The order is committed: from here on nothing may turn it into a 503 ("nothing
         # was bought"). The copy is kept in step best-effort; a miss (Redis down or slow)
         # leaves it above the database until the next purchase mirrors it.

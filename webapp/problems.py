@@ -49,6 +49,17 @@ class Busy(ShopError):
         self.retry_after_s = retry_after_s
 
 
+class OrderInDoubt(Busy):
+    """The order's write failed in a way that may have committed it (the database's
+    reply to the COMMIT was lost), and the database could not be asked whether it did.
+    Its units stay taken and the buyer reserved until a later check finds the row (it
+    is the buyer's order) or its absence (the units go back): ``orders.settle_in_doubt``."""
+
+    def __init__(self, sku: str) -> None:
+        super().__init__(f"the order for {sku} may or may not have been written; it will "
+                         "be checked shortly: try again in a few seconds", retry_after_s=2)
+
+
 class SaleReset(Busy):
     """The sale was reset while this purchase was in flight: the units it took belong
     to the sale that was reset (its orders deleted, its stock replaced), so they are

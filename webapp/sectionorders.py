@@ -24,7 +24,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from .batching import own_copy
 from .groupcommit import writer_for
 from .models import PlacedOrder
-from .orders import explain_conflict, give_back, new_order
+from .orders import explain_conflict, give_back, landed_batch, maybe_written, new_order
+from .problems import OrderInDoubt
 
 #: one order: ``(user_id, quantity, fencing_token, idempotency_key)``
 Wanted = tuple[str, int, int | None, str | None]
@@ -52,20 +53,33 @@ def insert_batch(sessions: sessionmaker[Session], sale: Any,
     return outcomes
 
 
-def write_batch(sessions: sessionmaker[Session], sale: Any,
-                orders: list[Wanted]) -> list[PlacedOrder | BaseException]:
+def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted],
+                redis: Any = None) -> list[Any]:
     """``insert_batch``, with an error of the whole write (the database down) made every
-    order's, each its own copy. Nothing here yields: no answer can be lost midway."""
+    order's, each its own copy. A write that may have committed all the same (its
+    COMMIT's reply lost: ``orders.maybe_written``) is looked for: each order found is
+    its buyer's answer, and one the database cannot tell about is ``OrderInDoubt``."""
     try:
-        return insert_batch(sessions, sale, orders)
+        outcomes: list[Any] = list(insert_batch(sessions, sale, orders))
     except Exception as exc:  # noqa: BLE001 - every order's answer
-        return [own_copy(exc) for _ in orders]
+        outcomes = [own_copy(exc) for _ in orders]
+    unsure = [i for i, outcome in enumerate(outcomes)
+              if isinstance(outcome, BaseException) and maybe_written(outcome)]
+    if unsure:
+        found = landed_batch(sessions, redis, sale,
+                             [(orders[i][0], orders[i][1], orders[i][3]) for i in unsure], None)
+        for i, landed in zip(unsure, found, strict=True):
+            if landed is not None:  # its order, or OrderInDoubt: either way no give-back
+                outcomes[i] = landed
+    return outcomes
 
 
 def give_back_failed(redis: Any, sale: Any, orders: list[Wanted],
-                     outcomes: list[PlacedOrder | BaseException]) -> None:
-    """The units of every order that failed, back to the stock in one ``INCRBY``."""
+                     outcomes: list[Any]) -> None:
+    """The units of every order that failed, back to the stock in one ``INCRBY`` (not
+    those in doubt: ``orders.settle_in_doubt`` gives them back if they were not written)."""
     returned = sum(quantity for (_, quantity, _, _), outcome
-                   in zip(orders, outcomes, strict=True) if isinstance(outcome, BaseException))
+                   in zip(orders, outcomes, strict=True)
+                   if isinstance(outcome, BaseException) and not isinstance(outcome, OrderInDoubt))
     if returned:
         give_back(redis, sale.sku, returned, None)

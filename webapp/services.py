@@ -41,9 +41,16 @@ from .batching import Pending
 from .deadlines import LATE, deadline, reserve, too_late
 from .keys import SaleKeys
 from .models import OrderLike
-from .orders import KEY_USED_ELSEWHERE, find_order_or_key, give_back, has_order
+from .orders import (
+    KEY_USED_ELSEWHERE,
+    find_order_or_key,
+    give_back,
+    has_order,
+    in_doubt,
+    settle_in_doubt,
+)
 from .pipelining import ScriptPipeline
-from .problems import AlreadyPurchased, Busy, InvalidRequest, Replay, SoldOut
+from .problems import AlreadyPurchased, Busy, InvalidRequest, OrderInDoubt, Replay, SoldOut
 from .saleinfo import Fence, SaleInfo, cached_sale, latest_sale, load_sale
 from .takenorders import TakenOrder
 
@@ -95,6 +102,8 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
     if _UNDROPPED:  # an outage left reservations of failed purchases: drop them first
         drop_undropped()
+    if in_doubt():  # and orders whose write may have committed: ask the database again
+        settle_in_doubt()
     fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
     try:
         if fast is not None and fast.written_for is not None:
@@ -125,8 +134,8 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         order = buy()
     except Replay as replay:  # a concurrent twin won the Idempotency-Key race
         return PurchaseResult(_replay(replay.order, request), created=False)
-    except AlreadyPurchased:  # the database has the user's order: keep them reserved
-        raise
+    except (AlreadyPurchased, OrderInDoubt):  # the user's order is (or may be) written:
+        raise                                   # keep them reserved (settle_in_doubt)
     except BaseException:
         _unreserve(deps, sale.sku, request.user_id)
         raise

@@ -1,0 +1,382 @@
+"""The database misbehaving under a purchase (a helper's audit with a proxy that drops
+connections mid-COMMIT, a read-only database, a CHECK constraint and a trigger).
+
+* A COMMIT that landed but whose reply was lost: the purchase gave its units back and
+  answered 503, and the sale later sold them again (49 oversold). Now the row is looked
+  for first; if the database cannot tell, the units stay taken until it can.
+* A row refused by a trigger or a CHECK: the buyer heard 409 already_purchased with no
+  order, and stayed locked out after the fault was gone. Now 503, and a retry buys.
+* A read-only database: 500 internal_error for every purchase, and /healthz said ok.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from tests.support import scratch_postgres
+from webapp import db, groupcommit, orders, sales
+from webapp.commits import CommitLost, committing
+from webapp.problems import AlreadyPurchased, Busy, OrderInDoubt
+from webapp.services import Checkout, PurchaseRequest, checkout
+
+SKU = "sku-1"
+
+
+def lost_reply() -> OperationalError:
+    """What ``commits.committing`` raises when PostgreSQL's reply to a COMMIT is lost
+    (SQLite, which these tests run on, commits in-process and never loses one)."""
+    return CommitLost("COMMIT", {}, Exception("server closed the connection"))
+
+
+def books(deps: Checkout) -> tuple[object, ...]:
+    audit = sales.audit(deps.sessions, deps.redis, SKU)
+    return (audit["orders"], audit["remaining"], audit["database_remaining"],
+            audit["consistent"])
+
+
+@pytest.fixture(autouse=True)
+def nothing_in_doubt() -> Iterator[None]:
+    orders._IN_DOUBT.clear()
+    orders._next_settle = 0.0
+    yield
+    orders._IN_DOUBT.clear()
+    orders._next_settle = 0.0
+
+
+def commit_then_lose_the_reply(monkeypatch: pytest.MonkeyPatch, *, commits: bool) -> None:
+    real = groupcommit.OrderWriter._transaction
+
+    def lossy(self: Any, batch: Any) -> Any:
+        if commits:
+            real(self, batch)
+        raise lost_reply()
+
+    monkeypatch.setattr(groupcommit.OrderWriter, "_transaction", lossy)
+
+
+def database_cannot_tell(monkeypatch: pytest.MonkeyPatch) -> None:
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise lost_reply()
+
+    monkeypatch.setattr(orders, "_written_rows", down)
+
+
+def settle_now() -> None:
+    orders._next_settle = 0.0
+    orders.settle_in_doubt()
+
+
+def test_a_committed_order_whose_reply_was_lost_is_the_buyers_order(deps, monkeypatch):
+    commit_then_lose_the_reply(monkeypatch, commits=True)
+    result = checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert result.created and result.order.user_id == "ann" and result.order.id
+    assert books(deps) == (1, 49, 49, True)  # before: 503, and Redis 50 beside 49
+
+
+def test_a_lost_reply_the_database_cannot_explain_keeps_the_units_until_it_can(
+        deps, monkeypatch):
+    commit_then_lose_the_reply(monkeypatch, commits=True)
+    database_cannot_tell(monkeypatch)
+    with pytest.raises(OrderInDoubt) as raised:
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert raised.value.status == 503
+    assert books(deps) == (1, 49, 49, True)  # not given back: it was written
+    monkeypatch.undo()
+    settle_now()
+    assert not orders.in_doubt()
+    assert books(deps) == (1, 49, 49, True)
+    with pytest.raises(AlreadyPurchased):  # it is her order
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+
+
+def test_an_order_in_doubt_that_was_not_written_gives_its_units_back_once_known(
+        deps, monkeypatch):
+    commit_then_lose_the_reply(monkeypatch, commits=False)
+    database_cannot_tell(monkeypatch)
+    with pytest.raises(OrderInDoubt):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert books(deps)[:3] == (0, 49, 50)  # taken, in doubt
+    settle_now()  # the database still cannot tell: it stays in doubt
+    assert orders.in_doubt() and books(deps)[:3] == (0, 49, 50)
+    monkeypatch.undo()
+    settle_now()
+    assert not orders.in_doubt()
+    assert books(deps) == (0, 50, 50, True)
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created  # her reservation went
+    assert books(deps) == (1, 49, 49, True)
+
+
+def test_a_lost_reply_of_an_order_never_written_still_gives_the_units_back(
+        deps, monkeypatch):
+    commit_then_lose_the_reply(monkeypatch, commits=False)
+    with pytest.raises(OperationalError):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert books(deps) == (0, 50, 50, True)
+
+
+def test_a_row_refused_by_a_trigger_is_not_already_purchased_and_a_retry_buys(deps):
+    engine = deps.sessions.kw["bind"]
+    with engine.begin() as connection:
+        connection.execute(text(
+            "CREATE TRIGGER no_bad_buyers BEFORE INSERT ON orders "
+            "WHEN NEW.user_id LIKE 'bad-%' BEGIN SELECT RAISE(ABORT, 'bad buyer'); END"))
+    with pytest.raises(Busy) as raised:
+        checkout(deps, PurchaseRequest(SKU, "bad-1"))
+    assert not isinstance(raised.value, AlreadyPurchased) and raised.value.status == 503
+    assert books(deps) == (0, 50, 50, True)
+    with engine.begin() as connection:
+        connection.execute(text("DROP TRIGGER no_bad_buyers"))
+    assert checkout(deps, PurchaseRequest(SKU, "bad-1")).created  # not locked out
+    assert books(deps) == (1, 49, 49, True)
+
+
+@pytest.fixture
+def refusing_postgres(redis_url: str) -> Iterator[tuple[Any, str, str]]:
+    """A shop on a PostgreSQL database of its own, with a trigger refusing 'bad-' buyers."""
+    with scratch_postgres("seckill_faults") as (admin, name, url):
+        db.upgrade(url)
+        from sqlalchemy import create_engine
+
+        engine = create_engine(url)
+        with engine.begin() as connection:
+            connection.execute(text(
+                "CREATE FUNCTION refuse_bad() RETURNS trigger AS $$ BEGIN "
+                "IF NEW.user_id LIKE 'bad-%' THEN RAISE EXCEPTION 'bad buyer'; END IF; "
+                "RETURN NEW; END $$ LANGUAGE plpgsql"))
+            connection.execute(text(
+                "CREATE TRIGGER no_bad_buyers BEFORE INSERT ON orders "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_bad()"))
+        engine.dispose()
+        yield admin, name, url
+
+
+@pytest.mark.postgres
+def test_one_refused_row_in_a_group_commit_is_not_the_other_buyers(refusing_postgres):
+    # a trigger's error (ProgrammingError) failed every order of the batch: 500s
+    from sqlalchemy.orm import sessionmaker
+
+    from webapp.extensions import make_engine
+    from webapp.models import PlacedOrder
+
+    _, _, url = refusing_postgres
+    engine = make_engine(url)
+    try:
+        sessions = sessionmaker(engine, expire_on_commit=False)
+        sales.create_product(sessions, SKU, "Lamp", 1_000, stock=5, strategy="atomic")
+        from webapp.services import load_sale
+
+        sale = load_sale(sessions, SKU)
+        writes = [(*orders.new_order(sale, user, 1, None, None), None)
+                  for user in ("ok-1", "bad-1", "ok-2")]
+        done = groupcommit.OrderWriter(sessions).write_now(writes)
+        assert [type(p.result).__name__ if p.error is None else "error" for p in done] == \
+            ["PlacedOrder", "error", "PlacedOrder"]
+        assert all(isinstance(p.result, PlacedOrder) for p in (done[0], done[2]))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_read_only_database_is_503_and_healthz_says_so(refusing_postgres, redis_url):
+    from tests.webapp.conftest import make_app
+
+    admin, name, url = refusing_postgres
+    app = make_app(url, redis_url)
+    b = app.extensions["seckill"]
+    try:
+        sales.create_product(b.sessions, SKU, "Lamp", 1_000, stock=5, strategy="atomic")
+        sales.reset_sale(b.sessions, b.redis, SKU, stock=5, strategy="atomic")
+        client = app.test_client()
+        assert client.get("/healthz").status_code == 200
+        admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        b.engine.dispose()  # new sessions take the setting
+        health = client.get("/healthz")
+        assert health.status_code == 503 and health.get_json()["database"] == "down: read-only"
+        bought = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "ann"})
+        assert bought.status_code == 503, bought.get_json()  # it was 500 internal_error
+        assert bought.get_json()["error"] == "busy" and bought.headers["Retry-After"]
+        admin.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = off')
+        b.engine.dispose()
+        assert client.get("/healthz").status_code == 200
+        assert client.post(f"/api/products/{SKU}/purchase",
+                           json={"user_id": "ann"}).status_code == 201
+        audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+        assert audit["consistent"] and audit["orders"] == 1
+    finally:
+        b.close()
+
+
+def test_an_sql_order_whose_reply_was_lost_is_the_buyers_order(deps, monkeypatch):
+    # the sql path answered 503 "nothing was bought" for an order it had written
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=50, strategy="sql")
+    real = groupcommit.ConditionalOrderWriter._transaction
+
+    def lossy(self: Any, batch: Any) -> Any:
+        real(self, batch)
+        raise lost_reply()
+
+    monkeypatch.setattr(groupcommit.ConditionalOrderWriter, "_transaction", lossy)
+    result = checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert result.created and result.order.user_id == "ann"
+    assert books(deps) == (1, 49, 49, True)
+
+
+@pytest.mark.parametrize("database_answers", [True, False], ids=["found", "in-doubt"])
+def test_a_combined_sections_lost_reply_keeps_its_written_orders(
+        deps, monkeypatch, database_answers):
+    # a lock holder writing its combined batch: every order failed and every unit went back
+    from webapp import sectionorders
+    from webapp.services import load_sale
+
+    sale = load_sale(deps.sessions, SKU)
+    deps.redis.decrby(sale.keys.stock, 2)  # the section took their units
+    commit_then_lose_the_reply(monkeypatch, commits=True)
+    if not database_answers:
+        database_cannot_tell(monkeypatch)
+    wanted = [("ann", 1, None, None), ("bo", 1, None, None)]
+    outcomes = sectionorders.write_batch(deps.sessions, sale, wanted, deps.redis)
+    sectionorders.give_back_failed(deps.redis, sale, wanted, outcomes)
+    if database_answers:
+        assert [o.user_id for o in outcomes] == ["ann", "bo"]
+    else:
+        assert all(isinstance(o, OrderInDoubt) for o in outcomes)
+    assert books(deps) == (2, 48, 48, True)  # before: Redis 50 beside 2 orders
+
+
+class _Begin:
+    """A ``begin()`` context whose COMMIT fails as ``failure`` says."""
+
+    def __init__(self, failure: BaseException | None) -> None:
+        self.failure = failure
+        self.exited_with: object = "not yet"
+
+    def __enter__(self) -> str:
+        return "connection"
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        self.exited_with = kind
+        if kind is None and self.failure is not None:
+            raise self.failure
+
+
+def test_only_a_lost_commit_to_a_remote_database_is_in_doubt():
+    dropped = OperationalError("COMMIT", {}, Exception("server closed the connection"))
+    with pytest.raises(CommitLost):
+        with committing(_Begin(dropped), remote=True):
+            pass
+    with pytest.raises(OperationalError) as raised:  # SQLite: its COMMIT did not happen
+        with committing(_Begin(dropped), remote=False):
+            pass
+    assert not isinstance(raised.value, CommitLost)
+    begin = _Begin(None)
+    with pytest.raises(OperationalError) as raised:  # a statement's: rolled back
+        with committing(begin, remote=True):
+            raise dropped
+    assert not isinstance(raised.value, CommitLost) and begin.exited_with is OperationalError
+    with committing(_Begin(None), remote=True) as connection:
+        assert connection == "connection"
+
+
+class CommitDroppingProxy:
+    """A TCP proxy to PostgreSQL that, once armed, forwards the next COMMIT and drops
+    that connection instead of passing the server's reply back."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = threading.Event()
+        self.dropped = threading.Event()
+        self.sockets: list[Any] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.sockets += [client, server]
+            cut = threading.Event()  # this connection's replies are no longer passed on
+            for source, sink, from_client in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pipe, args=(source, sink, from_client, cut),
+                                 daemon=True).start()
+
+    def _pipe(self, source: Any, sink: Any, from_client: bool, cut: Any) -> None:
+        import time
+
+        try:
+            while data := source.recv(65536):
+                if from_client and b"COMMIT\x00" in data and self.armed.is_set():
+                    self.armed.clear()
+                    cut.set()  # before the COMMIT goes: its reply must not come back
+                    self.dropped.set()
+                    sink.sendall(data)
+                    time.sleep(0.3)  # the server commits, answers; the answer goes nowhere
+                    return
+                if cut.is_set():
+                    return
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("strategy", ["atomic", "token"])
+def test_a_commit_whose_reply_postgresql_never_sent_back_is_not_sold_twice(
+        redis_url, strategy):
+    # end to end on psycopg: the COMMIT lands, the connection drops before its reply
+    from sqlalchemy.engine import make_url
+
+    from tests.webapp.conftest import make_app
+
+    with scratch_postgres("seckill_lost_commit") as (_, _, url):
+        db.upgrade(url)
+        parsed = make_url(url)
+        proxy = CommitDroppingProxy(parsed.host or "127.0.0.1", parsed.port or 5432)
+        through = parsed.set(host="127.0.0.1", port=proxy.port).update_query_dict(
+            {"sslmode": "disable"})  # the proxy reads the COMMIT on the wire
+        app = make_app(through.render_as_string(hide_password=False), redis_url)
+        b = app.extensions["seckill"]
+        try:
+            sales.create_product(b.sessions, SKU, "Lamp", 1_000, stock=3, strategy=strategy)
+            sales.reset_sale(b.sessions, b.redis, SKU, stock=3, strategy=strategy)
+            client = app.test_client()
+            proxy.armed.set()
+            first = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "ann"})
+            assert proxy.dropped.is_set()
+            assert first.status_code == 201, first.get_json()  # it was 503: "not bought"
+            for user in ("bo", "cy", "di"):
+                client.post(f"/api/products/{SKU}/purchase", json={"user_id": user})
+            audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+            assert (audit["orders"], audit["oversold"], audit["consistent"]) == (3, 0, True), \
+                audit
+        finally:
+            b.close()
+            proxy.close()
