@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from . import scripts
 from .problems import Busy
 
@@ -47,8 +49,23 @@ def too_late() -> Busy:
 
 def set_stock(client: Any, key: str, units: int) -> None:
     """The locked section's write of the stock it computed (``set_stock.lua``): a plain
-    SET, unless Redis runs it after the deadline (then 503, nothing written)."""
-    if scripts.script(client, "set_stock")(keys=[key], args=[units, deadline(client)]) == LATE:
+    SET, unless Redis runs it after the deadline (then 503, nothing written).
+
+    **Failure timeline** the second try prevents (a helper's proxy dropping the reply)::
+
+        holder:  SET stock 6 runs in Redis; the connection drops before the reply
+        holder:  ConnectionError: 503 "nothing was bought", no order written
+        stock:   6 in Redis, 7 in the database: a unit gone for good
+
+    A SET of an absolute value is idempotent, and under the lock nobody else writes the
+    stock: so the same SET is sent once more, on a new connection (a reply lost to a
+    *timeout* needs no retry: the deadline made a late run change nothing)."""
+    write = scripts.script(client, "set_stock")
+    try:
+        answer = write(keys=[key], args=[units, deadline(client)])
+    except RedisConnectionError:
+        answer = write(keys=[key], args=[units, deadline(client)])
+    if answer == LATE:
         raise too_late()
 
 
