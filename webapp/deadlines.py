@@ -69,9 +69,12 @@ def set_stock(client: Any, key: str, units: int) -> None:
         raise too_late()
 
 
-def reserve(client: Any, buyers_key: str, user_id: str) -> bool:
-    """SADD the buyer (``reserve.lua``): True if reserved, False if already; 503 late."""
-    done = scripts.script(client, "reserve")(keys=[buyers_key], args=[user_id, deadline(client)])
+def reserve(client: Any, buyers_key: str, user_id: str, reservations_key: str = "",
+            nonce: str = "") -> bool:
+    """SADD the buyer (``reserve.lua``): True if reserved, False if already; 503 late.
+    With a ``nonce``, kept for the buyer in ``reservations_key`` (``undo_lost.lua``)."""
+    keys = [buyers_key, reservations_key] if nonce else [buyers_key]
+    done = scripts.script(client, "reserve")(keys=keys, args=[user_id, deadline(client), nonce])
     if done == LATE:
         raise too_late()
     return bool(done == 1)

@@ -52,6 +52,12 @@ class SaleKeys:
         taken (``services.claim_key``); a reset forgets them with the sale's orders."""
         return f"sale:{{{self.sku}}}:key_owners"
 
+    @property
+    def reservations(self) -> str:
+        """User -> the nonce of the purchase that reserved them: how a purchase whose
+        reply was lost tells its own reservation apart (``undo_lost.lua``)."""
+        return f"sale:{{{self.sku}}}:reservations"
+
     def all(self) -> list[str]:
         return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info,
-                self.reloaded, self.holdoff, self.key_owners]
+                self.reloaded, self.holdoff, self.key_owners, self.reservations]

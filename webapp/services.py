@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
@@ -104,7 +107,12 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         drop_undropped()
     if in_doubt():  # and orders whose write may have committed: ask the database again
         settle_in_doubt()
-    fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
+    nonce = new_nonce()
+    try:
+        fast = _fast_checkout(deps, request, nonce) if request.idempotency_key is None else None
+    except RedisConnectionError:  # the script may have run: undo what it did, if it did
+        undo_lost(deps, request, nonce, fast_script=True)
+        raise
     try:
         if fast is not None and fast.written_for is not None:
             # the row is written: nothing that can fail stands before its answer
@@ -126,7 +134,12 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
             if request.quantity > sale.per_user_limit:
                 raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} "
                                      "for this sale")
-            earlier = _reserve(deps, sale, request, soldout_checked=fast is not None)
+            try:
+                earlier = _reserve(deps, sale, request, nonce,
+                                   soldout_checked=fast is not None)
+            except RedisConnectionError:
+                undo_lost(deps, request, nonce, fast_script=False)
+                raise
             if earlier is not None:
                 return PurchaseResult(earlier, created=False)
         buy = functools.partial(path.purchase, deps, sale, request)
@@ -189,7 +202,7 @@ class _Fast:
         return dict(zip(self.flat[::2], self.flat[1::2], strict=True))
 
 
-#: ``atomic_checkout.lua``'s keys by sku (the same four for every buyer of a sale)
+#: ``atomic_checkout.lua``'s keys by sku (the same five for every buyer of a sale)
 _SCRIPT_KEYS: dict[str, list[str]] = {}
 #: skus kept; past it the memo starts again (a plausible sku need not exist)
 _SCRIPT_KEYS_MAX = 1024
@@ -199,14 +212,14 @@ def _script_keys(sku: str) -> list[str]:
     found = _SCRIPT_KEYS.get(sku)
     if found is None:
         keys = SaleKeys(sku)
-        found = [keys.soldout, keys.buyers, keys.info, keys.stock]
+        found = [keys.soldout, keys.buyers, keys.info, keys.stock, keys.reservations]
         if len(_SCRIPT_KEYS) >= _SCRIPT_KEYS_MAX:
             _SCRIPT_KEYS.clear()
         _SCRIPT_KEYS[sku] = found
     return found
 
 
-def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
+def _fast_checkout(deps: Checkout, request: PurchaseRequest, nonce: str = "") -> _Fast:
     """One round trip (``atomic_checkout.lua``): after the sale, 409 (already_purchased
     before sold_out); the sale's cached row; the buyer's reservation; for an ``atomic``
     sale the whole purchase but its order row."""
@@ -216,7 +229,7 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
         request.user_id, request.quantity,
         # the script leaves out a row we have; and changes nothing if run too late
         known.generation if known is not None and known.generation is not None else "",
-        deadline(deps.redis)]
+        deadline(deps.redis), nonce]
     then = None
     if deps.script_pipeline is not None:
         then = TakenOrder(deps.sessions, request.sku, request.user_id, request.quantity, known)
@@ -262,7 +275,7 @@ def claim_key(redis: Any, keys: SaleKeys, request: PurchaseRequest) -> None:
         raise InvalidRequest(KEY_USED_ELSEWHERE)
 
 
-def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
+def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest, nonce: str = "",
              soldout_checked: bool = False) -> OrderLike | None:
     """Reserve the user's single order; return an earlier order for a replayed key.
 
@@ -289,7 +302,7 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
             # sold-out sale's late buyers would only pile up until its reset)
             claim_key(deps.redis, keys, request)
             claimed = True
-        if reserve(deps.redis, keys.buyers, request.user_id):
+        if reserve(deps.redis, keys.buyers, request.user_id, keys.reservations, nonce):
             return None
         if request.idempotency_key is None:
             raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
@@ -323,7 +336,7 @@ class _Undropped:
     user_id: str
 
 
-_UNDROPPED: collections.deque[_Undropped] = collections.deque(maxlen=100_000)
+_UNDROPPED: collections.deque[Any] = collections.deque(maxlen=100_000)
 #: when the next drain may run (``time.monotonic``): while Redis hangs, a purchase does
 #: not wait a reply timeout for the retry before waiting one for itself, every time
 _next_drain = 0.0
@@ -353,6 +366,72 @@ def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
         _UNDROPPED.append(_Undropped(deps.redis, deps.sessions, sku, user_id))
 
 
+_nonces = itertools.count()
+#: this process's part of every nonce (a pid is reused only by a later process)
+_NONCE_PREFIX = f"{os.getpid():x}.{os.urandom(4).hex()}."
+
+
+def new_nonce() -> str:
+    """A name for one purchase, unique across processes and hosts: what its first script
+    keeps for its buyer (``undo_lost.lua``). A counter: cheaper than 16 random bytes."""
+    return f"{_NONCE_PREFIX}{next(_nonces)}"
+
+
+def undo_lost(deps: Checkout, request: PurchaseRequest, nonce: str, *,
+              fast_script: bool) -> None:
+    """The purchase's first script (``atomic_checkout.lua`` if ``fast_script``, else
+    ``reserve.lua``) lost its reply with its connection: undo what it did, if it ran.
+
+    **Failure timeline** it prevents (a helper's proxy; ``CLIENT KILL`` storms)::
+
+        buyer:  the script reserves alice and, in an atomic sale, takes her unit
+        link:   drops before the reply: ConnectionError, 503 "nothing was bought"
+        alice:  retries: 409 already_purchased, with no order, until the next reset;
+                and the atomic sale is a unit short in Redis for good
+
+    ``undo_lost.lua`` drops the reservation only if it holds this purchase's nonce
+    (another purchase of hers keeps its own), and gives an atomic sale's units back
+    with it. If Redis cannot be reached now, this worker tries again later."""
+    if not _undo_lost(deps.redis, request.sku, request.user_id, request.quantity, nonce,
+                      fast_script):
+        _UNDROPPED.append(_LostReply(deps.redis, request.sku, request.user_id,
+                                     request.quantity, nonce, fast_script))
+
+
+def _undo_lost(redis: Any, sku: str, user_id: str, quantity: int, nonce: str,
+               fast_script: bool) -> bool:
+    """``undo_lost.lua``; False if Redis did not answer (nothing known to be undone)."""
+    keys = SaleKeys(sku)
+    try:
+        undone = scripts.script(redis, "undo_lost")(
+            keys=[keys.buyers, keys.reservations, keys.info, keys.stock, keys.soldout],
+            args=[user_id, nonce, quantity, "1" if fast_script else "0"])
+    except Exception:  # noqa: BLE001 - still unreachable: tried again later
+        logger.warning("could not undo the lost purchase of %r (%s) yet; will retry",
+                       user_id, sku, exc_info=True)
+        return False
+    if undone:
+        logger.warning("a purchase of %r (%s) lost its reply: its reservation%s undone",
+                       user_id, sku, " and units" if undone == 2 else "")
+    return True
+
+
+@dataclass(frozen=True)
+class _LostReply:
+    """A purchase whose first script lost its reply, and Redis was down to undo it."""
+
+    redis: Any
+    sku: str
+    user_id: str
+    quantity: int
+    nonce: str
+    fast_script: bool
+
+    def retry(self) -> bool:
+        return _undo_lost(self.redis, self.sku, self.user_id, self.quantity, self.nonce,
+                          self.fast_script)
+
+
 def drop_undropped() -> None:
     """Retry the reservations ``_unreserve`` could not drop, oldest first; stop at the
     first that fails again (Redis or the database still down), for a second."""
@@ -365,6 +444,11 @@ def drop_undropped() -> None:
             entry = _UNDROPPED.popleft()
         except IndexError:
             return
+        if isinstance(entry, _LostReply):
+            if not entry.retry():
+                _UNDROPPED.appendleft(entry)
+                return
+            continue
         try:
             if has_order(entry.sessions, entry.sku, entry.user_id):
                 continue  # the reservation is the order's now

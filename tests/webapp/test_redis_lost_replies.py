@@ -49,3 +49,64 @@ def test_a_lost_reply_to_the_locked_stock_write_loses_no_unit(client, monkeypatc
     assert answer.status_code == 201, answer.get_json()  # it was 503, the unit gone
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (6, 1, True), audit
+
+
+def lose_the_pipelined_reply(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The first batch of pipelined purchase scripts runs in Redis, then its replies are
+    lost with the connection (so the batch's leader writes no order rows either)."""
+    from webapp import batching
+    from webapp.pipelining import ScriptPipeline
+
+    real = ScriptPipeline._round_trip
+    lost: list[str] = []
+
+    def lossy(self: Any, batch: Any) -> None:
+        real(self, batch)
+        if not lost:
+            lost.append(",".join(p.item[0] for p in batch))
+            for pending in batch:  # Redis ran them; no reply was read
+                pending.result = batching._UNSET
+            raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(ScriptPipeline, "_round_trip", lossy)
+    return lost
+
+
+@pytest.mark.parametrize(("strategy", "key"), [
+    ("atomic", None), ("token", None), ("sql", None), ("atomic", "key-1"), ("token", "key-2")])
+def test_a_purchase_whose_first_script_lost_its_reply_undoes_it(
+        client, monkeypatch, strategy, key):
+    # the buyer stayed reserved (409 already_purchased on every retry, with no order)
+    # and an atomic sale kept her unit
+    reset(client, stock=7, strategy=strategy)
+    lost = (lose_the_pipelined_reply(monkeypatch) if key is None
+            else drop_the_first_reply_of(monkeypatch, "reserve"))
+    answer = buy(client, "alice", key=key)
+    assert lost and answer.status_code == 503, answer.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (7, 0, True), audit
+    again = buy(client, "alice", key=key)
+    assert again.status_code == 201, again.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (6, 1, True), audit
+
+
+def test_only_the_lost_purchases_own_reservation_is_undone(redis_client):
+    from webapp.keys import SaleKeys
+
+    keys = SaleKeys("sku-undo")
+    redis_client.delete(*keys.all())
+    redis_client.hset(keys.info, "strategy", "atomic")
+    redis_client.set(keys.stock, 5)
+    redis_client.sadd(keys.buyers, "alice")
+    redis_client.hset(keys.reservations, "alice", "theirs")
+    undo = scripts.script(redis_client, "undo_lost")
+    args = [keys.buyers, keys.reservations, keys.info, keys.stock, keys.soldout]
+    assert undo(keys=args, args=["alice", "mine", 1, "1"]) == 0  # another purchase's
+    assert redis_client.sismember(keys.buyers, "alice") and redis_client.get(keys.stock) == b"5"
+    assert undo(keys=args, args=["alice", "theirs", 1, "1"]) == 2
+    assert not redis_client.sismember(keys.buyers, "alice")
+    assert redis_client.get(keys.stock) == b"6"
+    assert undo(keys=args, args=["alice", "theirs", 1, "1"]) == 0  # once only
+    assert redis_client.get(keys.stock) == b"6"
+    redis_client.delete(*keys.all())

@@ -14,6 +14,9 @@
 -- ARGV[3]  generation           optional: the sale generation the caller already knows
 -- ARGV[4]  deadline             optional: ms since the epoch, Redis's clock; run later
 --                               (the caller gave up on the reply: a 503), change nothing
+-- ARGV[5]  nonce                optional: this purchase's, kept for the reserved user in
+--                               KEYS[5] sale:{sku}:reservations, so that a caller whose
+--                               reply was lost can undo what it did (undo_lost.lua)
 --
 -- Returns {code, units, info}: `info` is the HGETALL reply of KEYS[3], `units` the
 -- units left. `info` is absent for codes -1 and -3 when the sale is over, for -4, and
@@ -61,6 +64,9 @@ if quantity > limit then
 end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
   return answer(-3, 0)
+end
+if ARGV[5] and ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])
 end
 if strategy ~= 'atomic' then
   return answer(2, 0)
