@@ -12,8 +12,10 @@ import hmac
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from flask import Blueprint, Response, jsonify, render_template, request
+from redis.exceptions import RedisError
 
 import lockcore
 from lockcore import LockError
@@ -106,22 +108,27 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
     try:
         lock = locks.lock_for(backends, sale, "admin-reset")
         acquired = lock.acquire(blocking=True, timeout=timeout)
+        down = None if acquired else _redlock_majority_down(backends, sale)
     except _unreachable() as exc:
-        # ZooKeeper is down, for this worker at least (a sale set to zookeeper with
-        # ZooKeeper gone could never be switched away: every reset was 503). Other
-        # workers may still reach it, so fence through the shop's Redis, which every
-        # section checks: a hold-off stops new sections everywhere, and one begun
+        down = str(exc)
+    if down is not None:
+        # ZooKeeper, or a majority of the redlock nodes, is down, for this worker at
+        # least (a sale set to it could never be switched away: every reset was 503).
+        # Other workers may still reach it, so fence through the shop's Redis, which
+        # every section checks: a hold-off stops new sections everywhere, and one begun
         # before ends within the lock's TTL. Wait that long; use the lock if it is back.
         ttl_ms = locks.lock_ttl_ms(backends, sale)
         logger.warning("reset of %s: its %s lock is unreachable (%s); holding the sale off "
-                       "and resetting after %.1fs", sku, sale.strategy, exc, ttl_ms / 1000)
+                       "and resetting after %.1fs", sku, sale.strategy, down, ttl_ms / 1000)
         section.hold_off(backends.redis, sale, ttl_ms)
         time.sleep(ttl_ms / 1000)  # gevent's, under gunicorn: other requests go on
         try:
             lock = locks.lock_for(backends, sale, "admin-reset")
             acquired = lock.acquire(blocking=False)
         except _unreachable():
-            yield  # still down: every section has ended or been held off
+            acquired = False
+        if not acquired:
+            yield  # still down, or taken since: every section has ended or been held off
             return
     if not acquired:
         raise Busy(f"could not take the {sale.strategy} lock of {sku} within {timeout:g}s: "
@@ -133,6 +140,25 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
             lock.release()
         except LockError:  # the TTL ran out during the reset: nothing left to release
             pass
+
+
+def _redlock_majority_down(backends: Backends, sale: Any) -> str | None:
+    """For a ``redlock`` sale whose lock was not acquired: why, if a majority of its
+    nodes does not answer a PING (``redlock`` answers False either way: held, or not
+    reachable). None when enough answer: then buyers hold the lock."""
+    if sale.strategy != "redlock":
+        return None
+    nodes = backends.redlock
+    answering = 0
+    for node in nodes:
+        try:
+            node.ping()
+            answering += 1
+        except RedisError:
+            pass
+    if answering > len(nodes) // 2:
+        return None
+    return f"{len(nodes) - answering} of {len(nodes)} redlock nodes do not answer"
 
 
 def _unreachable() -> tuple[type[BaseException], ...]:

@@ -119,3 +119,39 @@ def test_a_sale_on_zookeeper_can_be_switched_away_while_zookeeper_is_down(
         assert buy(client, "ann").status_code == 201
     finally:
         b.close()
+
+
+def test_a_sale_on_redlock_can_be_switched_away_while_its_majority_is_down(
+        sqlite_url: str, redis_url: str, redis_client: Any, monkeypatch) -> None:
+    # redlock answers an unreachable majority with False, like a lock buyers hold: the
+    # reset answered 503 "purchases hold it, or keep winning it" for as long as it lasted
+    from lockcore.embedded import free_ports
+
+    urls = [f"redis://127.0.0.1:{port}/0" for port in free_ports(5)]  # nothing listens
+    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=urls, LOCK_TTL_MS=300,
+                   LOCK_TIMEOUT_S=0.5)
+    b = backends(app)
+    try:
+        empty_shop(app)
+        sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=10, strategy="token")
+        client = app.test_client()
+        assert client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                          json={"stock": 5, "strategy": "redlock"}).status_code == 200
+        assert buy(client, "bo").status_code == 503  # its lock cannot be had
+        held_off: list[int] = []
+        sleep = admin.time.sleep
+
+        def waiting(seconds: float) -> None:  # (redlock's retries sleep too)
+            if seconds == 0.3:  # one lock TTL: the reset's wait
+                held_off.append(b.redis.exists(SaleKeys(SKU).holdoff))
+            sleep(seconds)
+
+        monkeypatch.setattr(admin.time, "sleep", waiting)
+        away = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                          json={"stock": 5, "strategy": "token"})
+        monkeypatch.setattr(admin.time, "sleep", sleep)
+        assert away.status_code == 200, away.get_json()
+        assert held_off == [1]
+        assert buy(client, "ann").status_code == 201
+    finally:
+        b.close()
