@@ -13,7 +13,6 @@ or sleeps.
 
 from __future__ import annotations
 
-import collections
 import logging
 import time
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from .problems import (
     SaleReset,
     SoldOut,
 )
+from .retrylater import RetryLater
 from .saleinfo import started_at
 from .statements import (
     INSERT_ORDERS,
@@ -260,7 +260,7 @@ def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, use
         sale:   sells that unit again: one order more than the stock (49 oversold)
 
     If the database cannot be asked either, ``OrderInDoubt`` (503): the units stay
-    taken and the buyer reserved, and ``settle_in_doubt`` asks again later."""
+    taken and the buyer reserved, and ``orders.IN_DOUBT`` asks again later."""
     outcome = landed_batch(sessions, redis, sale, [(user_id, quantity, idempotency_key)],
                            generation, stock_keys)[0]
     if isinstance(outcome, OrderInDoubt):
@@ -289,7 +289,7 @@ def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
         logger.warning("order of %r for %s may be written: the database could not tell "
                        "(%r); its %d unit(s) stay taken until it can", user_id, sale.sku,
                        failure, quantity)
-        _IN_DOUBT.append(_InDoubt(sessions, redis, sale.sku, sale.id, user_id, quantity,
+        IN_DOUBT.add(_InDoubt(sessions, redis, sale.sku, sale.id, user_id, quantity,
                                   key, _generation_of(sale, generation), stock_keys))
         outcomes.append(OrderInDoubt(sale.sku))
     return outcomes
@@ -316,41 +316,26 @@ class _InDoubt:
     stock_keys: tuple[str, str] | None
 
 
+def _settle(entry: _InDoubt) -> bool:
+    """Ask the database about one purchase in doubt; False if it still cannot tell. A
+    row: it is the buyer's order, which keeps the reservation. No row: the units go back
+    to their generation's stock (none if the sale was reset since) and the buyer's
+    reservation goes, so a retry can buy."""
+    try:
+        if _written_rows(entry.sessions, entry.sale_id, [
+                (entry.user_id, entry.quantity, entry.idempotency_key)]) == [None]:
+            if give_back(entry.redis, entry.sku, entry.quantity, entry.generation,
+                         entry.stock_keys, quiet=False):
+                entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
+    except Exception:  # noqa: BLE001 - still down: next time
+        return False
+    logger.warning("settled the order in doubt of %r for %s", entry.user_id, entry.sku)
+    return True
+
+
 #: purchases ``landed_after_all`` could not settle: this worker's next purchases ask
-#: again, at most once a second (``settle_in_doubt``)
-_IN_DOUBT: collections.deque[_InDoubt] = collections.deque(maxlen=100_000)
-_next_settle = 0.0
-SETTLE_EVERY_S = 1.0
-
-
-def in_doubt() -> bool:
-    return bool(_IN_DOUBT)
-
-
-def settle_in_doubt() -> None:
-    """Ask the database about each purchase in doubt, oldest first; stop at the first
-    it cannot answer, for a second. A row: it is the buyer's order, which keeps the
-    reservation. No row: the units go back to their generation's stock (none if the
-    sale was reset since) and the buyer's reservation goes, so a retry can buy."""
-    global _next_settle
-    if time.monotonic() < _next_settle:
-        return
-    _next_settle = time.monotonic() + SETTLE_EVERY_S  # also keeps other greenlets out
-    while True:
-        try:  # taken off first: a concurrent settle (another greenlet) takes the next one
-            entry = _IN_DOUBT.popleft()
-        except IndexError:
-            return
-        try:
-            if _written_rows(entry.sessions, entry.sale_id, [
-                    (entry.user_id, entry.quantity, entry.idempotency_key)]) == [None]:
-                if give_back(entry.redis, entry.sku, entry.quantity, entry.generation,
-                             entry.stock_keys, quiet=False):
-                    entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
-        except Exception:  # noqa: BLE001 - still down: next time
-            _IN_DOUBT.appendleft(entry)
-            return
-        logger.warning("settled the order in doubt of %r for %s", entry.user_id, entry.sku)
+#: again (``retrylater.py``)
+IN_DOUBT: RetryLater[_InDoubt] = RetryLater(_settle)
 
 
 def give_back(redis: Any, sku: str, quantity: int, generation: int | None,

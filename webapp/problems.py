@@ -53,7 +53,7 @@ class OrderInDoubt(Busy):
     """The order's write failed in a way that may have committed it (the database's
     reply to the COMMIT was lost), and the database could not be asked whether it did.
     Its units stay taken and the buyer reserved until a later check finds the row (it
-    is the buyer's order) or its absence (the units go back): ``orders.settle_in_doubt``."""
+    is the buyer's order) or its absence (the units go back): ``orders.IN_DOUBT``."""
 
     def __init__(self, sku: str) -> None:
         super().__init__(f"the order for {sku} may or may not have been written; it will "

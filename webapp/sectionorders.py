@@ -77,7 +77,7 @@ def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted]
 def give_back_failed(redis: Any, sale: Any, orders: list[Wanted],
                      outcomes: list[Any]) -> None:
     """The units of every order that failed, back to the stock in one ``INCRBY`` (not
-    those in doubt: ``orders.settle_in_doubt`` gives them back if they were not written)."""
+    those in doubt: ``orders.IN_DOUBT`` gives them back if they were not written)."""
     returned = sum(quantity for (_, quantity, _, _), outcome
                    in zip(orders, outcomes, strict=True)
                    if isinstance(outcome, BaseException) and not isinstance(outcome, OrderInDoubt))

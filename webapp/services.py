@@ -26,7 +26,6 @@ Everything the function needs comes in ``Checkout`` so the tests can hand it a
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import logging
@@ -45,15 +44,15 @@ from .deadlines import LATE, deadline, reserve, too_late
 from .keys import SaleKeys
 from .models import OrderLike
 from .orders import (
+    IN_DOUBT,
     KEY_USED_ELSEWHERE,
     find_order_or_key,
     give_back,
     has_order,
-    in_doubt,
-    settle_in_doubt,
 )
 from .pipelining import ScriptPipeline
 from .problems import AlreadyPurchased, Busy, InvalidRequest, OrderInDoubt, Replay, SoldOut
+from .retrylater import RetryLater
 from .saleinfo import Fence, SaleInfo, cached_sale, latest_sale, load_sale
 from .takenorders import TakenOrder
 
@@ -103,10 +102,10 @@ class PurchaseResult:
 
 def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
-    if _UNDROPPED:  # an outage left reservations of failed purchases: drop them first
-        drop_undropped()
-    if in_doubt():  # and orders whose write may have committed: ask the database again
-        settle_in_doubt()
+    if UNDONE_LATER:  # an outage left undos of failed purchases: try them first
+        UNDONE_LATER.drain()
+    if IN_DOUBT:  # and orders whose write may have committed: ask the database again
+        IN_DOUBT.drain()
     nonce = new_nonce()
     try:
         fast = _fast_checkout(deps, request, nonce) if request.idempotency_key is None else None
@@ -148,7 +147,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     except Replay as replay:  # a concurrent twin won the Idempotency-Key race
         return PurchaseResult(_replay(replay.order, request), created=False)
     except (AlreadyPurchased, OrderInDoubt):  # the user's order is (or may be) written:
-        raise                                   # keep them reserved (settle_in_doubt)
+        raise                                   # keep them reserved (orders.IN_DOUBT)
     except BaseException:
         _unreserve(deps, sale.sku, request.user_id)
         raise
@@ -336,11 +335,6 @@ class _Undropped:
     user_id: str
 
 
-_UNDROPPED: collections.deque[Any] = collections.deque(maxlen=100_000)
-#: when the next drain may run (``time.monotonic``): while Redis hangs, a purchase does
-#: not wait a reply timeout for the retry before waiting one for itself, every time
-_next_drain = 0.0
-DRAIN_EVERY_S = 1.0
 
 
 def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
@@ -353,7 +347,7 @@ def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
         buyer: the SREM fails too: the reservation stays, with no order behind it
         buyer: retries once Redis is back: 409 already_purchased, for good
         fixed: the SREM is kept and retried by this worker's purchases, at most once a
-               second (``drop_undropped``), unless the user has an order by then (the
+               second (``UNDONE_LATER``), unless the user has an order by then (the
                SREM ran after all, or their retry bought elsewhere): that reservation
                is the order's. One reserved again and still in flight may lose it; the
                database's UNIQUE row still stops a second order.
@@ -363,7 +357,7 @@ def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
     except Exception:  # Redis down: retried by a later purchase of this process
         logger.warning("could not drop the reservation of %r (%s) yet; will retry",
                        user_id, sku, exc_info=True)
-        _UNDROPPED.append(_Undropped(deps.redis, deps.sessions, sku, user_id))
+        UNDONE_LATER.add(_Undropped(deps.redis, deps.sessions, sku, user_id))
 
 
 _nonces = itertools.count()
@@ -394,7 +388,7 @@ def undo_lost(deps: Checkout, request: PurchaseRequest, nonce: str, *,
     with it. If Redis cannot be reached now, this worker tries again later."""
     if not _undo_lost(deps.redis, request.sku, request.user_id, request.quantity, nonce,
                       fast_script):
-        _UNDROPPED.append(_LostReply(deps.redis, request.sku, request.user_id,
+        UNDONE_LATER.add(_LostReply(deps.redis, request.sku, request.user_id,
                                      request.quantity, nonce, fast_script))
 
 
@@ -432,29 +426,20 @@ class _LostReply:
                           self.fast_script)
 
 
-def drop_undropped() -> None:
-    """Retry the reservations ``_unreserve`` could not drop, oldest first; stop at the
-    first that fails again (Redis or the database still down), for a second."""
-    global _next_drain
-    if time.monotonic() < _next_drain:
-        return
-    _next_drain = time.monotonic() + DRAIN_EVERY_S  # also keeps other greenlets out
-    while True:
-        try:  # taken off first: a concurrent drain (another greenlet) takes the next one
-            entry = _UNDROPPED.popleft()
-        except IndexError:
-            return
-        if isinstance(entry, _LostReply):
-            if not entry.retry():
-                _UNDROPPED.appendleft(entry)
-                return
-            continue
-        try:
-            if has_order(entry.sessions, entry.sku, entry.user_id):
-                continue  # the reservation is the order's now
+def _undo_later(entry: Any) -> bool:
+    """One undo ``_unreserve`` or ``undo_lost`` could not do; False if it failed again."""
+    if isinstance(entry, _LostReply):
+        return entry.retry()
+    try:
+        if not has_order(entry.sessions, entry.sku, entry.user_id):  # else: the order's
             entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
-        except Exception:
-            _UNDROPPED.appendleft(entry)
-            return
-        logger.warning("dropped the reservation of %r (%s) once Redis answered",
-                       entry.user_id, entry.sku)
+    except Exception:  # noqa: BLE001 - still down: next time
+        return False
+    logger.warning("dropped the reservation of %r (%s) once Redis answered",
+                   entry.user_id, entry.sku)
+    return True
+
+
+#: the reservations ``_unreserve`` could not drop and the lost purchases ``undo_lost``
+#: could not undo, tried again by this worker's purchases (``retrylater.py``)
+UNDONE_LATER: RetryLater[Any] = RetryLater(_undo_later)

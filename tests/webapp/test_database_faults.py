@@ -41,11 +41,11 @@ def books(deps: Checkout) -> tuple[object, ...]:
 
 @pytest.fixture(autouse=True)
 def nothing_in_doubt() -> Iterator[None]:
-    orders._IN_DOUBT.clear()
-    orders._next_settle = 0.0
+    orders.IN_DOUBT.waiting.clear()
+    orders.IN_DOUBT.next_drain = 0.0
     yield
-    orders._IN_DOUBT.clear()
-    orders._next_settle = 0.0
+    orders.IN_DOUBT.waiting.clear()
+    orders.IN_DOUBT.next_drain = 0.0
 
 
 def commit_then_lose_the_reply(monkeypatch: pytest.MonkeyPatch, *, commits: bool) -> None:
@@ -67,8 +67,8 @@ def database_cannot_tell(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def settle_now() -> None:
-    orders._next_settle = 0.0
-    orders.settle_in_doubt()
+    orders.IN_DOUBT.next_drain = 0.0
+    orders.IN_DOUBT.drain()
 
 
 def test_a_committed_order_whose_reply_was_lost_is_the_buyers_order(deps, monkeypatch):
@@ -88,7 +88,7 @@ def test_a_lost_reply_the_database_cannot_explain_keeps_the_units_until_it_can(
     assert books(deps) == (1, 49, 49, True)  # not given back: it was written
     monkeypatch.undo()
     settle_now()
-    assert not orders.in_doubt()
+    assert not orders.IN_DOUBT
     assert books(deps) == (1, 49, 49, True)
     with pytest.raises(AlreadyPurchased):  # it is her order
         checkout(deps, PurchaseRequest(SKU, "ann"))
@@ -102,10 +102,10 @@ def test_an_order_in_doubt_that_was_not_written_gives_its_units_back_once_known(
         checkout(deps, PurchaseRequest(SKU, "ann"))
     assert books(deps)[:3] == (0, 49, 50)  # taken, in doubt
     settle_now()  # the database still cannot tell: it stays in doubt
-    assert orders.in_doubt() and books(deps)[:3] == (0, 49, 50)
+    assert orders.IN_DOUBT and books(deps)[:3] == (0, 49, 50)
     monkeypatch.undo()
     settle_now()
-    assert not orders.in_doubt()
+    assert not orders.IN_DOUBT
     assert books(deps) == (0, 50, 50, True)
     assert checkout(deps, PurchaseRequest(SKU, "ann")).created  # her reservation went
     assert books(deps) == (1, 49, 49, True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 import redis
 from sqlalchemy.exc import OperationalError
@@ -172,10 +170,11 @@ def test_an_sql_order_committed_before_redis_failed_is_still_the_buyers(deps, mo
 def undropped(monkeypatch):
     """An empty queue of undropped reservations, drained at the next purchase."""
     from webapp import services
+    from webapp.retrylater import RetryLater
 
-    monkeypatch.setattr(services, "_UNDROPPED", collections.deque())
-    monkeypatch.setattr(services, "_next_drain", 0.0)
-    return services
+    queue = RetryLater(services._undo_later)
+    monkeypatch.setattr(services, "UNDONE_LATER", queue)
+    return queue
 
 
 def _fail_with_srem_down(deps, lock, user):
@@ -204,9 +203,9 @@ def test_a_reservation_redis_could_not_drop_is_dropped_once_it_answers(deps, loc
 def test_a_late_drop_spares_the_reservation_of_an_order_made_meanwhile(deps, lock, undropped):
     _fail_with_srem_down(deps, lock, "ann")
     deps.redis.srem(SaleKeys(SKU).buyers, "ann")  # the SREM ran after all (a slow Redis)
-    undropped._next_drain = float("inf")  # ann buys again before any drain
+    undropped.next_drain = float("inf")  # ann buys again before any drain
     assert checkout(deps, PurchaseRequest(SKU, "ann")).created
-    undropped._next_drain = 0.0
+    undropped.next_drain = 0.0
     checkout(deps, PurchaseRequest(SKU, "bob"))  # drains: ann has an order, keeps hers
     assert deps.redis.sismember(SaleKeys(SKU).buyers, "ann")
-    assert not undropped._UNDROPPED
+    assert not undropped

@@ -89,60 +89,24 @@ def test_a_purchase_holding_the_lock_when_zookeeper_dies_still_answers_in_gevent
         assert result["consistent"], result
 
 
-def test_a_sale_on_zookeeper_can_be_switched_away_while_zookeeper_is_down(
-        sqlite_url: str, redis_url: str, redis_client: Any, monkeypatch) -> None:
-    # every reset took the zookeeper lock first to wait for buyers in their section, and
-    # answered 503 "zookeeper is unavailable": the sale was stuck on a dead strategy
-    monkeypatch.setattr(extensions, "ZK_FIRST_CONNECT_S", 0.5)
-    server = ZooKeeperServer()  # nothing listening there
-    app = make_app(sqlite_url, redis_url, ZOOKEEPER_HOSTS=server.hosts, LOCK_TTL_MS=300)
+def switch_away_while_its_lock_is_down(app: Any, strategy: str, monkeypatch) -> None:
+    """Put ``sku-1`` on ``strategy`` (whose lock server is down), then reset it to
+    ``token``: 200, with the sale held off during the reset's wait of one lock TTL
+    (other workers may still reach the lock server: are they fenced?)."""
     b = backends(app)
     try:
         empty_shop(app)
         sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=10, strategy="token")
         client = app.test_client()
         assert client.put(f"/api/admin/sales/{SKU}", headers=auth(),
-                          json={"stock": 5, "strategy": "zookeeper"}).status_code == 200
-        held_off: list[int] = []
-        sleep = admin.time.sleep
-
-        def waiting(seconds: float) -> None:  # other workers may reach ZooKeeper: fenced?
-            held_off.append(b.redis.exists(SaleKeys(SKU).holdoff))
-            sleep(seconds)
-
-        monkeypatch.setattr(admin.time, "sleep", waiting)
-        away = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
-                          json={"stock": 5, "strategy": "token"})
-        monkeypatch.setattr(admin.time, "sleep", sleep)
-        assert away.status_code == 200, away.get_json()
-        assert held_off == [1]
-        assert buy(client, "ann").status_code == 201
-    finally:
-        b.close()
-
-
-def test_a_sale_on_redlock_can_be_switched_away_while_its_majority_is_down(
-        sqlite_url: str, redis_url: str, redis_client: Any, monkeypatch) -> None:
-    # redlock answers an unreachable majority with False, like a lock buyers hold: the
-    # reset answered 503 "purchases hold it, or keep winning it" for as long as it lasted
-    from lockcore.embedded import free_ports
-
-    urls = [f"redis://127.0.0.1:{port}/0" for port in free_ports(5)]  # nothing listens
-    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=urls, LOCK_TTL_MS=300,
-                   LOCK_TIMEOUT_S=0.5)
-    b = backends(app)
-    try:
-        empty_shop(app)
-        sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=10, strategy="token")
-        client = app.test_client()
-        assert client.put(f"/api/admin/sales/{SKU}", headers=auth(),
-                          json={"stock": 5, "strategy": "redlock"}).status_code == 200
+                          json={"stock": 5, "strategy": strategy}).status_code == 200
         assert buy(client, "bo").status_code == 503  # its lock cannot be had
         held_off: list[int] = []
         sleep = admin.time.sleep
+        ttl_s = app.config["LOCK_TTL_MS"] / 1000
 
         def waiting(seconds: float) -> None:  # (redlock's retries sleep too)
-            if seconds == 0.3:  # one lock TTL: the reset's wait
+            if seconds == ttl_s:  # the reset's wait
                 held_off.append(b.redis.exists(SaleKeys(SKU).holdoff))
             sleep(seconds)
 
@@ -155,3 +119,25 @@ def test_a_sale_on_redlock_can_be_switched_away_while_its_majority_is_down(
         assert buy(client, "ann").status_code == 201
     finally:
         b.close()
+
+
+def test_a_sale_on_zookeeper_can_be_switched_away_while_zookeeper_is_down(
+        sqlite_url: str, redis_url: str, redis_client: Any, monkeypatch) -> None:
+    # every reset took the zookeeper lock first to wait for buyers in their section, and
+    # answered 503 "zookeeper is unavailable": the sale was stuck on a dead strategy
+    monkeypatch.setattr(extensions, "ZK_FIRST_CONNECT_S", 0.5)
+    server = ZooKeeperServer()  # nothing listening there
+    app = make_app(sqlite_url, redis_url, ZOOKEEPER_HOSTS=server.hosts, LOCK_TTL_MS=300)
+    switch_away_while_its_lock_is_down(app, "zookeeper", monkeypatch)
+
+
+def test_a_sale_on_redlock_can_be_switched_away_while_its_majority_is_down(
+        sqlite_url: str, redis_url: str, redis_client: Any, monkeypatch) -> None:
+    # redlock answers an unreachable majority with False, like a lock buyers hold: the
+    # reset answered 503 "purchases hold it, or keep winning it" for as long as it lasted
+    from lockcore.embedded import free_ports
+
+    urls = [f"redis://127.0.0.1:{port}/0" for port in free_ports(5)]  # nothing listens
+    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=urls, LOCK_TTL_MS=300,
+                   LOCK_TIMEOUT_S=0.5)
+    switch_away_while_its_lock_is_down(app, "redlock", monkeypatch)
