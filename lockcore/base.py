@@ -314,9 +314,11 @@ class DistributedLock(ABC):
             try:
                 self._release(token)
             finally:
-                if not self.signals_on_release:
-                    signal_release(self)
-                self._vacate()
+                try:
+                    if not self.signals_on_release:
+                        signal_release(self)  # Redis I/O: it may raise too
+                finally:
+                    self._vacate()
             logger.debug("released %s lock %r", self.strategy, self.name)
 
     def extend(self, ttl_ms: int | None = None) -> None:
@@ -333,9 +335,13 @@ class DistributedLock(ABC):
                 raise LockNotOwned("extend of a lock this handle does not hold", self.name)
             try:
                 self._extend(self._token, ttl)
-            except LockNotOwned:
-                self._mark_lost("extend found the lock no longer ours")
-                raise
+                return
+            except LockNotOwned as error:
+                lost = error
+        # outside the mutex: an ``on_lost`` callback may use this handle (release it,
+        # acquire it again), and a release waits for the mutex
+        self._mark_lost("extend found the lock no longer ours")
+        raise lost
 
     def fence_at_least(self, issued: int) -> None:
         """Make every later ``fencing_token`` of this resource greater than ``issued``.
