@@ -12,7 +12,7 @@ from .extensions import Backends, get_backends
 from .openapi import document
 from .problems import UnknownSku
 from .saleinfo import cached_sale
-from .services import Checkout, PurchaseRequest, checkout
+from .services import Checkout, PurchaseRequest, checkout, new_nonce
 
 bp = Blueprint("api", __name__)
 
@@ -95,7 +95,7 @@ def purchase(sku: str) -> tuple[Response, int]:
         sku=_known_sku(sku),
         user_id=validation.text(body, "user_id", backends.config["MAX_USER_ID_LENGTH"]),
         quantity=validation.integer(body, "quantity", low=1, high=MAX_QUANTITY, default=1),
-        idempotency_key=validation.idempotency_key(this))
+        idempotency_key=validation.idempotency_key(this), nonce=new_nonce())
     deps = Checkout(sessions=backends.sessions, redis=backends.redis,
                     lock_for=functools.partial(locks.lock_for, backends),
                     lock_timeout_s=backends.config["LOCK_TIMEOUT_S"],

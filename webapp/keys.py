@@ -58,6 +58,12 @@ class SaleKeys:
         reply was lost tells its own reservation apart (``undo_lost.lua``)."""
         return f"sale:{{{self.sku}}}:reservations"
 
+    @property
+    def taken(self) -> str:
+        """User -> the nonce of the purchase whose take script took their units, after
+        the reservation (``atomic_purchase.lua``; ``undo_take.lua``)."""
+        return f"sale:{{{self.sku}}}:taken"
+
     def all(self) -> list[str]:
         return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info,
-                self.reloaded, self.holdoff, self.key_owners, self.reservations]
+                self.reloaded, self.holdoff, self.key_owners, self.reservations, self.taken]

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 import lockcore
 
 from . import scripts
@@ -24,7 +26,7 @@ from .groupcommit import stock_after
 from .orders import find_landed, give_back, insert_grouped, maybe_written, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut
 from .saleinfo import cache_sale, generation, sale_fields
-from .services import Checkout, PurchaseRequest, SaleInfo
+from .services import Checkout, PurchaseRequest, SaleInfo, undo_take
 from .statements import SALE_STOCK_AND_GENERATION
 
 logger = logging.getLogger(__name__)
@@ -111,9 +113,14 @@ class AtomicPath(StockPath):
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         take = scripts.script(deps.redis, "atomic_purchase")
         generation = "" if sale.generation is None else sale.generation
-        left = int(take(keys=[sale.keys.stock, sale.keys.soldout, sale.keys.stock_gen],
-                        args=[request.quantity, sale.per_user_limit, generation,
-                              deadline(deps.redis)]))
+        keys = sale.keys
+        try:
+            left = int(take(keys=[keys.stock, keys.soldout, keys.stock_gen, keys.taken],
+                            args=[request.quantity, sale.per_user_limit, generation,
+                                  deadline(deps.redis), request.user_id, request.nonce]))
+        except RedisConnectionError:  # it may have run: its units back, if it did
+            undo_take(deps.redis, sale.sku, request, keys.stock, keys.taken)
+            raise
         if left == LATE:
             raise too_late()
         if left == -2:

@@ -26,6 +26,7 @@ Everything the function needs comes in ``Checkout`` so the tests can hand it a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -69,6 +70,9 @@ class PurchaseRequest:
     user_id: str
     quantity: int = 1
     idempotency_key: str | None = None
+    #: this purchase's name in its scripts (``new_nonce``): what undoes them after a
+    #: lost reply (``undo_lost``, ``undo_take``); one is made if none is given
+    nonce: str = ""
 
 
 @dataclass
@@ -106,7 +110,9 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         UNDONE_LATER.drain()
     if IN_DOUBT:  # and orders whose write may have committed: ask the database again
         IN_DOUBT.drain()
-    nonce = new_nonce()
+    if not request.nonce:
+        request = dataclasses.replace(request, nonce=new_nonce())
+    nonce = request.nonce
     try:
         fast = _fast_checkout(deps, request, nonce) if request.idempotency_key is None else None
     except RedisConnectionError:  # the script may have run: undo what it did, if it did
@@ -371,6 +377,45 @@ def new_nonce() -> str:
     return f"{_NONCE_PREFIX}{next(_nonces)}"
 
 
+def undo_take(redis: Any, sku: str, request: PurchaseRequest, stock_key: str,
+              taken_key: str) -> None:
+    """A take script (``atomic_purchase.lua``, ``sharded_take.lua``) lost its reply with
+    its connection: give its units back if it ran (``undo_take.lua``: by the nonce it
+    kept). The caller's 503 drops the reservation. If Redis cannot be reached now, this
+    worker tries again later."""
+    entry = _LostTake(redis, sku, request.user_id, request.quantity, request.nonce,
+                      stock_key, taken_key)
+    if not entry.retry():
+        UNDONE_LATER.add(entry)
+
+
+@dataclass(frozen=True)
+class _LostTake:
+    """A take whose reply was lost; ``retry`` is False if Redis still does not answer."""
+
+    redis: Any
+    sku: str
+    user_id: str
+    quantity: int
+    nonce: str
+    stock_key: str
+    taken_key: str
+
+    def retry(self) -> bool:
+        try:
+            if scripts.script(self.redis, "undo_take")(
+                    keys=[self.stock_key, self.taken_key],
+                    args=[self.user_id, self.nonce, self.quantity]):
+                self.redis.delete(SaleKeys(self.sku).soldout)  # set while they were out
+                logger.warning("a take of %d unit(s) of %s for %r lost its reply: given "
+                               "back", self.quantity, self.sku, self.user_id)
+        except Exception:  # noqa: BLE001 - still unreachable: tried again later
+            logger.warning("could not undo the lost take of %r (%s) yet; will retry",
+                           self.user_id, self.sku, exc_info=True)
+            return False
+        return True
+
+
 def undo_lost(deps: Checkout, request: PurchaseRequest, nonce: str, *,
               fast_script: bool) -> None:
     """The purchase's first script (``atomic_checkout.lua`` if ``fast_script``, else
@@ -428,7 +473,7 @@ class _LostReply:
 
 def _undo_later(entry: Any) -> bool:
     """One undo ``_unreserve`` or ``undo_lost`` could not do; False if it failed again."""
-    if isinstance(entry, _LostReply):
+    if isinstance(entry, (_LostReply, _LostTake)):
         return entry.retry()
     try:
         if not has_order(entry.sessions, entry.sku, entry.user_id):  # else: the order's

@@ -39,12 +39,14 @@ import logging
 import zlib
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from . import scripts
 from .deadlines import deadline, too_late
 from .orders import record_order
 from .paths import StockPath
 from .problems import SaleReset, SoldOut
-from .services import Checkout, PurchaseRequest, SaleInfo
+from .services import Checkout, PurchaseRequest, SaleInfo, undo_take
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,12 @@ DEFAULT_SHARDS = 4
 def shard_key(sku: str, index: int) -> str:
     """``sale:{sku#index}:stock``: the hash tag includes the index, so shards spread."""
     return f"sale:{{{sku}#{index}}}:stock"
+
+
+def shard_taken_key(sku: str, index: int) -> str:
+    """``sale:{sku#index}:taken``: user -> the nonce of the purchase whose take emptied
+    units from shard ``index`` (``undo_take.lua``, after a lost reply)."""
+    return f"sale:{{{sku}#{index}}}:taken"
 
 
 def shard_gen_key(sku: str, index: int) -> str:
@@ -90,6 +98,7 @@ class ShardedPath(StockPath):
             if sale.generation is not None:
                 pipe.set(shard_gen_key(sale.sku, index), sale.generation)
             pipe.set(shard_key(sale.sku, index), units)
+            pipe.delete(shard_taken_key(sale.sku, index))  # the old sale's marks
             pipe.execute()
 
     def reset_redis(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
@@ -138,8 +147,14 @@ class ShardedPath(StockPath):
         for step in range(self.probes):
             index = (start + step) % self.shards
             keys = (shard_key(sale.sku, index), shard_gen_key(sale.sku, index))
-            reply = take(keys=list(keys), args=[request.quantity, generation,
-                                                deadline(deps.redis)])
+            taken = shard_taken_key(sale.sku, index)
+            try:
+                reply = take(keys=[*keys, taken], args=[
+                    request.quantity, generation, deadline(deps.redis), request.user_id,
+                    request.nonce])
+            except RedisConnectionError:  # it may have run: its units back, if it did
+                undo_take(deps.redis, sale.sku, request, keys[0], taken)
+                raise
             if reply == b"stale":  # reset since this request looked the sale up
                 raise SaleReset(sale.sku)
             if reply == b"late":

@@ -110,3 +110,20 @@ def test_only_the_lost_purchases_own_reservation_is_undone(redis_client):
     assert undo(keys=args, args=["alice", "theirs", 1, "1"]) == 0  # once only
     assert redis_client.get(keys.stock) == b"6"
     redis_client.delete(*keys.all())
+
+
+@pytest.mark.parametrize(("strategy", "script"), [
+    ("atomic", "atomic_purchase"), ("atomic-sharded", "sharded_take")])
+def test_a_take_whose_reply_was_lost_gives_its_units_back(client, monkeypatch, strategy,
+                                                          script):
+    # the second script of a keyed atomic purchase (and every sharded one): the 503
+    # dropped the reservation, and the unit stayed taken
+    reset(client, stock=7, strategy=strategy)
+    dropped = drop_the_first_reply_of(monkeypatch, script)
+    answer = buy(client, "alice", key="key-9")
+    assert dropped == [script] and answer.status_code == 503, answer.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (7, 0, True), audit
+    assert buy(client, "alice", key="key-9").status_code == 201
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (6, 1, True), audit

@@ -6,6 +6,9 @@
 -- KEYS[3]  sale:{sku}:stockgen  the sale generation the stock belongs to (every reset)
 -- ARGV[2]  per-user limit       the most units one user may buy in this sale
 -- ARGV[3]  generation           the one the caller looked up ('': do not check)
+-- KEYS[4]  sale:{sku}:taken     optional: user -> the nonce of the purchase that took
+-- ARGV[5]  user_id              units for them (with ARGV[6]), for undo_take.lua
+-- ARGV[6]  nonce                optional: this purchase's
 -- ARGV[4]  deadline             optional: ms since the epoch, Redis's clock; run later,
 --                               change nothing (webapp/deadlines.py)
 --
@@ -42,4 +45,8 @@ if stock < quantity then
   end
   return -1
 end
-return redis.call('DECRBY', KEYS[1], quantity)
+local left = redis.call('DECRBY', KEYS[1], quantity)
+if ARGV[6] and ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
+end
+return left

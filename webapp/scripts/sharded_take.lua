@@ -3,6 +3,9 @@
 -- KEYS[1]  sale:{sku#i}:stock   the units left in shard i (integer string); its own
 --                               hash tag, so the shards of one sale spread over a cluster
 -- KEYS[2]  sale:{sku#i}:stockgen the sale generation shard i's units belong to
+-- KEYS[3]  sale:{sku#i}:taken   optional: user -> the nonce of the purchase that took
+-- ARGV[4]  user_id              units from this shard for them (with ARGV[5]),
+-- ARGV[5]  nonce                optional: for undo_take.lua
 -- ARGV[1]  quantity             positive integer
 -- ARGV[2]  generation           the one the caller looked up ('': do not check)
 -- ARGV[3]  deadline             optional: ms since the epoch, Redis's clock; run later,
@@ -31,4 +34,8 @@ local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
 if stock < quantity then
   return -1 - stock
 end
-return redis.call('DECRBY', KEYS[1], quantity)
+local left = redis.call('DECRBY', KEYS[1], quantity)
+if ARGV[5] and ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+end
+return left
