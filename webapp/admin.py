@@ -120,7 +120,9 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
         ttl_ms = locks.lock_ttl_ms(backends, sale)
         logger.warning("reset of %s: its %s lock is unreachable (%s); holding the sale off "
                        "and resetting after %.1fs", sku, sale.strategy, down, ttl_ms / 1000)
-        section.hold_off(backends.redis, sale, ttl_ms)
+        # held off for the wait and the reset after it: a section begun once the wait
+        # is over must not sell either, while the reset runs without the lock
+        section.hold_off(backends.redis, sale, 2 * ttl_ms + 10_000)
         time.sleep(ttl_ms / 1000)  # gevent's, under gunicorn: other requests go on
         try:
             lock = locks.lock_for(backends, sale, "admin-reset")

@@ -39,6 +39,7 @@ hold, measured). The other worker idles meanwhile, its buyers all queued on the 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from typing import Any
 
 from .batching import own_copy
 from .deadlines import set_stock
-from .problems import Busy, SoldOut
+from .problems import Busy, OrderInDoubt, SoldOut
 from .section import stock_if_still
 from .sectionorders import give_back_failed, write_batch
 from .services import Checkout, PurchaseRequest, SaleInfo
@@ -125,8 +126,10 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
         return
     if winners:
         write_rows(winners, deps, lock.fencing_token)
-        # a failed row gave its units back: then the sale is not sold out after all
-        left += sum(b.request.quantity for b in winners if b.order is None)
+        # a failed row gave its units back: then the sale is not sold out after all (one
+        # in doubt has not: its units come back later, and lift the flag then)
+        left += sum(b.request.quantity for b in winners
+                    if b.order is None and not isinstance(b.error, OrderInDoubt))
     if refused_at_zero and left <= 0:
         deps.redis.set(sale.keys.soldout, 1)
 
@@ -140,7 +143,8 @@ def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None) 
     wanted = [(b.request.user_id, b.request.quantity, fencing_token,
                b.request.idempotency_key) for b in winners]
     try:
-        outcomes = write_batch(deps.sessions, sale, wanted, deps.redis)
+        outcomes = write_batch(deps.sessions, sale, wanted, deps.redis,
+                               relock=functools.partial(deps.lock_for, sale, "settle"))
         for buyer, outcome in zip(winners, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 buyer.error = outcome

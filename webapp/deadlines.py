@@ -61,10 +61,11 @@ def set_stock(client: Any, key: str, units: int) -> None:
     stock: so the same SET is sent once more, on a new connection (a reply lost to a
     *timeout* needs no retry: the deadline made a late run change nothing)."""
     write = scripts.script(client, "set_stock")
+    args = [units, deadline(client)]  # the same deadline both times: never a later SET
     try:
-        answer = write(keys=[key], args=[units, deadline(client)])
+        answer = write(keys=[key], args=args)
     except RedisConnectionError:
-        answer = write(keys=[key], args=[units, deadline(client)])
+        answer = write(keys=[key], args=args)
     if answer == LATE:
         raise too_late()
 

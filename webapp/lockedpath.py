@@ -17,6 +17,7 @@ section (``combining.py``).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from lockcore.registry import lock_class
@@ -74,6 +75,7 @@ class LockedPath(StockPath):
             self._work(deps, sale)
             set_stock(deps.redis, sale.keys.stock, stock - request.quantity)
             return record_order(deps.sessions, deps.redis, sale, request.user_id,
-                                request.quantity, lock.fencing_token, request.idempotency_key)
+                                request.quantity, lock.fencing_token, request.idempotency_key,
+                                relock=functools.partial(deps.lock_for, sale, "settle"))
         finally:
             release_after_section(lock, sale)

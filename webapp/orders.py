@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -178,7 +180,8 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
                  idempotency_key: str | None, *, grouped: bool = False,
                  generation: int | None = None,
                  stock_keys: tuple[str, str] | None = None,
-                 written: Pending[Any] | None = None) -> PlacedOrder:
+                 written: Pending[Any] | None = None,
+                 relock: Callable[[], Any] | None = None) -> PlacedOrder:
     """Insert the order after Redis stock was taken; on any failure give the units back.
 
     :param grouped: share the transaction with concurrent purchases (the lock-free
@@ -191,6 +194,8 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
         sale's own keys unless given (``atomic-sharded``: the shard's).
     :param written: with ``grouped``, the row's outcome if it is already written
         (``takenorders.py``); its error is handled as a write's here would be.
+    :param relock: a lock path's: its sale's lock, unacquired, for a give-back that
+        waits until the database can tell whether the row was written (``IN_DOUBT``).
     """
     try:
         if grouped:
@@ -203,7 +208,7 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
     except Exception as exc:
         if maybe_written(exc):  # the COMMIT's reply lost: did the row land after all?
             landed = landed_after_all(sessions, redis, sale, user_id, quantity,
-                                      idempotency_key, generation, stock_keys)
+                                      idempotency_key, generation, stock_keys, relock)
             if landed is not None:
                 return landed
         give_back(redis, sale.sku, quantity, generation, stock_keys)
@@ -248,7 +253,8 @@ def find_landed(sessions: sessionmaker[Session], sale: Any, request: Any) -> Ord
 
 def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
                      quantity: int, idempotency_key: str | None, generation: int | None,
-                     stock_keys: tuple[str, str] | None = None) -> Any:
+                     stock_keys: tuple[str, str] | None = None,
+                     relock: Callable[[], Any] | None = None) -> Any:
     """After a write that ``maybe_written``: the order if its row is in the database
     (the purchase succeeded: 201), None if it is not (the caller gives the units back).
 
@@ -262,7 +268,7 @@ def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, use
     If the database cannot be asked either, ``OrderInDoubt`` (503): the units stay
     taken and the buyer reserved, and ``orders.IN_DOUBT`` asks again later."""
     outcome = landed_batch(sessions, redis, sale, [(user_id, quantity, idempotency_key)],
-                           generation, stock_keys)[0]
+                           generation, stock_keys, relock)[0]
     if isinstance(outcome, OrderInDoubt):
         raise outcome
     return outcome
@@ -270,7 +276,8 @@ def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, use
 
 def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
                  wanted: list[tuple[str, int, str | None]], generation: int | None,
-                 stock_keys: tuple[str, str] | None = None) -> list[Any]:
+                 stock_keys: tuple[str, str] | None = None,
+                 relock: Callable[[], Any] | None = None) -> list[Any]:
     """``landed_after_all`` for several purchases of one sale in one query: for each,
     its order, None (not written), or an ``OrderInDoubt`` (queued for later)."""
     started = time.monotonic()
@@ -290,7 +297,7 @@ def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
                        "(%r); its %d unit(s) stay taken until it can", user_id, sale.sku,
                        failure, quantity)
         IN_DOUBT.add(_InDoubt(sessions, redis, sale.sku, sale.id, user_id, quantity,
-                                  key, _generation_of(sale, generation), stock_keys))
+                              key, _generation_of(sale, generation), stock_keys, relock))
         outcomes.append(OrderInDoubt(sale.sku))
     return outcomes
 
@@ -314,23 +321,58 @@ class _InDoubt:
     idempotency_key: str | None
     generation: int | None
     stock_keys: tuple[str, str] | None
+    #: a lock path's: the sale's lock, unacquired (its sections GET and SET the stock:
+    #: units given back outside it would be overwritten by the holder's SET)
+    relock: Callable[[], Any] | None
+    #: this entry's name, in the marker that makes its give-back happen once
+    nonce: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+#: how long a settled give-back's marker lives (a retry comes within seconds)
+SETTLED_MARKER_MS = 24 * 3600 * 1000
+#: how long a settle waits for a lock path's sale lock (then: the next drain)
+SETTLE_LOCK_WAIT_S = 5.0
 
 
 def _settle(entry: _InDoubt) -> bool:
-    """Ask the database about one purchase in doubt; False if it still cannot tell. A
-    row: it is the buyer's order, which keeps the reservation. No row: the units go back
-    to their generation's stock (none if the sale was reset since) and the buyer's
-    reservation goes, so a retry can buy."""
+    """Ask the database about one purchase in doubt; False if it still cannot tell (or
+    the lock is not free yet). A row: it is the buyer's order, which keeps the
+    reservation. No row: the units go back to their generation's stock (none if the sale
+    was reset since), once (``give_back_once.lua``), under the sale's lock for a lock
+    path; then the buyer's reservation goes, so a retry can buy."""
     try:
         if _written_rows(entry.sessions, entry.sale_id, [
-                (entry.user_id, entry.quantity, entry.idempotency_key)]) == [None]:
-            if give_back(entry.redis, entry.sku, entry.quantity, entry.generation,
-                         entry.stock_keys, quiet=False):
-                entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
+                (entry.user_id, entry.quantity, entry.idempotency_key)]) != [None]:
+            logger.warning("the order in doubt of %r for %s was written", entry.user_id,
+                           entry.sku)
+            return True
+        if entry.relock is None:
+            _give_back_once(entry)
+        else:
+            lock = entry.relock()
+            if not lock.acquire(blocking=True, timeout=SETTLE_LOCK_WAIT_S):
+                return False
+            try:
+                _give_back_once(entry)
+            finally:
+                lock.release()
+        entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
     except Exception:  # noqa: BLE001 - still down: next time
         return False
-    logger.warning("settled the order in doubt of %r for %s", entry.user_id, entry.sku)
+    logger.warning("settled the order in doubt of %r for %s: not written, units back",
+                   entry.user_id, entry.sku)
     return True
+
+
+def _give_back_once(entry: _InDoubt) -> None:
+    stock, stock_gen = entry.stock_keys or (SaleKeys(entry.sku).stock,
+                                            SaleKeys(entry.sku).stock_gen)
+    given = scripts.script(entry.redis, "give_back_once")(
+        keys=[stock, stock_gen, f"{stock}:settled:{entry.nonce}"],
+        args=[entry.quantity, "" if entry.generation is None else entry.generation,
+              SETTLED_MARKER_MS])
+    if given == 1:
+        entry.redis.delete(SaleKeys(entry.sku).soldout)  # it may be set while they were out
 
 
 #: purchases ``landed_after_all`` could not settle: this worker's next purchases ask

@@ -16,6 +16,7 @@ holds: no holder's GET/SET can land between them and lose the give-back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -54,7 +55,7 @@ def insert_batch(sessions: sessionmaker[Session], sale: Any,
 
 
 def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted],
-                redis: Any = None) -> list[Any]:
+                redis: Any, relock: Callable[[], Any] | None = None) -> list[Any]:
     """``insert_batch``, with an error of the whole write (the database down) made every
     order's, each its own copy. A write that may have committed all the same (its
     COMMIT's reply lost: ``orders.maybe_written``) is looked for: each order found is
@@ -67,7 +68,8 @@ def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted]
               if isinstance(outcome, BaseException) and maybe_written(outcome)]
     if unsure:
         found = landed_batch(sessions, redis, sale,
-                             [(orders[i][0], orders[i][1], orders[i][3]) for i in unsure], None)
+                             [(orders[i][0], orders[i][1], orders[i][3]) for i in unsure], None,
+                             relock=relock)
         for i, landed in zip(unsure, found, strict=True):
             if landed is not None:  # its order, or OrderInDoubt: either way no give-back
                 outcomes[i] = landed
