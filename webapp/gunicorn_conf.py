@@ -55,6 +55,10 @@ preload_app = False
 GC_GEN0_THRESHOLD = int(os.environ.get("SECKILL_GC_GEN0_THRESHOLD", "50000"))
 
 
+#: how often a worker drains its undo queues without a purchase to do it
+RETRY_LATER_EVERY_S = 5.0
+
+
 def post_worker_init(worker):  # type: ignore[no-untyped-def]
     """Once the worker has imported the app: its ~115,000 objects (Flask, SQLAlchemy,
     redis-py, gevent, our modules) are moved out of the collector's reach
@@ -76,3 +80,7 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    # the undos a backend was down for (webapp/retrylater.py), also when no buyer comes
+    from webapp.retrylater import drain_every
+
+    drain_every(RETRY_LATER_EVERY_S)

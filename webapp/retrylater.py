@@ -5,17 +5,25 @@ back, settle an order write whose outcome is unknown). When Redis or the databas
 down for that too, the undo waits here, and each purchase of this worker first drains
 what waits, oldest first, at most once a ``every_s``: while the backend hangs, a
 purchase does not wait a timeout for someone else's undo before waiting one for itself.
-The drain stops at the first undo that fails again (the backend is still down).
+The drain stops at the first undo that fails again (the backend is still down). A
+served worker also drains them every few seconds by itself (``drain_every``).
 """
 
 from __future__ import annotations
 
 import collections
+import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+#: every queue made, for ``drain_every``
+QUEUES: list[RetryLater[Any]] = []
 
 
 class RetryLater(Generic[T]):
@@ -29,6 +37,7 @@ class RetryLater(Generic[T]):
         self.waiting: collections.deque[T] = collections.deque(maxlen=most)
         #: when the next drain may run (``time.monotonic``)
         self.next_drain = 0.0
+        QUEUES.append(self)
 
     def __bool__(self) -> bool:
         return bool(self.waiting)
@@ -48,3 +57,23 @@ class RetryLater(Generic[T]):
             if not self.attempt(entry):
                 self.waiting.appendleft(entry)
                 return
+
+
+def drain_every(every_s: float, stop: threading.Event | None = None) -> threading.Thread:
+    """Drain every queue each ``every_s`` in a daemon thread (a greenlet in a gevent
+    worker: ``gunicorn_conf.post_worker_init``), so that a worker no buyer reaches any
+    more settles its undos too; its purchases still drain first as they come."""
+    stop = stop or threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            for queue in QUEUES:
+                if queue:
+                    try:
+                        queue.drain()
+                    except Exception:  # noqa: BLE001 - the next round tries again
+                        logger.exception("draining the undo queue failed")
+
+    thread = threading.Thread(target=loop, name="retry-later", daemon=True)
+    thread.start()
+    return thread

@@ -448,3 +448,27 @@ def test_a_lock_sales_order_in_doubt_gives_its_units_back_under_the_sales_lock(
     holder.release()
     settle_now()
     assert not orders.IN_DOUBT and books(deps) == (0, 50, 50, True)
+
+
+def test_a_worker_drains_its_undos_without_a_purchase_to_do_it():
+    # the queues were drained only by the worker's next purchases: one no buyer reached
+    # any more kept a unit taken and a buyer locked out
+    import threading
+    import time
+
+    from webapp.retrylater import RetryLater, drain_every
+
+    done: list[str] = []
+    queue: RetryLater[str] = RetryLater(lambda entry: done.append(entry) is None,
+                                        every_s=0.0)
+    queue.add("undo")
+    stop = threading.Event()
+    thread = drain_every(0.05, stop)
+    try:
+        deadline = time.monotonic() + 5
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert done == ["undo"] and not queue
+    finally:
+        stop.set()
+        thread.join(5)
