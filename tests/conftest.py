@@ -55,3 +55,16 @@ def redlock_clients(redlock_cluster: EmbeddedRedis) -> Iterator[list[redis.Redis
 @pytest.fixture
 def fake_clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def no_undo_outlives_its_test() -> Iterator[None]:
+    """The shop's undo queues are per process (``webapp/retrylater.py``): an undo a test
+    left behind (its Redis stopped) was tried by every later test's purchases, and at
+    exit, against a server long gone."""
+    yield
+    from webapp.retrylater import QUEUES
+
+    for queue in QUEUES:
+        queue.waiting.clear()
+        queue.next_drain = 0.0
