@@ -112,11 +112,10 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         IN_DOUBT.drain()
     if not request.nonce:
         request = dataclasses.replace(request, nonce=new_nonce())
-    nonce = request.nonce
     try:
-        fast = _fast_checkout(deps, request, nonce) if request.idempotency_key is None else None
+        fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
     except RedisConnectionError:  # the script may have run: undo what it did, if it did
-        undo_lost(deps, request, nonce, fast_script=True)
+        undo_lost(deps, request, fast_script=True)
         raise
     try:
         if fast is not None and fast.written_for is not None:
@@ -140,10 +139,9 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
                 raise InvalidRequest(f"quantity must be between 1 and {sale.per_user_limit} "
                                      "for this sale")
             try:
-                earlier = _reserve(deps, sale, request, nonce,
-                                   soldout_checked=fast is not None)
+                earlier = _reserve(deps, sale, request, soldout_checked=fast is not None)
             except RedisConnectionError:
-                undo_lost(deps, request, nonce, fast_script=False)
+                undo_lost(deps, request, fast_script=False)
                 raise
             if earlier is not None:
                 return PurchaseResult(earlier, created=False)
@@ -224,7 +222,7 @@ def _script_keys(sku: str) -> list[str]:
     return found
 
 
-def _fast_checkout(deps: Checkout, request: PurchaseRequest, nonce: str = "") -> _Fast:
+def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     """One round trip (``atomic_checkout.lua``): after the sale, 409 (already_purchased
     before sold_out); the sale's cached row; the buyer's reservation; for an ``atomic``
     sale the whole purchase but its order row."""
@@ -234,7 +232,7 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest, nonce: str = "") ->
         request.user_id, request.quantity,
         # the script leaves out a row we have; and changes nothing if run too late
         known.generation if known is not None and known.generation is not None else "",
-        deadline(deps.redis), nonce]
+        deadline(deps.redis), request.nonce]
     then = None
     if deps.script_pipeline is not None:
         then = TakenOrder(deps.sessions, request.sku, request.user_id, request.quantity, known)
@@ -280,7 +278,7 @@ def claim_key(redis: Any, keys: SaleKeys, request: PurchaseRequest) -> None:
         raise InvalidRequest(KEY_USED_ELSEWHERE)
 
 
-def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest, nonce: str = "",
+def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
              soldout_checked: bool = False) -> OrderLike | None:
     """Reserve the user's single order; return an earlier order for a replayed key.
 
@@ -307,7 +305,8 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest, nonce: st
             # sold-out sale's late buyers would only pile up until its reset)
             claim_key(deps.redis, keys, request)
             claimed = True
-        if reserve(deps.redis, keys.buyers, request.user_id, keys.reservations, nonce):
+        if reserve(deps.redis, keys.buyers, request.user_id, keys.reservations,
+                   request.nonce):
             return None
         if request.idempotency_key is None:
             raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
@@ -340,7 +339,16 @@ class _Undropped:
     sku: str
     user_id: str
 
-
+    def retry(self) -> bool:
+        """Drop it, unless the user has an order by now; False if that failed again."""
+        try:
+            if not has_order(self.sessions, self.sku, self.user_id):  # else: the order's
+                self.redis.srem(SaleKeys(self.sku).buyers, self.user_id)
+        except Exception:  # noqa: BLE001 - still down: next time
+            return False
+        logger.warning("dropped the reservation of %r (%s) once Redis answered",
+                       self.user_id, self.sku)
+        return True
 
 
 def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
@@ -377,16 +385,20 @@ def new_nonce() -> str:
     return f"{_NONCE_PREFIX}{next(_nonces)}"
 
 
+def _now_or_later(entry: Any) -> None:
+    """An undo (``_LostTake``, ``_LostReply``) tried now; if Redis does not answer, by
+    this worker again later (``UNDONE_LATER``)."""
+    if not entry.retry():
+        UNDONE_LATER.add(entry)
+
+
 def undo_take(redis: Any, sku: str, request: PurchaseRequest, stock_key: str,
               taken_key: str) -> None:
     """A take script (``atomic_purchase.lua``, ``sharded_take.lua``) lost its reply with
     its connection: give its units back if it ran (``undo_take.lua``: by the nonce it
-    kept). The caller's 503 drops the reservation. If Redis cannot be reached now, this
-    worker tries again later."""
-    entry = _LostTake(redis, sku, request.user_id, request.quantity, request.nonce,
-                      stock_key, taken_key)
-    if not entry.retry():
-        UNDONE_LATER.add(entry)
+    kept). The caller's 503 drops the reservation."""
+    _now_or_later(_LostTake(redis, sku, request.user_id, request.quantity, request.nonce,
+                            stock_key, taken_key))
 
 
 @dataclass(frozen=True)
@@ -416,8 +428,7 @@ class _LostTake:
         return True
 
 
-def undo_lost(deps: Checkout, request: PurchaseRequest, nonce: str, *,
-              fast_script: bool) -> None:
+def undo_lost(deps: Checkout, request: PurchaseRequest, *, fast_script: bool) -> None:
     """The purchase's first script (``atomic_checkout.lua`` if ``fast_script``, else
     ``reserve.lua``) lost its reply with its connection: undo what it did, if it ran.
 
@@ -430,34 +441,15 @@ def undo_lost(deps: Checkout, request: PurchaseRequest, nonce: str, *,
 
     ``undo_lost.lua`` drops the reservation only if it holds this purchase's nonce
     (another purchase of hers keeps its own), and gives an atomic sale's units back
-    with it. If Redis cannot be reached now, this worker tries again later."""
-    if not _undo_lost(deps.redis, request.sku, request.user_id, request.quantity, nonce,
-                      fast_script):
-        UNDONE_LATER.add(_LostReply(deps.redis, request.sku, request.user_id,
-                                     request.quantity, nonce, fast_script))
-
-
-def _undo_lost(redis: Any, sku: str, user_id: str, quantity: int, nonce: str,
-               fast_script: bool) -> bool:
-    """``undo_lost.lua``; False if Redis did not answer (nothing known to be undone)."""
-    keys = SaleKeys(sku)
-    try:
-        undone = scripts.script(redis, "undo_lost")(
-            keys=[keys.buyers, keys.reservations, keys.info, keys.stock, keys.soldout],
-            args=[user_id, nonce, quantity, "1" if fast_script else "0"])
-    except Exception:  # noqa: BLE001 - still unreachable: tried again later
-        logger.warning("could not undo the lost purchase of %r (%s) yet; will retry",
-                       user_id, sku, exc_info=True)
-        return False
-    if undone:
-        logger.warning("a purchase of %r (%s) lost its reply: its reservation%s undone",
-                       user_id, sku, " and units" if undone == 2 else "")
-    return True
+    with it."""
+    _now_or_later(_LostReply(deps.redis, request.sku, request.user_id, request.quantity,
+                             request.nonce, fast_script))
 
 
 @dataclass(frozen=True)
 class _LostReply:
-    """A purchase whose first script lost its reply, and Redis was down to undo it."""
+    """A first script whose reply was lost; ``retry`` (``undo_lost.lua``) is False if
+    Redis still does not answer (nothing known to be undone)."""
 
     redis: Any
     sku: str
@@ -467,24 +459,22 @@ class _LostReply:
     fast_script: bool
 
     def retry(self) -> bool:
-        return _undo_lost(self.redis, self.sku, self.user_id, self.quantity, self.nonce,
-                          self.fast_script)
+        keys = SaleKeys(self.sku)
+        try:
+            undone = scripts.script(self.redis, "undo_lost")(
+                keys=[keys.buyers, keys.reservations, keys.info, keys.stock, keys.soldout],
+                args=[self.user_id, self.nonce, self.quantity,
+                      "1" if self.fast_script else "0"])
+        except Exception:  # noqa: BLE001 - still unreachable: tried again later
+            logger.warning("could not undo the lost purchase of %r (%s) yet; will retry",
+                           self.user_id, self.sku, exc_info=True)
+            return False
+        if undone:
+            logger.warning("a purchase of %r (%s) lost its reply: its reservation%s undone",
+                           self.user_id, self.sku, " and units" if undone == 2 else "")
+        return True
 
 
-def _undo_later(entry: Any) -> bool:
-    """One undo ``_unreserve`` or ``undo_lost`` could not do; False if it failed again."""
-    if isinstance(entry, (_LostReply, _LostTake)):
-        return entry.retry()
-    try:
-        if not has_order(entry.sessions, entry.sku, entry.user_id):  # else: the order's
-            entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
-    except Exception:  # noqa: BLE001 - still down: next time
-        return False
-    logger.warning("dropped the reservation of %r (%s) once Redis answered",
-                   entry.user_id, entry.sku)
-    return True
-
-
-#: the reservations ``_unreserve`` could not drop and the lost purchases ``undo_lost``
-#: could not undo, tried again by this worker's purchases (``retrylater.py``)
-UNDONE_LATER: RetryLater[Any] = RetryLater(_undo_later)
+#: the reservations ``_unreserve`` could not drop and the lost replies ``undo_lost`` and
+#: ``undo_take`` could not undo, each retried by its own ``retry`` (``retrylater.py``)
+UNDONE_LATER: RetryLater[Any] = RetryLater(lambda entry: bool(entry.retry()))

@@ -172,7 +172,7 @@ def undropped(monkeypatch):
     from webapp import services
     from webapp.retrylater import RetryLater
 
-    queue = RetryLater(services._undo_later)
+    queue = RetryLater(services.UNDONE_LATER.attempt)
     monkeypatch.setattr(services, "UNDONE_LATER", queue)
     return queue
 
