@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import scripts
 from .problems import Busy
@@ -29,6 +30,15 @@ from .problems import Busy
 LATE = -5
 #: the deadline comes this long before the client gives up (at most half its timeout)
 MARGIN_S = 1.0
+
+#: the errors after which a purchase script may have run with its reply lost, so a
+#: purchase undoes it by its nonce (``services.undo_lost``, ``services.undo_take``).
+#: A *timeout* counts too: Redis may have run the script in time and only its reply come
+#: late (a return path that stalls; a gevent hub blocked past the timeout, whose timer
+#: then fires before the ready read). The undo is sent after the client gave up, so
+#: after the deadline: a copy of the script still on its way arrives later still, and
+#: changes nothing (``LATE``).
+LOST_REPLY = (RedisConnectionError, RedisTimeoutError)
 
 
 def deadline(client: Any) -> int | str:
@@ -58,8 +68,11 @@ def set_stock(client: Any, key: str, units: int) -> None:
         stock:   6 in Redis, 7 in the database: a unit gone for good
 
     A SET of an absolute value is idempotent, and under the lock nobody else writes the
-    stock: so the same SET is sent once more, on a new connection (a reply lost to a
-    *timeout* needs no retry: the deadline made a late run change nothing)."""
+    stock: so the same SET is sent once more, on a new connection. A reply lost to a
+    *timeout* is not: the deadline has passed, so a resend would answer ``LATE`` and tell
+    nothing; a late run changes nothing. Left open: a SET that ran in time whose reply
+    alone came late (a unit short, as above). Reading the stock back cannot tell it
+    apart once the lock may have expired meanwhile and another holder written."""
     write = scripts.script(client, "set_stock")
     args = [units, deadline(client)]  # the same deadline both times: never a later SET
     try:

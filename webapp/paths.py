@@ -16,12 +16,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-
 import lockcore
 
 from . import scripts
-from .deadlines import LATE, deadline, too_late
+from .deadlines import LATE, LOST_REPLY, deadline, too_late
 from .groupcommit import stock_after
 from .orders import find_landed, give_back, insert_grouped, maybe_written, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut
@@ -118,7 +116,7 @@ class AtomicPath(StockPath):
             left = int(take(keys=[keys.stock, keys.soldout, keys.stock_gen, keys.taken],
                             args=[request.quantity, sale.per_user_limit, generation,
                                   deadline(deps.redis), request.user_id, request.nonce]))
-        except RedisConnectionError:  # it may have run: its units back, if it did
+        except LOST_REPLY:  # it may have run: its units back, if it did
             undo_take(deps.redis, sale.sku, request, keys.stock, keys.taken)
             raise
         if left == LATE:

@@ -36,12 +36,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
 from .batching import Pending
-from .deadlines import LATE, deadline, reserve, too_late
+from .deadlines import LATE, LOST_REPLY, deadline, reserve, too_late
 from .keys import SaleKeys
 from .models import OrderLike
 from .orders import (
@@ -114,7 +113,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         request = dataclasses.replace(request, nonce=new_nonce())
     try:
         fast = _fast_checkout(deps, request) if request.idempotency_key is None else None
-    except RedisConnectionError:  # the script may have run: undo what it did, if it did
+    except LOST_REPLY:  # the script may have run: undo what it did, if it did
         undo_lost(deps, request, fast_script=True)
         raise
     try:
@@ -140,7 +139,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
                                      "for this sale")
             try:
                 earlier = _reserve(deps, sale, request, soldout_checked=fast is not None)
-            except RedisConnectionError:
+            except LOST_REPLY:
                 undo_lost(deps, request, fast_script=False)
                 raise
             if earlier is not None:

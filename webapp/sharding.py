@@ -39,10 +39,8 @@ import logging
 import zlib
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-
 from . import scripts
-from .deadlines import deadline, too_late
+from .deadlines import LOST_REPLY, deadline, too_late
 from .orders import record_order
 from .paths import StockPath
 from .problems import SaleReset, SoldOut
@@ -152,7 +150,7 @@ class ShardedPath(StockPath):
                 reply = take(keys=[*keys, taken], args=[
                     request.quantity, generation, deadline(deps.redis), request.user_id,
                     request.nonce])
-            except RedisConnectionError:  # it may have run: its units back, if it did
+            except LOST_REPLY:  # it may have run: its units back, if it did
                 undo_take(deps.redis, sale.sku, request, keys[0], taken)
                 raise
             if reply == b"stale":  # reset since this request looked the sale up

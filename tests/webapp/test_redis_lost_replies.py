@@ -4,6 +4,10 @@ let a chosen script run, then dropped its reply; ``CLIENT KILL`` storms did the 
 * The locked section's ``SET stock``: the purchase answered 503 and wrote no order, and
   Redis kept the decrement: a unit gone for good (``token``, ``fair``, ``multi``,
   ``redlock``). The SET is sent again: it is idempotent under the lock.
+* A purchase's first script, and a take script: the buyer stayed reserved with no order
+  (409 on every retry) and an ``atomic`` sale kept her unit. They are undone by the
+  purchase's nonce, after a lost connection and after a timeout alike (a timeout's
+  reply may be late, not lost: Redis ran the script in time).
 """
 
 from __future__ import annotations
@@ -17,8 +21,16 @@ from tests.webapp.conftest import SKU, buy, reset
 from webapp import scripts
 
 
-def drop_the_first_reply_of(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
-    """Run script ``name`` as usual, but raise ConnectionError after its first run."""
+#: how a reply is lost: with its connection, or to the client's socket timeout (Redis
+#: ran the script in time; only the reply came late)
+LOST_WITH = [pytest.param(redis.ConnectionError("Connection closed by server."), id="dropped"),
+             pytest.param(redis.TimeoutError("Timeout reading from socket"), id="timed-out")]
+
+
+def drop_the_first_reply_of(monkeypatch: pytest.MonkeyPatch, name: str,
+                            error: Exception | None = None) -> list[str]:
+    """Run script ``name`` as usual, but raise ``error`` (a ConnectionError unless
+    given) after its first run."""
     real = scripts.script
     dropped: list[str] = []
 
@@ -31,7 +43,7 @@ def drop_the_first_reply_of(monkeypatch: pytest.MonkeyPatch, name: str) -> list[
             answer = found(*args, **kwargs)
             if not dropped:
                 dropped.append(script_name)
-                raise redis.ConnectionError("Connection closed by server.")
+                raise error or redis.ConnectionError("Connection closed by server.")
             return answer
 
         return lossy
@@ -51,7 +63,7 @@ def test_a_lost_reply_to_the_locked_stock_write_loses_no_unit(client, monkeypatc
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (6, 1, True), audit
 
 
-def lose_the_pipelined_reply(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def lose_the_pipelined_reply(monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[str]:
     """The first batch of pipelined purchase scripts runs in Redis, then its replies are
     lost with the connection (so the batch's leader writes no order rows either)."""
     from webapp import batching
@@ -66,21 +78,22 @@ def lose_the_pipelined_reply(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             lost.append(",".join(p.item[0] for p in batch))
             for pending in batch:  # Redis ran them; no reply was read
                 pending.result = batching._UNSET
-            raise redis.ConnectionError("Connection closed by server.")
+            raise error
 
     monkeypatch.setattr(ScriptPipeline, "_round_trip", lossy)
     return lost
 
 
+@pytest.mark.parametrize("error", LOST_WITH)
 @pytest.mark.parametrize(("strategy", "key"), [
     ("atomic", None), ("token", None), ("sql", None), ("atomic", "key-1"), ("token", "key-2")])
 def test_a_purchase_whose_first_script_lost_its_reply_undoes_it(
-        client, monkeypatch, strategy, key):
+        client, monkeypatch, strategy, key, error):
     # the buyer stayed reserved (409 already_purchased on every retry, with no order)
     # and an atomic sale kept her unit
     reset(client, stock=7, strategy=strategy)
-    lost = (lose_the_pipelined_reply(monkeypatch) if key is None
-            else drop_the_first_reply_of(monkeypatch, "reserve"))
+    lost = (lose_the_pipelined_reply(monkeypatch, error) if key is None
+            else drop_the_first_reply_of(monkeypatch, "reserve", error))
     answer = buy(client, "alice", key=key)
     assert lost and answer.status_code == 503, answer.get_json()
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
@@ -112,14 +125,15 @@ def test_only_the_lost_purchases_own_reservation_is_undone(redis_client):
     redis_client.delete(*keys.all())
 
 
+@pytest.mark.parametrize("error", LOST_WITH)
 @pytest.mark.parametrize(("strategy", "script"), [
     ("atomic", "atomic_purchase"), ("atomic-sharded", "sharded_take")])
 def test_a_take_whose_reply_was_lost_gives_its_units_back(client, monkeypatch, strategy,
-                                                          script):
+                                                          script, error):
     # the second script of a keyed atomic purchase (and every sharded one): the 503
     # dropped the reservation, and the unit stayed taken
     reset(client, stock=7, strategy=strategy)
-    dropped = drop_the_first_reply_of(monkeypatch, script)
+    dropped = drop_the_first_reply_of(monkeypatch, script, error)
     answer = buy(client, "alice", key="key-9")
     assert dropped == [script] and answer.status_code == 503, answer.get_json()
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
