@@ -57,6 +57,8 @@ GC_GEN0_THRESHOLD = int(os.environ.get("SECKILL_GC_GEN0_THRESHOLD", "50000"))
 
 #: how often a worker drains its undo queues without a purchase to do it
 RETRY_LATER_EVERY_S = 5.0
+#: how long an exiting worker tries its waiting undos once more (within graceful_timeout)
+LAST_CHANCE_S = 2.0
 
 
 def post_worker_init(worker):  # type: ignore[no-untyped-def]
@@ -84,3 +86,11 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
     from webapp.retrylater import drain_every
 
     drain_every(RETRY_LATER_EVERY_S)
+
+
+def worker_exit(server, worker):  # type: ignore[no-untyped-def]
+    """The undos this worker still holds die with it: try them once more, and log each
+    one left (``retrylater.last_chance``)."""
+    from webapp.retrylater import last_chance
+
+    last_chance(LAST_CHANCE_S)

@@ -6,7 +6,9 @@ down for that too, the undo waits here, and each purchase of this worker first d
 what waits, oldest first, at most once a ``every_s``: while the backend hangs, a
 purchase does not wait a timeout for someone else's undo before waiting one for itself.
 The drain stops at the first undo that fails again (the backend is still down). A
-served worker also drains them every few seconds by itself (``drain_every``).
+served worker also drains them every few seconds by itself (``drain_every``), and
+once more as it exits (``last_chance``): the queues live in the worker's memory, so
+what is still waiting then is logged, one line per undo, for an operator to settle.
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ class RetryLater(Generic[T]):
     def add(self, entry: T) -> None:
         self.waiting.append(entry)
 
+    def try_all(self, until: float) -> list[T]:
+        """Try every waiting undo once, until ``until`` (``time.monotonic``); return
+        those still undone (the failed ones and those there was no time for)."""
+        left: list[T] = []
+        while self.waiting:
+            entry = self.waiting.popleft()
+            if time.monotonic() >= until or not self.attempt(entry):
+                left.append(entry)
+        return left
+
     def drain(self) -> None:
         if time.monotonic() < self.next_drain:
             return
@@ -77,3 +89,28 @@ def drain_every(every_s: float, stop: threading.Event | None = None) -> threadin
     thread = threading.Thread(target=loop, name="retry-later", daemon=True)
     thread.start()
     return thread
+
+
+def last_chance(budget_s: float) -> int:
+    """A worker exiting: try every queue's undos once more within ``budget_s``, and log
+    each one still undone (they die with the process). Returns how many are left.
+
+    **Failure timeline** it narrows: Redis is down when a purchase fails; its buyer's
+    reservation waits here; the worker is restarted before Redis is back; the buyer hears
+    409 ``already_purchased`` with no order until the next reset, and nobody was told.
+    """
+    until = time.monotonic() + budget_s
+    left = 0
+    for queue in QUEUES:
+        for entry in queue.try_all(until):
+            left += 1
+            logger.error("exiting with an undo not done (its backend did not answer): %s; "
+                         "a reset of the sale clears it", describe(entry))
+    return left
+
+
+def describe(entry: Any) -> str:
+    """One undo, for the log: its kind and the purchase it belongs to."""
+    fields = [f"{name}={getattr(entry, name)!r}" for name in ("sku", "user_id", "quantity")
+              if hasattr(entry, name)]
+    return f"{type(entry).__name__.lstrip('_')}({', '.join(fields)})"

@@ -20,7 +20,6 @@ import redis
 from tests.webapp.conftest import SKU, buy, reset
 from webapp import scripts
 
-
 #: how a reply is lost: with its connection, or to the client's socket timeout (Redis
 #: ran the script in time; only the reply came late)
 LOST_WITH = [pytest.param(redis.ConnectionError("Connection closed by server."), id="dropped"),
