@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 
 from lockcore.embedded import EmbeddedRedis, RedisServer
 from tests.support import FakeClock
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (``timeout``, ``kill``, a CI runner giving up) stops the run as Ctrl-C
+    does: pytest then tears the fixtures down, and every server a test started is
+    stopped by pid. Left at its default, SIGTERM ended pytest at once and orphaned them
+    (a served shop: gunicorn and six redis-servers under init, found after a kill)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(scope="session")
