@@ -21,10 +21,12 @@ one connection took 25 us. A lock pays that twice per acquisition, on the critic
 path of every waiter. So lockcore keeps a few connections of the client's pool checked
 out for good (a *lane*) and talks to Redis on them directly: one ``send``, one read.
 
-* A lane holds at most ``LANE_SIZE`` connections, and at most a quarter of the pool's
-  ``max_connections``; a call that finds them all busy borrows one from the pool the
-  usual way and gives it back. A blocking pool gets no lane: its callers wait for a
-  connection, and a lane would make them wait longer.
+* A lane belongs to a pool, whichever clients share it, and holds at most
+  ``LANE_SIZE`` connections, and at most a quarter of the pool's ``max_connections``;
+  a call that finds them all busy borrows one from the pool the usual way and gives it
+  back. A blocking pool gets no lane: its callers wait for a connection, and a lane
+  would make them wait longer. A pool no client uses any more is freed with its lane
+  and the lane's connections, as redis-py frees a dropped client's.
 * An idle connection is checked before use with one non-blocking peek (a server
   restart closed it: reconnect; bytes nobody asked for: reconnect), which is what the
   pool's checkout checks, without its layers.
@@ -47,6 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redis import BlockingConnectionPool, ConnectionPool, Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from .spin import Spinner, readable
@@ -97,8 +100,11 @@ def _read_replies(connection: Any, replies: int) -> list[Any]:
 class Lane:
     """Connections of one pool kept checked out for lockcore: no per-command machinery."""
 
-    def __init__(self, pool: ConnectionPool, size: int) -> None:
-        self.pool = pool
+    def __init__(self, pool: ConnectionPool, size: int, *, weak: bool = False) -> None:
+        #: the pool, or a function returning it (``weak``: a lane kept beside its pool
+        #: in ``_lanes`` must not keep it alive)
+        self._pool: Callable[[], ConnectionPool | None] = (
+            weakref.ref(pool) if weak else lambda: pool)
         self.size = size
         self._idle: list[Any] = []  # the lane's connections no call is using now
         self._held = 0  # connections the lane has taken from the pool
@@ -124,6 +130,13 @@ class Lane:
             return _read_replies(connection, replies)
         finally:
             self.give_back(connection, ours)
+
+    @property
+    def pool(self) -> ConnectionPool:
+        pool = self._pool()
+        if pool is None:
+            raise RedisConnectionError("the client's connection pool is gone")
+        return pool
 
     def take(self) -> tuple[Any, bool]:
         """A connection, and whether it is the lane's (else it goes back to the pool)."""
@@ -169,24 +182,29 @@ def _closed_or_unread(connection: Any) -> bool:
 #: the most connections one lane keeps (a process rarely runs more lock calls at once)
 LANE_SIZE = 4
 
+#: per connection pool: its lane. Keyed by the pool, not the client: short-lived
+#: clients on one shared pool (redis-py's usual pattern) share one lane, which keeps at
+#: most a quarter of that pool's connections. A lane holds its pool weakly, so a pool no
+#: client uses any more is freed, and with it the lane and the lane's connections.
 _lanes: weakref.WeakKeyDictionary[Any, Lane | None] = weakref.WeakKeyDictionary()
 
 
 def lane(client: Any) -> Lane | None:
-    """The lane of a ``redis.Redis`` client; None for anything else, which keeps
+    """The lane of a ``redis.Redis`` client's pool; None for anything else, which keeps
     redis-py's own path: a pipeline, a cluster client, a subclass (it may wrap its
     commands), a blocking pool or one too small to spare a connection."""
+    if type(client) is not Redis:
+        return None
+    pool = client.connection_pool
     try:
-        return _lanes[client]
+        return _lanes[pool]
     except KeyError:
         pass
     except TypeError:  # cannot be weakly referenced: no lane
         return None
-    pool = getattr(client, "connection_pool", None)
     found = None
-    if type(client) is Redis and isinstance(pool, ConnectionPool) \
-            and not isinstance(pool, BlockingConnectionPool):
+    if isinstance(pool, ConnectionPool) and not isinstance(pool, BlockingConnectionPool):
         size = min(LANE_SIZE, pool.max_connections // 4)
-        found = Lane(pool, size) if size > 0 else None
-    _lanes[client] = found
+        found = Lane(pool, size, weak=True) if size > 0 else None
+    _lanes[pool] = found
     return found

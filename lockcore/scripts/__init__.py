@@ -10,6 +10,7 @@ A client without a lane (a pipeline, a cluster client) gets redis-py's ``Script`
 from __future__ import annotations
 
 import functools
+import hashlib
 import weakref
 from collections.abc import Callable
 from importlib import resources
@@ -40,11 +41,14 @@ def names() -> list[str]:
 
 
 class LaneScript:
-    """One of our scripts on one client, sent on the client's lane."""
+    """One of our scripts on one client, sent on the client's lane. It keeps no
+    reference to the client (the cache below is keyed by it: a dropped client must be
+    freed, with its connections)."""
 
     def __init__(self, client: Any, lane: wire.Lane, text: str) -> None:
-        self.script = client.register_script(text)  # redis-py's: the sha, and SCRIPT LOAD
-        self.sha: str = self.script.sha
+        self.text = text
+        # the sha of the bytes the lane's connections send: the client's encoding
+        self.sha: str = hashlib.sha1(client.get_encoder().encode(text)).hexdigest()
         self.lane = lane
         self.lockcore_loaded = False
 
@@ -52,7 +56,7 @@ class LaneScript:
         try:
             return self.lane.call("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:  # Redis restarted or flushed its scripts
-            self.lane.call("SCRIPT", "LOAD", self.script.script)
+            self.lane.call("SCRIPT", "LOAD", self.text)
             return self.lane.call("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
@@ -64,23 +68,38 @@ def script(client: Any, name: str) -> Any:
 
 def _made(client: Any, text: str) -> Any:
     lane = wire.lane(client)
-    return client.register_script(text) if lane is None else LaneScript(client, lane, text)
+    return _script_of(client, text) if lane is None else LaneScript(client, lane, text)
+
+
+def _script_of(client: Any, text: str) -> Any:
+    """``client.register_script(text)`` (redis-py's ``Script``), made to hold its client
+    weakly: the cache keeps the script as long as the client lives, and a script holding
+    its client kept both alive for good (every short-lived client leaked, with its
+    connections)."""
+    made = client.register_script(text)
+    if getattr(made, "registered_client", None) is client:
+        try:
+            made.registered_client = weakref.proxy(client)
+        except TypeError:  # cannot be weakly referenced (nor is it cached)
+            pass
+    return made
 
 
 def registered(client: Any, name: str, text: Callable[[], str],
                make: Callable[[str], Any] | None = None) -> Any:
     """The ``Script`` of ``text()`` on ``client`` (or ``make(text())``), made once per
     client and name: making one hashes the text (SHA-1). Other packages' scripts use it
-    with a name of their own (the web app's: ``webapp/<name>``)."""
-    build = client.register_script if make is None else make
+    with a name of their own (the web app's: ``webapp/<name>``). What ``make`` returns
+    must not refer to ``client`` strongly (``_script_of``)."""
     try:
         per_client = _registered[client]
     except KeyError:
         per_client = _registered[client] = {}
     except TypeError:  # a client that cannot be weakly referenced: no cache
-        return build(text())
+        return (make or functools.partial(_script_of, client))(text())
     found = per_client.get(name)
     if found is None:
+        build = make or functools.partial(_script_of, client)
         found = per_client[name] = build(text())
     return found
 
