@@ -13,6 +13,7 @@ starting shares that start's outcome instead of queueing a second one behind it.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,23 @@ START_TIMEOUT_S = 15.0
 _shared: dict[str, Any] = {}
 _starting: dict[str, Future[Any]] = {}  # hosts -> the start in progress
 _shared_guard = threading.Lock()  # guards the two dicts; never held while connecting
+#: the process the clients above belong to (``_forget_after_fork``)
+_owner_pid = os.getpid()
+
+
+def _forget_after_fork() -> None:
+    """In a child after ``fork`` (multiprocessing's fork, ``gunicorn --preload``): the
+    parent's clients are copies whose threads did not come along. One still said
+    ``connected`` and never answered: ``acquire(timeout=2)`` on a free lock returned
+    False, and without a timeout hung for good (an outside audit). The child forgets
+    them, without stopping them (that would close the parent's session), and starts
+    its own; a start the parent had under way is not the child's either."""
+    global _shared, _starting, _shared_guard, _owner_pid
+    _shared, _starting, _shared_guard = {}, {}, threading.Lock()
+    _owner_pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def shared_client(hosts: str) -> Any:

@@ -382,3 +382,41 @@ def test_two_names_never_share_a_lock(zk):
         assert lockcore.create("zookeeper", zk, "a%2Fb").acquire(blocking=False)
     finally:
         first.release()
+
+
+@pytest.mark.filterwarnings("ignore:This process .* fork:DeprecationWarning")  # Python 3.12+
+def test_a_forked_child_starts_its_own_shared_client(zookeeper_hosts, request) -> None:
+    # the child got the parent's client, whose threads had not come along: a free lock
+    # was refused after the timeout, and acquire() without one hung (an outside audit)
+    import os
+    import signal
+
+    name = f"forked-{request.node.name}"
+    parent = lockcore.create("zookeeper", zookeeper_hosts, name)
+    assert parent.acquire(timeout=5)
+    parent.release()
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if it got the free lock
+        code = 1
+        try:
+            child = lockcore.create("zookeeper", zookeeper_hosts, name)
+            if child.acquire(timeout=8):
+                child.release()
+                code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done == (0, 0):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung in acquire")
+    assert os.waitstatus_to_exitcode(done[1]) == 0, "the forked child could not take a free lock"
+    try:
+        assert parent.acquire(timeout=5)  # the parent's session is untouched
+        parent.release()
+    finally:
+        from lockcore.strategies.zookeeper_clients import close_shared_clients
+
+        close_shared_clients()
