@@ -24,6 +24,7 @@ lock from one greenlet to the next); acquiring it again in the thread that holds
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -97,6 +98,29 @@ def new_token() -> str:
     return os.urandom(16).hex()
 
 
+def check_redis_client(client: Any, who: str) -> None:
+    """Refuse, at ``create``, what is not a synchronous redis-py client: anything
+    without ``execute_command``, the class itself (a missing ``()``), a pipeline (its
+    commands answer at ``execute``) and an asyncio client (they answer a coroutine).
+    An audit found the last three accepted: a pipeline's or a coroutine's truthy
+    "reply" let every ``setnx`` handle hold the lock at once, with no key in Redis."""
+    kind = type(client).__name__
+    if isinstance(client, type):
+        raise TypeError(f"{who} needs a redis-py client, not the class {client.__name__} "
+                        "(call it: redis.Redis(...))")
+    if not callable(getattr(client, "execute_command", None)):
+        raise TypeError(f"{who} needs a redis-py client, not {kind}")
+    from redis.client import Pipeline
+
+    if isinstance(client, Pipeline) or kind in ("ClusterPipeline", "AsyncPipeline"):
+        raise TypeError(f"{who} needs a redis-py client, not a pipeline ({kind}): a "
+                        "lock must see each reply before its next command")
+    if inspect.iscoroutinefunction(client.execute_command) \
+            or type(client).__module__.startswith("redis.asyncio"):
+        raise TypeError(f"{who} needs a synchronous redis-py client, not {kind} from "
+                        f"{type(client).__module__} (lockcore does not await)")
+
+
 class DistributedLock(ABC):
     """A named lock whose state lives outside this process (except ``local``)."""
 
@@ -133,9 +157,8 @@ class DistributedLock(ABC):
         check_timeout(timeout)
         if not isinstance(watchdog, bool):  # "false" is truthy: it switched the watchdog on
             raise TypeError(f"watchdog must be True or False, not {watchdog!r}")
-        if self.needs_redis and not callable(getattr(client, "execute_command", None)):
-            raise TypeError(f"the {self.strategy} lock needs a redis-py client, not "
-                            f"{type(client).__name__}")
+        if self.needs_redis:
+            check_redis_client(client, f"the {self.strategy} lock")
         if watchdog and not self.expires:
             raise ValueError(f"a watchdog renews a lock that expires; {self.strategy!r} "
                              "never expires (nothing to renew): leave watchdog off")

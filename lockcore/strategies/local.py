@@ -66,6 +66,10 @@ class LocalLock(DistributedLock):
     origin = "seed 000"
     summary = "threading.Lock per name: one process only, every gunicorn worker has its own"
     expires = False
+    #: its waiters wait on the threading.Lock itself: a release sends nothing to Redis
+    #: (the backend is ignored, and may be anything: an audit's string backend made
+    #: release raise AttributeError after it had released)
+    signals_on_release = True
 
     def __init__(self, client: Any, name: str, **options: Any) -> None:
         options.setdefault("ttl_ms", None)  # nothing expires; a ttl would be a lie

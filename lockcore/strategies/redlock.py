@@ -47,7 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import scripts
-from ..base import DistributedLock
+from ..base import DistributedLock, check_redis_client
 from ..errors import LockError, LockNotOwned
 from ..waiting import SIGNAL_TTL_MS, BackoffWaiter, positive_ms
 from .redlock_nodes import (
@@ -72,8 +72,8 @@ class RedLock(DistributedLock):
                  **options: Any) -> None:
         if not isinstance(clients, (list, tuple)) or not clients:
             raise TypeError("redlock needs a list of independent redis clients")
-        if not all(callable(getattr(c, "execute_command", None)) for c in clients):
-            raise TypeError("redlock needs a list of redis-py clients")
+        for client in clients:
+            check_redis_client(client, "redlock (each node)")
         check_independent(clients)
         super().__init__(list(clients), name, **options)
         if self.ttl_ms is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -283,6 +284,42 @@ def test_acquire_refuses_a_timeout_that_is_not_a_finite_number(pair, timeout):
 def test_a_redis_strategy_on_something_else_is_a_type_error(strategy, backend):
     with pytest.raises(TypeError, match="redis-py client"):
         lockcore.create(strategy, backend, ["a", "b"] if strategy == "multi" else "res")
+
+
+def _not_a_sync_client(kind: str, redis_client: Any) -> Any:
+    import redis.asyncio
+
+    return {"the class": redis.Redis, "a pipeline": redis_client.pipeline(),
+            "an asyncio client": redis.asyncio.Redis()}[kind]
+
+
+@pytest.mark.parametrize("kind", ["the class", "a pipeline", "an asyncio client"])
+@pytest.mark.parametrize("strategy", ["naive", "setnx", "setnx-expire", "getset", "token",
+                                      "fair", "multi", "redlock"])
+def test_what_only_looks_like_a_redis_client_is_a_type_error_at_create(strategy, kind,
+                                                                       redis_client):
+    # an audit: a pipeline's or a coroutine's truthy "reply" let every setnx handle hold
+    # the lock at once, with no key in Redis; the others failed later, obscurely
+    backend = _not_a_sync_client(kind, redis_client)
+    with pytest.raises(TypeError, match="redis-py client"):
+        lockcore.create(strategy, [backend] * 3 if strategy == "redlock" else backend,
+                        ["a", "b"] if strategy == "multi" else "res")
+
+
+@pytest.mark.parametrize("backend", [None, "redis://127.0.0.1:1", object()])
+def test_the_local_lock_ignores_its_backend_on_release_too(backend):
+    # release raised AttributeError (it signalled waiters through the "client") after
+    # it had released
+    lock = lockcore.create("local", backend, "local-backend")
+    assert lock.acquire(blocking=False)
+    lock.release()
+    assert not lock.locked()
+
+
+def test_the_local_lock_writes_nothing_to_a_redis_client(redis_client):
+    with lockcore.create("local", redis_client, "local-quiet"):
+        pass
+    assert redis_client.keys("*") == []
 
 
 @pytest.mark.parametrize("ttl_ms", [10**13, 2**63, 0, -1])

@@ -363,7 +363,7 @@ def test_works_in_a_gevent_monkey_patched_process(redlock_cluster) -> None:
 
 
 def test_a_client_list_with_something_else_in_it_is_a_type_error(redlock_clients) -> None:
-    with pytest.raises(TypeError, match="redis-py clients"):  # was an AttributeError
+    with pytest.raises(TypeError, match="redis-py client"):  # was an AttributeError
         lockcore.create("redlock", [*redlock_clients[:2], "redis://x"], "stock:sku-1")
 
 
