@@ -36,8 +36,8 @@ def unwritable_file(path: Path, *, make_parent: bool = False) -> str | None:
     return None
 
 
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: a whole number >= ``low``."""
+def at_least(low: int, most: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``low`` (and <= ``most``, given one)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -45,6 +45,8 @@ def at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}, not {value}")
         return value
     return parse
 

@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 
 BASELINE_POST, BASELINE_GET = "no-op baseline", "no-op GET (old)"
 BASELINE_POST_END = "no-op baseline (end)"
+# what the shop's admin reset takes (webapp.admin, which imports Flask: slow to load
+# for a --help); beyond them every phase would fail with the same 400
+SHOP_MAX_STOCK, SHOP_MAX_WORK_MS = 1_000_000, 10_000
+MAX_WORKERS = 64
 
 
 def _strategy_list(text: str) -> list[str]:
@@ -65,13 +69,13 @@ def _shop_url(text: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--users", type=at_least(1), default=1000, help="buyers (default 1000)")
-    parser.add_argument("--stock", type=at_least(1), default=100,
+    parser.add_argument("--stock", type=at_least(1, SHOP_MAX_STOCK), default=100,
                         help="units on sale (default 100)")
     parser.add_argument("--strategies", type=_strategy_list, default=None,
                         help="comma-separated (default: every strategy the shop offers)")
     parser.add_argument("--report", metavar="DIR", help="write DIR/index.html and raw data")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    parser.add_argument("--work-ms", type=at_least(0), default=None,
+    parser.add_argument("--work-ms", type=at_least(0, SHOP_MAX_WORK_MS), default=None,
                         help="simulated work inside the critical section (default 20; "
                              "0 with --sustained: 20 ms would cap a lock at 50/s)")
     parser.add_argument("--sustained", action="store_true",
@@ -89,7 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-timeout", type=seconds, default=None,
                         help="seconds a buyer waits for the lock before 503 busy "
                              "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
-    parser.add_argument("--workers", type=at_least(1), default=2, help="gunicorn workers")
+    parser.add_argument("--workers", type=at_least(1, MAX_WORKERS), default=2,
+                        help="gunicorn workers")
     parser.add_argument("--url", type=_shop_url, help="a running shop instead of serving one")
     parser.add_argument("--admin-token", help="with --url (default $SECKILL_ADMIN_TOKEN)")
 

@@ -50,13 +50,19 @@ def contender_names(text: str) -> list[str]:
     return names
 
 
+# each worker holds pipes, a semaphore and Redis connections: beyond a few hundred the
+# run ends in 'Too many open files' before it measures anything
+MAX_PROCESSES = 256
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=seconds, default=5.0,
                         help="seconds of the contended run per contender (default 5)")
     parser.add_argument("--uncontended", type=seconds, default=2.0, metavar="SECONDS",
                         help="seconds of the solo acquire+release loop (default 2)")
-    parser.add_argument("--processes", type=at_least(1), default=8,
-                        help="worker processes on the hot lock (default 8)")
+    parser.add_argument("--processes", type=at_least(1, MAX_PROCESSES), default=8,
+                        help=f"worker processes on the hot lock (default 8, at most "
+                             f"{MAX_PROCESSES})")
     parser.add_argument("--rounds", type=at_least(1), default=1,
                         help="measure each contender this many times, round-robin, and add "
                              "the rounds up (steadier figures on a busy machine)")

@@ -127,6 +127,14 @@ def test_unknown_contender_is_refused_before_starting_anything(capsys):
     assert "nosuchlock" in capsys.readouterr().err
 
 
+def test_more_processes_than_the_bench_can_open_is_a_usage_error(capsys):
+    # --processes 100000 ended in an OSError traceback: 'Too many open files'
+    with pytest.raises(SystemExit) as stopped:
+        bench_args("--processes", "100000")
+    assert stopped.value.code == 2
+    assert "argument --processes: must be at most 256, not 100000" in capsys.readouterr().err
+
+
 def test_overlap_check_catches_a_decrement_between_get_and_decr(redis_client):
     redis_client.set("stock", 10)
 
