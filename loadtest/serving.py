@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .machine import describe
+from .phase import Plan
 from .shop import ShopClient, ShopUnreachable
 
 logger = logging.getLogger(__name__)
@@ -97,9 +98,9 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
         if getattr(args, "url", None):
             token = args.admin_token or os.environ.get("SECKILL_ADMIN_TOKEN")
             shop = ShopClient(args.url, token)
-            reason = shop.unreachable()
-            if reason is not None:
-                raise ShopUnreachable(f"cannot reach the shop at {args.url}: {reason}")
+            problem = shop.unusable(Plan.sku)
+            if problem is not None:
+                raise ShopUnreachable(problem)
             redis_urls = [u for u in [os.environ.get("REDIS_URL"), *redlock] if u]
         else:
             from webapp.served import StartupError  # what showdown reports in one line
@@ -130,6 +131,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                 raise StartupError(f"could not serve the shop: {type(exc).__name__}: "
                                    f"{first}") from exc
             shop = ShopClient(app.url, app.admin_token)
+            print(f"the shop is at {app.url}/ (open it to watch the stock go)", flush=True)
             redis_urls = [str(app.redis_url), *(getattr(app, "redlock_urls", None) or [])]
         clients = [redis.Redis.from_url(u, socket_timeout=5) for u in redis_urls]
         for client in clients:

@@ -25,7 +25,8 @@ class ShopError(RuntimeError):
 
 
 class ShopUnreachable(RuntimeError):
-    """Nothing answered at the shop's URL (``seckill showdown --url``)."""
+    """Nothing answered at the shop's URL, or what answered cannot run a showdown (not
+    a seckill shop, or it refuses the admin token): ``seckill showdown --url``."""
 
 
 class ShopClient:
@@ -94,10 +95,38 @@ class ShopClient:
         """Why the shop cannot be reached at all (None: it answered, maybe with an error)."""
         try:
             self._call("GET", "/healthz")
-        except ShopError:
+        except (ShopError, json.JSONDecodeError):
             return None  # it answered: 503 names a part that is down, the phase says more
         except (OSError, ValueError) as exc:  # refused, no such host, timeout, bad URL
             return str(getattr(exc, "reason", None) or exc)
+        return None
+
+    def unusable(self, sku: str) -> str | None:
+        """Why a showdown could not run against this shop, found before the first phase
+        rather than as every phase's error: nothing answers, what answers is not a
+        seckill shop, or it refuses the admin token. The token is tried with a reset the
+        shop must refuse (``stock`` -1), so a right token changes nothing either."""
+        reason = self.unreachable()
+        if reason is not None:
+            return f"cannot reach the shop at {self.url}: {reason}"
+        try:
+            names = self._call("GET", "/api/strategies")
+        except (ShopError, OSError, ValueError) as exc:  # 404, an HTML page, a reset
+            return (f"{self.url} does not look like a seckill shop (GET /api/strategies: "
+                    f"{str(exc).splitlines()[0][:120]})")
+        if not isinstance(names, list):
+            return f"{self.url} does not look like a seckill shop (GET /api/strategies)"
+        if not self.admin_token:
+            return ("no admin token for the shop: give --admin-token or set "
+                    "SECKILL_ADMIN_TOKEN (seckill serve prints it when it starts)")
+        try:
+            self._call("PUT", f"/api/admin/sales/{sku}", {"stock": -1}, admin=True)
+        except ShopError as exc:
+            if exc.status == 401:
+                return ("the shop refused the admin token (--admin-token or "
+                        "SECKILL_ADMIN_TOKEN; seckill serve prints it when it starts)")
+        except (OSError, ValueError) as exc:
+            return f"cannot reach the shop at {self.url}: {exc}"
         return None
 
     def healthy(self) -> bool:

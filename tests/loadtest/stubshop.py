@@ -18,8 +18,10 @@ from werkzeug.wrappers import Request, Response
 
 
 class StubShop:
-    def __init__(self, stock: int = 10, oversell: int = 0, failing_resets: int = 0) -> None:
+    def __init__(self, stock: int = 10, oversell: int = 0, failing_resets: int = 0,
+                 token: str = "t") -> None:
         self.lock = threading.Lock()
+        self.token = token
         self.oversell = oversell
         self.failing_resets = failing_resets
         self.reset(stock)
@@ -54,6 +56,12 @@ class StubShop:
             status, body = 200, {"redis": "ok", "database": "ok"}
         elif path == "/api/noop":
             status, body = 200, ({"ok": True} if method == "POST" else {})
+        elif path == "/api/strategies":
+            status, body = 200, ["naive", "token", "stub"]
+        elif method == "PUT" and request.headers.get("Authorization") != f"Bearer {self.token}":
+            status, body = 401, {"error": "unauthorized", "detail": "the admin token"}
+        elif method == "PUT" and int((request.get_json() or {}).get("stock", 0)) < 0:
+            status, body = 400, {"error": "invalid_request", "detail": "stock must be >= 0"}
         elif method == "GET" and path == "/api/products/sku-1":
             status, body = 200, {"sku": "sku-1", "name": "Stub", "price": 1,
                                  # a broken shop's page also believes its units exist
@@ -82,7 +90,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 @contextmanager
-def serve(shop: StubShop) -> Iterator[str]:
+def serve(shop: Any) -> Iterator[str]:
     """Serve ``shop`` on a free loopback port; yields its base URL."""
     server = make_server("127.0.0.1", 0, shop, threaded=True,
                          request_handler=_QuietHandler)

@@ -96,3 +96,52 @@ def test_paired_puts_a_post_no_op_after_every_strategy_phase(tmp_path, monkeypat
 def test_paired_is_refused_without_sustained(tmp_path, capsys):
     assert main(["showdown", "--report", str(tmp_path), "--paired"]) == 2
     assert "--paired is for --sustained" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("token, why", [
+    ("wrong", "the shop refused the admin token"),
+    ("", "no admin token for the shop: give --admin-token or set SECKILL_ADMIN_TOKEN"),
+])
+def test_a_refused_admin_token_is_one_line_before_any_phase(tmp_path, capsys, monkeypatch,
+                                                           token, why):
+    # every phase used to run and fail with the same 401 in the table
+    monkeypatch.delenv("SECKILL_ADMIN_TOKEN", raising=False)
+    shop = StubShop()
+    with serve(shop) as url:
+        code = main(["showdown", "--url", url, "--admin-token", token, "--users", "5",
+                     "--stock", "2", "--strategies", "token"])
+    err = capsys.readouterr()
+    assert code == 1 and f"seckill showdown: error: {why}" in err.err
+    assert "[1/" not in err.out and shop.initial == 10  # no phase ran, nothing reset
+
+
+def test_a_url_that_is_not_a_seckill_shop_is_named_before_any_phase(capsys):
+    from werkzeug.wrappers import Response
+
+    def not_a_shop(environ, start_response):
+        return Response("<html>hello</html>", 200, mimetype="text/html")(
+            environ, start_response)
+
+    with serve(not_a_shop) as url:
+        code = main(["showdown", "--url", url, "--admin-token", "t", "--users", "5",
+                     "--stock", "2", "--strategies", "token"])
+    err = capsys.readouterr().err
+    assert code == 1 and f"{url} does not look like a seckill shop" in err
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--stock", "2000000"], "argument --stock: must be at most 1000000, not 2000000"),
+    (["--work-ms", "20000"], "argument --work-ms: must be at most 10000, not 20000"),
+    (["--workers", "1000"], "argument --workers: must be at most 64, not 1000"),
+])
+def test_what_the_shop_would_refuse_in_every_phase_is_a_usage_error(argv, why, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["showdown", *argv])
+    assert stop.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_the_showdown_limits_are_the_shops():
+    from loadtest.showdown import SHOP_MAX_STOCK, SHOP_MAX_WORK_MS
+    from webapp.admin import MAX_STOCK, MAX_WORK_MS
+
+    assert (SHOP_MAX_STOCK, SHOP_MAX_WORK_MS) == (MAX_STOCK, MAX_WORK_MS)
