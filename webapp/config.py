@@ -62,6 +62,18 @@ def _number(name: str, default: str, kind: type = float) -> Any:
     return value
 
 
+def _admin_token() -> str:
+    """``SECKILL_ADMIN_TOKEN``, or '' (the app then makes a random one). A blank token, or
+    one with spaces around it, is refused: the shop strips what follows ``Bearer``, so
+    nobody could ever send it and every admin call would be 401."""
+    token = os.environ.get("SECKILL_ADMIN_TOKEN", "")
+    if token and (not token.strip() or token != token.strip()):
+        raise ConfigError("SECKILL_ADMIN_TOKEN is blank or has spaces around it, so no "
+                          "Authorization header could carry it: unset it (a random one "
+                          "is made and printed) or give one without surrounding spaces")
+    return token
+
+
 def check_urls(config: dict[str, Any]) -> None:
     """REDIS_URL and REDLOCK_URLS must be Redis URLs (a bad one failed every purchase),
     REDLOCK_URLS each a different server, and DATABASE_URL a SQLAlchemy URL."""
@@ -86,7 +98,12 @@ def check_urls(config: dict[str, Any]) -> None:
         raise ConfigError(f"REDLOCK_URLS: {exc}") from None
     try:
         url = make_url(config["DATABASE_URL"])
-        url.get_dialect()  # an unknown scheme or a missing driver
+        url.get_dialect().import_dbapi()  # an unknown scheme or a missing driver
+    except ImportError as exc:  # mysql:// with no MySQLdb installed
+        raise ConfigError(f"DATABASE_URL: the driver for {url.drivername!r} is not "
+                          f"installed ({exc}); this project installs "
+                          "postgresql+psycopg:// and sqlite:///path/to/seckill.sqlite") \
+            from None
     except NoSuchModuleError:
         raise ConfigError(f"DATABASE_URL: SQLAlchemy has no database {url.drivername!r} "
                           "(e.g. postgresql+psycopg://user@host/db or "
@@ -121,7 +138,7 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "REDIS_URL": os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
         "REDLOCK_URLS": _csv(os.environ.get("REDLOCK_URLS")),
         "ZOOKEEPER_HOSTS": os.environ.get("ZOOKEEPER_HOSTS") or os.environ.get("ZK_HOSTS"),
-        "SECKILL_ADMIN_TOKEN": os.environ.get("SECKILL_ADMIN_TOKEN", ""),
+        "SECKILL_ADMIN_TOKEN": _admin_token(),
         # the featured sale's strategy when served (ServedApp reads it for the demo seed)
         "LOCK_STRATEGY": os.environ.get("LOCK_STRATEGY", "token"),
         # redis-py's default pool raises "Too many connections" past its limit; a

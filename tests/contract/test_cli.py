@@ -331,6 +331,10 @@ def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
     ("DATABASE_URL=nosuchdb://x/y", "DATABASE_URL"),
     ("DATABASE_URL=sqlite://", "DATABASE_URL"),  # in memory: one per worker
     ("DATABASE_URL=sqlite:///:memory:", "DATABASE_URL"),
+    ("DATABASE_URL=mysql://u@127.0.0.1/db", "DATABASE_URL"),  # no MySQLdb: unnamed, exit 1
+    # no Authorization header can carry these: was served, and every admin call was 401
+    ("SECKILL_ADMIN_TOKEN=   ", "SECKILL_ADMIN_TOKEN"),
+    ("SECKILL_ADMIN_TOKEN= tok ", "SECKILL_ADMIN_TOKEN"),
 ])
 def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(
         tmp_path, setting, named):
