@@ -228,3 +228,31 @@ def test_the_pages_run_under_their_content_security_policy(page):
         page.goto(app.url + "/admin")
         expect(page.locator("#a-units_sold")).to_have_text("1")  # admin.js runs too
     assert refused == []
+
+
+def test_a_redis_outage_is_named_on_the_page_and_in_the_buyers_answer(page):
+    # the products come from the database, so the page looked normal while every
+    # purchase failed with a bare "Too busy" (the shop's own reason was dropped)
+    from playwright.sync_api import expect
+
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer().start()
+    try:
+        with ServedApp(workers=1, redis_url=server.url) as app:
+            reset_sale(app, "sku-1", stock=5, strategy="token")
+            page.goto(app.url + "/")
+            card = page.locator('.card[data-sku="sku-1"]')
+            expect(card.locator(".stock")).to_have_text("5")
+            expect(page.locator("#degraded")).to_be_hidden()
+            server.stop()
+            expect(page.locator("#degraded")).to_contain_text("Not selling: redis down",
+                                                              timeout=10_000)
+            page.fill("#user-name", "alice")
+            card.locator(".buy").click()
+            expect(card.locator(".message")).to_contain_text("Not sold: redis")
+            expect(card.locator(".message")).to_contain_text("try again in")
+            server.start()
+            expect(page.locator("#degraded")).to_be_hidden(timeout=10_000)
+    finally:
+        server.cleanup()

@@ -88,6 +88,30 @@ function connection(ok) {
   if (banner) banner.hidden = failedPolls < 3;
 }
 
+// The products come from the database when Redis is down, so the page looked fine
+// while every purchase failed: every few polls ask /healthz, and name the part that
+// is down (its 503 body says which) until it is back.
+const HEALTH_EVERY = 4;
+let polls = 0;
+
+async function health() {
+  const banner = document.getElementById("degraded");
+  if (!banner) return;
+  try {
+    const response = await fetch("/healthz", { cache: "no-store" });
+    if (response.status !== 503) {
+      banner.hidden = true;
+      return;
+    }
+    const body = await response.json();
+    banner.textContent = `Not selling: ${body.detail || "a backend is down"}. Purchases ` +
+      "are refused until it is back; the stock shown may be out of date.";
+    banner.hidden = false;
+  } catch (err) {
+    // not answering at all is the #offline banner's news
+  }
+}
+
 async function poll() {
   try {
     const response = await fetch("/api/products", { cache: "no-store" });
@@ -96,6 +120,7 @@ async function poll() {
   } catch (err) {
     connection(false);  // the server is restarting or gone: keep the last numbers
   }
+  if (polls++ % HEALTH_EVERY === 0) await health();
   setTimeout(poll, POLL_MS);
 }
 
@@ -137,7 +162,9 @@ async function buy(el) {
       show(el, "You already have one: one per person.", "warn");
     } else if (body.error === "busy") {
       const wait = response.headers.get("Retry-After") || "1";
-      show(el, `Too busy right now — try again in ${wait}s.`, "warn");
+      // the shop says why (a lock not free in time, Redis down): the lab is about that
+      const why = body.detail ? `Not sold: ${body.detail}` : "Too busy right now";
+      show(el, `${why} — try again in ${wait}s.`, "warn");
     } else {
       show(el, body.detail || "Something went wrong.", "error");
     }
