@@ -310,8 +310,10 @@ class DistributedLock(ABC):
                 return False
             remaining = None if deadline is None else deadline - self.clock.monotonic()
             if remaining is not None and remaining <= 0:
-                logger.warning("gave up on %s lock %r after %.3fs", self.strategy, self.name,
-                               timeout)
+                # contention is not an error (errors.py): a busy shop timed out a buyer
+                # a second and printed a WARNING for each, on stderr
+                logger.info("gave up on %s lock %r after %.3fs", self.strategy, self.name,
+                            timeout)
                 return False
             # A waiter may make the next attempt itself (notify: in the same round trip
             # as its BLPOP); otherwise the wait is over and we try again here.

@@ -8,6 +8,7 @@ shown in their own test modules.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
@@ -62,6 +63,15 @@ def test_acquire_with_timeout_gives_up_after_about_that_long(pair):
     assert rival.acquire(timeout=0.2) is False
     elapsed = time.monotonic() - started
     assert 0.2 <= elapsed < 0.2 + 0.5, elapsed  # generous: the machine is shared
+
+
+def test_a_timed_out_acquire_is_not_logged_as_a_warning(pair, caplog):
+    # contention is not an error: a busy shop printed a WARNING per buyer it timed out
+    holder, rival = pair
+    assert holder.acquire()
+    with caplog.at_level(logging.DEBUG, logger="lockcore"):
+        assert rival.acquire(timeout=0.05) is False
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 def test_lock_is_free_again_after_release(pair):
