@@ -159,6 +159,11 @@ class DistributedLock(ABC):
             raise TypeError(f"watchdog must be True or False, not {watchdog!r}")
         if self.needs_redis:
             check_redis_client(client, f"the {self.strategy} lock")
+        if on_lost is not None and not callable(on_lost):  # found only when a lock was lost
+            raise TypeError(f"on_lost must be a callable (lock, reason), not {on_lost!r}")
+        if not all(callable(getattr(clock, m, None)) for m in ("monotonic", "time", "sleep")):
+            raise TypeError("clock needs monotonic(), time() and sleep() (like "
+                            f"lockcore.clock.SYSTEM_CLOCK), not {clock!r}")  # was: at acquire
         if watchdog and not self.expires:
             raise ValueError(f"a watchdog renews a lock that expires; {self.strategy!r} "
                              "never expires (nothing to renew): leave watchdog off")

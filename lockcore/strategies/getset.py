@@ -35,6 +35,7 @@ at all, because Redis itself expires the key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +58,15 @@ class GetsetLock(DistributedLock):
         super().__init__(client, name, **options)
         if self.ttl_ms is None:
             raise ValueError("getset needs a ttl_ms: the stored timestamp is now + ttl")
-        self.clock_skew_s = float(clock_skew_s)
+        try:
+            self.clock_skew_s = float(clock_skew_s)
+        except (TypeError, ValueError):
+            raise ValueError(f"clock_skew_s must be a number of seconds, not "
+                             f"{clock_skew_s!r}") from None
+        if not math.isfinite(self.clock_skew_s):  # nan: every expiry compare was False
+            raise ValueError(f"clock_skew_s must be finite, not {clock_skew_s!r}")
+        if between_get_and_getset is not None and not callable(between_get_and_getset):
+            raise TypeError("between_get_and_getset must be callable")
         self.between_get_and_getset = between_get_and_getset
         #: the expiry timestamp (ms) we wrote when we took the lock
         self.expiry_ms: int | None = None

@@ -28,6 +28,7 @@ both steps in one atomic command, and has since Redis 2.6.12.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -51,8 +52,9 @@ class SetnxExpireLock(DistributedLock):
             raise ValueError("setnx-expire needs a ttl_ms: the EXPIRE is its whole point")
         if crash_between is not None and not callable(crash_between):
             raise TypeError("crash_between must be callable")
-        if gap_s < 0:
-            raise ValueError("gap_s must be >= 0")
+        if isinstance(gap_s, bool) or not isinstance(gap_s, (int, float)) \
+                or not math.isfinite(gap_s) or gap_s < 0:  # nan: sleep() raised after SETNX
+            raise ValueError(f"gap_s must be a finite number of seconds >= 0, not {gap_s!r}")
         self.crash_between = crash_between
         self.gap_s = gap_s
 

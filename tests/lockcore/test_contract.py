@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import pytest
+import redis
 
 import lockcore
 from lockcore import LockNotOwned, LockTimeout
@@ -314,6 +315,37 @@ def test_what_only_looks_like_a_redis_client_is_a_type_error_at_create(strategy,
     with pytest.raises(TypeError, match="redis-py client"):
         lockcore.create(strategy, [backend] * 3 if strategy == "redlock" else backend,
                         ["a", "b"] if strategy == "multi" else "res")
+
+
+@pytest.mark.parametrize("option, value, match", [
+    ("on_lost", "page-me", "on_lost must be a callable"),   # was: TypeError once lost
+    ("clock", "x", "clock needs monotonic"),                # was: at the first acquire
+])
+@pytest.mark.parametrize("strategy", ["naive", "setnx-expire", "getset", "token", "fair",
+                                      "redlock", "local"])
+def test_an_option_that_would_fail_later_is_refused_at_create(strategy, option, value, match,
+                                                              redis_client):
+    # redlock: three distinct servers, never dialled
+    backend = [redis.Redis(port=p) for p in (1, 2, 3)] if strategy == "redlock" else redis_client
+    with pytest.raises(TypeError, match=match):
+        lockcore.create(strategy, backend, "res", **{option: value})
+
+
+@pytest.mark.parametrize("strategy, option, value", [
+    ("setnx-expire", "gap_s", float("nan")),  # sleep(nan) raised after SETNX: left set
+    ("setnx-expire", "gap_s", "1"),
+    ("getset", "clock_skew_s", float("nan")),  # every expiry comparison was False
+    ("getset", "clock_skew_s", "ahead"),
+])
+def test_a_lab_knob_that_is_not_a_finite_number_is_refused(strategy, option, value,
+                                                           redis_client):
+    with pytest.raises(ValueError, match=option):
+        lockcore.create(strategy, redis_client, "res", **{option: value})
+
+
+def test_getset_refuses_a_hook_that_is_not_callable(redis_client):
+    with pytest.raises(TypeError, match="between_get_and_getset must be callable"):
+        lockcore.create("getset", redis_client, "res", between_get_and_getset="x")
 
 
 @pytest.mark.parametrize("backend", [None, "redis://127.0.0.1:1", object()])
