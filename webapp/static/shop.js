@@ -62,6 +62,11 @@ function render(product) {
   el.querySelector(".stock").textContent = product.stock;
   el.querySelector(".initial").textContent = product.initial_stock;
   el.querySelector(".sold").textContent = product.sold;
+  // left comes from Redis, sold from the orders written: mid-sale the units taken whose
+  // orders are still being written are neither, and "left + sold" fell short of the stock
+  const inCheckout = product.initial_stock - product.stock - product.sold;
+  el.querySelector(".in-checkout").textContent = inCheckout;
+  el.querySelector(".checkout").hidden = !(inCheckout > 0);
   el.querySelector(".strategy-name").textContent = product.strategy;
   const share = product.initial_stock ? (100 * product.stock) / product.initial_stock : 0;
   el.querySelector(".fill").style.width = Math.max(0, Math.min(100, share)) + "%";
