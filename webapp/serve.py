@@ -41,6 +41,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gunicorn gevent workers")
 
 
+def _report_gone_redis(served: ServedApp, reported: set[int]) -> None:
+    """Say once that an embedded Redis exited: the page went on answering from the
+    database while every purchase was refused, and the terminal said nothing."""
+    for server in served.gone_redis():
+        if server.port in reported:
+            continue
+        reported.add(server.port)
+        which = "the shop's Redis" if server.url == served.redis_url else "a RedLock node"
+        code = server.proc.returncode if server.proc is not None else None
+        print(f"seckill serve: {which} (embedded, port {server.port}) exited on its own "
+              f"(code {code}): purchases that need it are refused with 503; Ctrl-C and "
+              "serve again to start a fresh one", file=sys.stderr, flush=True)
+
+
 def main(args: argparse.Namespace) -> int:
     try:  # what the workers will read, checked before anything starts
         config = settings.from_env(str(Path.cwd() / "instance"))  # SQLite lives there
@@ -69,9 +83,11 @@ def main(args: argparse.Namespace) -> int:
               f"Redis       {settings.without_password(served.redis_url or '')}\n"
               f"database    {settings.without_password(served.database_url or '')}\n"
               "Ctrl-C stops everything.", flush=True)
+        reported: set[int] = set()
         try:
             while served.proc is not None and served.proc.poll() is None:
                 time.sleep(0.5)
+                _report_gone_redis(served, reported)
         except KeyboardInterrupt:
             print("stopping ...", flush=True)
             return 0

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from types import TracebackType
 
-from lockcore.embedded import EmbeddedRedis, free_port
+from lockcore.embedded import EmbeddedRedis, RedisServer, free_port
 
 from . import config as settings
 from . import db, demo, locks
@@ -142,7 +142,13 @@ class ServedApp:
         self.seed, self.startup_timeout = seed, startup_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.workdir: Path | None = None
+        #: the Redis servers started here (none for a REDIS_URL or REDLOCK_URLS given)
+        self.embedded: list[RedisServer] = []
         self._stack = contextlib.ExitStack()
+
+    def gone_redis(self) -> list[RedisServer]:
+        """The embedded Redis servers whose process has exited (killed, out of memory)."""
+        return [r for r in self.embedded if r.proc is not None and r.proc.poll() is not None]
 
     @property
     def url(self) -> str:
@@ -190,11 +196,15 @@ class ServedApp:
         self.workdir = Path(tempfile.mkdtemp(prefix="seckill-serve-"))
         _live.add(self)  # from here on, the exit hook stops what is started and cleans up
         if self.redis_url is None:
-            self.redis_url = self._stack.enter_context(EmbeddedRedis(1)).urls[0]
+            shop_redis = self._stack.enter_context(EmbeddedRedis(1))
+            self.embedded += shop_redis.servers
+            self.redis_url = shop_redis.urls[0]
         else:
             reachable_redis(self.redis_url)
         if self.redlock_urls is None:
-            self.redlock_urls = self._stack.enter_context(EmbeddedRedis(5)).urls
+            redlock = self._stack.enter_context(EmbeddedRedis(5))
+            self.embedded += redlock.servers
+            self.redlock_urls = redlock.urls
         if self._port_picked:  # a port picked before they started may now be one of theirs
             self.port = free_port()
         if self.database_url is None:

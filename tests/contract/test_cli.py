@@ -318,6 +318,48 @@ def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
     assert not survivors, survivors
 
 
+def test_serve_says_once_when_its_embedded_redis_exits(tmp_path):
+    """The page went on answering from the database while every purchase was refused,
+    and serve's terminal said nothing (an audit): it names the Redis that exited, once,
+    and keeps serving (the page names the outage too) until Ctrl-C."""
+    import time
+
+    proc = subprocess.Popen([str(SECKILL), "serve", "--port", str(free_port()),
+                             "--workers", "1"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    started: list[int] = []
+    try:
+        assert proc.stdout is not None
+        redis_port = None
+        for line in proc.stdout:
+            if line.startswith("Redis "):
+                redis_port = int(line.rsplit(":", 1)[1].split("/")[0])
+            if "Ctrl-C" in line:
+                break
+        started = descendants(proc.pid)
+        shop_redis = [pid for pid in started if f"127.0.0.1:{redis_port}" in cmdline(pid)
+                      and "redis-server" in cmdline(pid)]
+        assert len(shop_redis) == 1, {pid: cmdline(pid) for pid in started}
+        os.kill(shop_redis[0], signal.SIGKILL)
+        time.sleep(2.5)
+        assert proc.poll() is None  # still serving
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        time.sleep(0.5)
+        survivors = {pid: cmdline(pid) for pid in started if running(pid)}
+        for pid in survivors:
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 0, (proc.returncode, err[-1000:])
+    said = [line for line in err.splitlines() if "exited on its own" in line]
+    assert len(said) == 1 and f"the shop's Redis (embedded, port {redis_port})" in said[0], err
+    assert not survivors, survivors
+
+
 @pytest.mark.parametrize(("setting", "named"), [
     ("REDLOCK_URLS=garbage", "REDLOCK_URLS"),   # was: served, then every purchase 500
     # one server five times: was served, then every redlock purchase 503 (never a majority)
