@@ -8,6 +8,7 @@ go through the same parser in-process (``webapp.cli.build_parser``), since each
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -285,9 +286,11 @@ def test_serve_whose_terminal_closes_stops_everything_it_started():
     assert not survivors, survivors
 
 
-def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
-    """gunicorn's master killed (the OOM killer, a stray kill): serve exited 0 and said
-    nothing (a contract audit). It says so, exits 1 and stops its Redis nodes."""
+@contextlib.contextmanager
+def _serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
+    """``seckill serve`` on a free port, once it has printed its last line: yields the
+    process and what it printed (``Redis`` -> its URL); kills whatever it started that
+    is still running at the end, and records those pids in ``survivors``."""
     import time
 
     proc = subprocess.Popen([str(SECKILL), "serve", "--port", str(free_port()),
@@ -295,17 +298,17 @@ def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     started: list[int] = []
+    printed: dict[str, str] = {}
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # serving once it prints its last line
+            name, _, value = line.partition(" ")
+            printed[name] = value.strip()
             if "Ctrl-C" in line:
                 break
         started = descendants(proc.pid)
-        masters = [pid for pid in started
-                   if "gunicorn" in cmdline(pid) and parent(pid) == proc.pid]
-        assert masters, {pid: cmdline(pid) for pid in started}
-        os.kill(masters[0], signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
+        printed["pids"] = " ".join(map(str, started))
+        yield proc, printed
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -314,8 +317,21 @@ def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
         survivors = {pid: cmdline(pid) for pid in started if running(pid)}
         for pid in survivors:
             os.kill(pid, signal.SIGKILL)
+        printed["survivors"] = repr(survivors) if survivors else ""
+
+
+def test_serve_whose_gunicorn_dies_says_so_exits_1_and_stops_the_rest(tmp_path):
+    """gunicorn's master killed (the OOM killer, a stray kill): serve exited 0 and said
+    nothing (a contract audit). It says so, exits 1 and stops its Redis nodes."""
+    with _serving(tmp_path) as (proc, printed):
+        started = [int(pid) for pid in printed["pids"].split()]
+        masters = [pid for pid in started
+                   if "gunicorn" in cmdline(pid) and parent(pid) == proc.pid]
+        assert masters, {pid: cmdline(pid) for pid in started}
+        os.kill(masters[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "gunicorn exited" in err, (proc.returncode, err[-1000:])
-    assert not survivors, survivors
+    assert not printed["survivors"], printed["survivors"]
 
 
 def test_serve_says_once_when_its_embedded_redis_exits(tmp_path):
@@ -324,40 +340,20 @@ def test_serve_says_once_when_its_embedded_redis_exits(tmp_path):
     and keeps serving (the page names the outage too) until Ctrl-C."""
     import time
 
-    proc = subprocess.Popen([str(SECKILL), "serve", "--port", str(free_port()),
-                             "--workers", "1"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    started: list[int] = []
-    try:
-        assert proc.stdout is not None
-        redis_port = None
-        for line in proc.stdout:
-            if line.startswith("Redis "):
-                redis_port = int(line.rsplit(":", 1)[1].split("/")[0])
-            if "Ctrl-C" in line:
-                break
-        started = descendants(proc.pid)
-        shop_redis = [pid for pid in started if f"127.0.0.1:{redis_port}" in cmdline(pid)
-                      and "redis-server" in cmdline(pid)]
-        assert len(shop_redis) == 1, {pid: cmdline(pid) for pid in started}
+    with _serving(tmp_path) as (proc, printed):
+        redis_port = int(printed["Redis"].rsplit(":", 1)[1].split("/")[0])
+        shop_redis = [int(pid) for pid in printed["pids"].split()
+                      if f"redis-server 127.0.0.1:{redis_port}" in cmdline(int(pid))]
+        assert len(shop_redis) == 1, printed
         os.kill(shop_redis[0], signal.SIGKILL)
         time.sleep(2.5)
         assert proc.poll() is None  # still serving
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        time.sleep(0.5)
-        survivors = {pid: cmdline(pid) for pid in started if running(pid)}
-        for pid in survivors:
-            os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 0, (proc.returncode, err[-1000:])
     said = [line for line in err.splitlines() if "exited on its own" in line]
     assert len(said) == 1 and f"the shop's Redis (embedded, port {redis_port})" in said[0], err
-    assert not survivors, survivors
+    assert not printed["survivors"], printed["survivors"]
 
 
 @pytest.mark.parametrize(("setting", "named"), [
