@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import config as settings
-from .served import ServedApp, StartupError
+from .served import ServedApp, StartupError, unreachable_lock_servers
 
 __all__ = ["ServedApp", "add_arguments", "main"]
 
@@ -77,6 +77,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"seckill serve: could not start: {type(exc).__name__}: "
               f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
         return 1
+    for note in unreachable_lock_servers(served.redlock_urls, served.zookeeper_hosts):
+        print(f"seckill serve: note: {note}", file=sys.stderr, flush=True)
     try:
         print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"
               f"admin token {served.admin_token}\n"

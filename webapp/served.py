@@ -45,6 +45,7 @@ class StartupError(RuntimeError):
 
 #: how long the checks before starting wait for a server given by URL
 REACH_TIMEOUT_S = 5
+NOTE_TIMEOUT_S = 1  # a lock server that is not needed to start: a note, not a wait
 
 
 def _first_line(exc: BaseException) -> str:
@@ -52,22 +53,66 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def reachable_redis(url: str) -> None:
-    """``REDIS_URL`` answers a PING in time, or ``StartupError`` naming it."""
+def _redis_problem(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """Why the Redis at ``url`` does not answer a PING in ``timeout`` (None: it does)."""
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
     # one try: redis-py 8 retries three times with backoff, 20 s for a silent server
-    client = redis.Redis.from_url(url, socket_connect_timeout=REACH_TIMEOUT_S,
-                                  socket_timeout=REACH_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout,
+                                  socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise StartupError(f"REDIS_URL {settings.without_password(url)}: cannot reach it "
-                           f"({_first_line(exc)})") from None
+        return _first_line(exc)
     finally:
         client.close()
+    return None
+
+
+def reachable_redis(url: str) -> None:
+    """``REDIS_URL`` answers a PING in time, or ``StartupError`` naming it."""
+    problem = _redis_problem(url)
+    if problem is not None:
+        raise StartupError(f"REDIS_URL {settings.without_password(url)}: cannot reach it "
+                           f"({problem})")
+
+
+def unreachable_lock_servers(redlock_urls: list[str] | None,
+                             zookeeper_hosts: str | None) -> list[str]:
+    """Notes on the lock servers that do not answer now: not refused (RedLock outlives a
+    minority of its nodes, and a lab may start them later), but the redlock and
+    zookeeper sales would be refused (503) with nothing said where the shop started."""
+    import socket
+
+    notes = []
+    down = [u for u in redlock_urls or [] if _redis_problem(u, NOTE_TIMEOUT_S) is not None]
+    if down:
+        majority = len(redlock_urls or []) // 2 + 1
+        fate = ("redlock purchases are refused (503) until a majority answers"
+                if len(redlock_urls or []) - len(down) < majority
+                else "redlock still has a majority")
+        shown = ", ".join(settings.without_password(u) for u in down)
+        notes.append(f"REDLOCK_URLS: {len(down)} of {len(redlock_urls or [])} nodes do not "
+                     f"answer ({shown}): {fate}")
+    if zookeeper_hosts:
+        hosts = zookeeper_hosts.split("/", 1)[0].split(",")
+        answering = 0
+        for host in hosts:
+            name, sep, port = host.strip().rpartition(":")
+            if not sep:  # no port: ZooKeeper's
+                name, port = host.strip(), "2181"
+            try:
+                with socket.create_connection((name.strip("[]"), int(port)),
+                                              timeout=NOTE_TIMEOUT_S):
+                    answering += 1
+            except (OSError, ValueError):
+                pass
+        if not answering:
+            notes.append(f"ZOOKEEPER_HOSTS: no server answers at {zookeeper_hosts}: "
+                         "zookeeper purchases are refused (503) until one does")
+    return notes
 
 
 def reachable_database(url: str) -> None:

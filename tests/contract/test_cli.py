@@ -287,7 +287,8 @@ def test_serve_whose_terminal_closes_stops_everything_it_started():
 
 
 @contextlib.contextmanager
-def _serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
+def _serving(tmp_path: Path, env: dict[str, str] | None = None,
+             ) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
     """``seckill serve`` on a free port, once it has printed its last line: yields the
     process and what it printed (``Redis`` -> its URL); kills whatever it started that
     is still running at the end, and records those pids in ``survivors``."""
@@ -296,7 +297,7 @@ def _serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, 
     proc = subprocess.Popen([str(SECKILL), "serve", "--port", str(free_port()),
                              "--workers", "1"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     started: list[int] = []
     printed: dict[str, str] = {}
     try:
@@ -353,6 +354,26 @@ def test_serve_says_once_when_its_embedded_redis_exits(tmp_path):
     assert proc.returncode == 0, (proc.returncode, err[-1000:])
     said = [line for line in err.splitlines() if "exited on its own" in line]
     assert len(said) == 1 and f"the shop's Redis (embedded, port {redis_port})" in said[0], err
+    assert not printed["survivors"], printed["survivors"]
+
+
+def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path):
+    # every redlock and zookeeper purchase was refused, and nothing said so at start;
+    # not refused (a lab starts its nodes later; RedLock outlives a minority)
+    from lockcore.embedded import free_ports
+
+    ports = free_ports(6)
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env["REDLOCK_URLS"] = ",".join(f"redis://127.0.0.1:{p}/0" for p in ports[:5])
+    env["ZOOKEEPER_HOSTS"] = f"127.0.0.1:{ports[5]}"
+    with _serving(tmp_path, env) as (proc, printed):
+        assert printed.get("storefront", "").startswith("http://")  # it serves
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert ("note: REDLOCK_URLS: 5 of 5 nodes do not answer" in err
+            and "refused (503) until a majority answers" in err), err
+    assert f"note: ZOOKEEPER_HOSTS: no server answers at 127.0.0.1:{ports[5]}" in err, err
     assert not printed["survivors"], printed["survivors"]
 
 
