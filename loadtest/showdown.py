@@ -28,6 +28,7 @@ from .compare import (
     format_rounds,
     format_table,
     phase_label,
+    unsold_notes,
 )
 from .phase import Plan, run_phase
 from .serving import Target, serve_target, strategy_names, strategy_safety
@@ -227,6 +228,8 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
     rounds = format_rounds(results)
     if rounds:
         print(f"\n{rounds}")
+    for note in unsold_notes(results):
+        print(note)
     summary = {"settings": {**plan.__dict__, "strategies": names}, "machine": machine,
                "elapsed_s": round(elapsed, 1), "results": [r.as_dict() for r in results]}
     if report_dir:

@@ -19,9 +19,11 @@ from werkzeug.wrappers import Request, Response
 
 class StubShop:
     def __init__(self, stock: int = 10, oversell: int = 0, failing_resets: int = 0,
-                 token: str = "t") -> None:
+                 token: str = "t", busy_after: int | None = None) -> None:
         self.lock = threading.Lock()
         self.token = token
+        #: after this many orders every purchase is 503 busy (a backend down mid-sale)
+        self.busy_after = busy_after
         self.oversell = oversell
         self.failing_resets = failing_resets
         self.reset(stock)
@@ -33,6 +35,8 @@ class StubShop:
 
     def purchase(self, user_id: str) -> tuple[int, dict[str, Any]]:
         with self.lock:
+            if self.busy_after is not None and len(self.orders) >= self.busy_after:
+                return 503, {"error": "busy", "detail": "redis is unavailable"}
             if user_id in self.orders:
                 return 409, {"error": "already_purchased", "detail": "one per buyer"}
             if self.remaining <= -self.oversell:

@@ -145,3 +145,19 @@ def test_the_showdown_limits_are_the_shops():
     from webapp.admin import MAX_STOCK, MAX_WORK_MS
 
     assert (SHOP_MAX_STOCK, SHOP_MAX_WORK_MS) == (MAX_STOCK, MAX_WORK_MS)
+
+
+def test_a_sale_cut_short_by_an_outage_is_exact_but_noted_under_the_table(tmp_path, capsys):
+    # a Redis down mid-sale: every phase "ok", and nothing said that 6 units never sold
+    with serve(StubShop(busy_after=4)) as url:
+        code = showdown(url, tmp_path, "token")
+    out = capsys.readouterr().out
+    assert code == 0  # nothing wrong was sold: not a failure
+    assert "note: token left 6 of 10 units unsold while " in out
+    assert "answers were 503 busy" in out
+
+
+def test_a_sale_that_sold_out_has_no_note(tmp_path, capsys):
+    with serve(StubShop()) as url:
+        assert showdown(url, tmp_path, "token") == 0
+    assert "unsold" not in capsys.readouterr().out
