@@ -131,7 +131,7 @@ class ZooKeeperLock(DistributedLock):
         if not self.client.connected:
             # kazoo queues every call until the connection is back and waits for it with
             # no limit, whatever the timeout: a purchase would hang for the whole outage.
-            raise ConnectionLoss(f"ZooKeeper is not connected (state {self.client.state}): "
+            raise ConnectionLoss(f"ZooKeeper is not connected ({self._state()}): "
                                  f"cannot acquire {self.name!r}")
         token = new_token()
         recipe = KazooLock(self.client, self.path, identifier=token)
@@ -193,13 +193,21 @@ class ZooKeeperLock(DistributedLock):
         except NoNodeError:  # nobody ever queued here
             return False
 
+    def _state(self) -> str:
+        """The client's state, and for one that was never started (or was stopped) what
+        to do about it: the message said only 'state LOST'."""
+        state = f"state {self.client.state}"
+        if getattr(self.client, "_stopped", None) is not None and self.client._stopped.is_set():
+            state += "; this KazooClient is not started: call its start(), or pass a hosts string"
+        return state
+
     def _answer(self, ask: Callable[[], Any], question: str) -> Any:
         """The reply to the query ``ask`` sends, or ``ConnectionLoss`` within ``QUERY_WAIT_S``.
 
         kazoo holds a call made while disconnected until the connection is back and
         waits for it with no limit: ``locked()`` would hang for the whole outage."""
         if not self.client.connected:
-            raise ConnectionLoss(f"ZooKeeper is not connected (state {self.client.state}): "
+            raise ConnectionLoss(f"ZooKeeper is not connected ({self._state()}): "
                                  f"cannot ask whether {question} ({self.name!r})")
         return _reply_within(ask(), QUERY_WAIT_S, lambda: ConnectionLoss(
             f"ZooKeeper did not answer within {QUERY_WAIT_S}s whether {question} "

@@ -420,3 +420,16 @@ def test_a_forked_child_starts_its_own_shared_client(zookeeper_hosts, request) -
         from lockcore.strategies.zookeeper_clients import close_shared_clients
 
         close_shared_clients()
+
+
+def test_a_client_never_started_is_named_as_such() -> None:
+    # the message said only "state LOST", as for a session that expired
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import ConnectionLoss
+
+    client = KazooClient(hosts="127.0.0.1:1")  # never started: nothing is dialled
+    lock = lockcore.create("zookeeper", client, "never-started")
+    with pytest.raises(ConnectionLoss, match=r"not started: call its start\(\)"):
+        lock.acquire(timeout=1)
+    with pytest.raises(ConnectionLoss, match="not started"):
+        lock.locked()
