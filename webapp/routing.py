@@ -21,6 +21,7 @@ from typing import Any
 
 from flask import Flask
 from flask.ctx import RequestContext
+from flask.wrappers import Response
 from werkzeug.routing import Map, MapAdapter, Rule
 from werkzeug.routing.converters import UnicodeConverter
 
@@ -91,3 +92,10 @@ class ShopFlask(Flask):
 
     def request_context(self, environ: Any) -> RequestContext:
         return ShopRequestContext(self, environ)
+
+    def make_default_options_response(self) -> Response:
+        """``OPTIONS``: 200 with ``Allow`` and an empty body, not typed ``text/html``
+        (Flask's default) on a JSON API."""
+        response = super().make_default_options_response()
+        del response.headers["Content-Type"]
+        return response

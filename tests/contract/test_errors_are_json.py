@@ -44,6 +44,16 @@ def test_a_wrong_method_is_a_json_405_with_allow(shop, path, method):
     assert ROUTES[path] <= allowed
 
 
+@pytest.mark.parametrize("path", sorted(ROUTES))
+def test_options_names_the_methods_without_a_body_to_type(shop, path):
+    # its empty body was typed text/html on every route of a JSON API (an audit)
+    answer = shop.call("OPTIONS", path)
+    assert answer.status == 200 and answer.body == b"", answer
+    assert "content-type" not in answer.headers, answer.headers
+    allowed = {m.strip() for m in answer.headers["allow"].split(",")}
+    assert ROUTES[path] | {"OPTIONS"} <= allowed
+
+
 @pytest.mark.parametrize("sku", ["nope", "x" * 65, "x" * 4000, "%00", "a%0Ab", "caf%C3%A9"])
 def test_an_unknown_sku_is_unknown_sku_on_every_sku_route(shop, sku):
     assert_error(shop.call("GET", f"/api/products/{sku}"), 404, "unknown_sku")
