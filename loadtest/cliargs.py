@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,4 +61,28 @@ def seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0: {text!r}")
     return value
+
+
+def seconds_up_to(most: float) -> Callable[[str], float]:
+    """An argparse type: ``seconds``, and at most ``most`` (a timer past about 49 days
+    is an OverflowError deep in a run, after everything has started)."""
+    def parse(text: str) -> float:
+        value = seconds(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most:g} seconds, not {text}")
+        return value
+    return parse
+
+
+def write_results(path: Path, text: str, command: str) -> bool:
+    """Write a run's results; a failure (a full disk, ``/dev/full``) is one line naming
+    the file, found only now, after the run (``unwritable_file`` checked the folder)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"seckill {command}: error: could not write {path}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return False
+    return True
 

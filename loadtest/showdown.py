@@ -20,7 +20,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from .cliargs import at_least, comma_names, seconds, unwritable_file
+from .cliargs import at_least, comma_names, seconds, unwritable_file, write_results
 from .compare import (
     NOTHING_SOLD,
     StrategyResult,
@@ -42,6 +42,9 @@ BASELINE_POST_END = "no-op baseline (end)"
 # for a --help); beyond them every phase would fail with the same 400
 SHOP_MAX_STOCK, SHOP_MAX_WORK_MS = 1_000_000, 10_000
 MAX_WORKERS = 64
+# a 1 s Locust run ends before its once-a-second CSV is written: every phase "made no
+# requests" (it had made 1,639); a day is far past what a phase is for
+MIN_SUSTAINED_S, MAX_SUSTAINED_S = 2, 86_400
 
 
 def _strategy_list(text: str) -> list[str]:
@@ -81,7 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "0 with --sustained: 20 ms would cap a lock at 50/s)")
     parser.add_argument("--sustained", action="store_true",
                         help="large stock, fresh buyers for --duration: purchases/s")
-    parser.add_argument("--duration", type=at_least(1), default=10, help="sustained seconds")
+    parser.add_argument("--duration", type=at_least(MIN_SUSTAINED_S, MAX_SUSTAINED_S),
+                        default=10, help=f"sustained seconds (default 10, at least "
+                                         f"{MIN_SUSTAINED_S})")
     parser.add_argument("--rounds", type=at_least(1), default=1,
                         help="sustained: run the strategies this many times, the POST no-op "
                              "again after each round; each round is a share of the no-op "
@@ -101,9 +106,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
+    """The phases' plan; ``argparse.ArgumentTypeError`` for a ``LOCK_TIMEOUT_S`` in the
+    environment that is not a number of seconds (it was a ValueError traceback)."""
     # the drain must outlast the shop's lock timeout (--url: its own; 10 s by default)
-    lock_timeout = args.lock_timeout if args.lock_timeout and not args.url \
-        else float(os.environ.get("LOCK_TIMEOUT_S", "10"))
+    if args.lock_timeout and not args.url:
+        lock_timeout = args.lock_timeout
+    else:
+        try:
+            lock_timeout = seconds(os.environ.get("LOCK_TIMEOUT_S", "10"))
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"LOCK_TIMEOUT_S {exc}") from None
     if args.sustained:
         work_ms = 0 if args.work_ms is None else args.work_ms
         return Plan(users=args.users, stock=1_000_000, work_ms=work_ms,
@@ -189,7 +201,11 @@ def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
 def main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
-    plan = plan_from(args)
+    try:
+        plan = plan_from(args)
+    except argparse.ArgumentTypeError as exc:
+        print(f"seckill showdown: error: {exc}", file=sys.stderr)
+        return 2
     report_dir = Path(args.report) if args.report else None
     problem = _unwritable(report_dir, args.json)
     if args.rounds > 1 and not args.sustained:
@@ -234,10 +250,16 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
                "elapsed_s": round(elapsed, 1), "results": [r.as_dict() for r in results]}
     if report_dir:
         from .report import write_report
-        (report_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        print(f"\nreport: {write_report(report_dir, results, summary)}")
-    if args.json:  # its folder was made by _unwritable, as --report's and bench's are
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+        try:
+            (report_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            print(f"\nreport: {write_report(report_dir, results, summary)}")
+        except OSError as exc:  # a disk that filled during the run
+            print(f"seckill showdown: error: could not write the report in {report_dir}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return 1
+    if args.json and not write_results(Path(args.json), json.dumps(summary, indent=2),
+                                       "showdown"):
+        return 1
     bad = failed(results)
     for r in bad:
         why = f"phase broke: {r.error}" if r.error else f"marked safe but {_summary(r)}"

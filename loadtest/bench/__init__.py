@@ -24,7 +24,7 @@ from pathlib import Path
 
 from webapp.cli import stop_on_term
 
-from ..cliargs import at_least, comma_names, seconds, unwritable_file
+from ..cliargs import at_least, comma_names, seconds_up_to, unwritable_file, write_results
 from .contenders import CONTENDERS
 from .experiments import EXPERIMENTS
 from .pool import START_METHODS
@@ -53,12 +53,15 @@ def contender_names(text: str) -> list[str]:
 # each worker holds pipes, a semaphore and Redis connections: beyond a few hundred the
 # run ends in 'Too many open files' before it measures anything
 MAX_PROCESSES = 256
+#: a day; far past what a bench is for, far below the OverflowError of a huge timer
+MAX_SECONDS = 86_400.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=seconds, default=5.0,
+    parser.add_argument("--duration", type=seconds_up_to(MAX_SECONDS), default=5.0,
                         help="seconds of the contended run per contender (default 5)")
-    parser.add_argument("--uncontended", type=seconds, default=2.0, metavar="SECONDS",
+    parser.add_argument("--uncontended", type=seconds_up_to(MAX_SECONDS), default=2.0,
+                        metavar="SECONDS",
                         help="seconds of the solo acquire+release loop (default 2)")
     parser.add_argument("--processes", type=at_least(1, MAX_PROCESSES), default=8,
                         help=f"worker processes on the hot lock (default 8, at most "
@@ -118,8 +121,8 @@ def main(args: argparse.Namespace) -> int:
     outcome["targets"] = targets(outcome["results"])
     print(render(outcome), flush=True)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(outcome, indent=2) + "\n", encoding="utf-8")
+        if not write_results(args.json, json.dumps(outcome, indent=2) + "\n", "bench"):
+            return 1
         print(f"figures written to {args.json}")
     broken = [r["name"] for r in outcome["results"] if r["errors"] or
               (r.get("contended") or {}).get("overlaps")]

@@ -129,6 +129,11 @@ IMPOSSIBLE = {
     "bench-duration-inf": ["bench", "--duration", "inf"],
     "bench-zero-rounds": ["bench", "--rounds", "0"],
     "bench-zero-processes": ["bench", "--processes", "0"],
+    # were OverflowError tracebacks once everything had started
+    "bench-duration-huge": ["bench", "--duration", "3e6"],
+    "bench-uncontended-huge": ["bench", "--uncontended", "1e308"],
+    # every phase failed with "Locust made no requests" (it had made 1,639)
+    "sustained-one-second": ["showdown", "--sustained", "--duration", "1"],
 }
 CASES = [pytest.param(args, id=name) for name, args in {**BAD_ARGS, **IMPOSSIBLE}.items()]
 
@@ -138,6 +143,26 @@ def test_a_bad_command_line_is_a_usage_error(capsys, args):
     code, _, err = parse(capsys, args)
     assert code == 2, f"parsed without complaint: {args}"
     assert "usage: seckill" in err
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "nan"])
+def test_showdown_with_a_bad_lock_timeout_s_names_it_in_one_line(value):
+    # was a ValueError traceback from the plan, exit 1 (serve named it, exit 2)
+    env = {**os.environ, "LOCK_TIMEOUT_S": value}
+    proc = seckill("showdown", "--users", "2", "--strategies", "atomic", env=env)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.startswith("seckill showdown: error: LOCK_TIMEOUT_S "), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout, proc
+
+
+def test_bench_results_it_cannot_write_are_one_line_after_the_run():
+    # /dev/full passes the check before the run (a writable file); the disk filling
+    # during a run is the same: an OSError traceback after minutes of measuring
+    proc = seckill("bench", "--quick", "--only", "token-poll", "--json", "/dev/full",
+                   timeout=120)
+    assert proc.returncode == 1, proc
+    assert "seckill bench: error: could not write /dev/full: No space left" in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
 
 
 def running(pid: int) -> bool:

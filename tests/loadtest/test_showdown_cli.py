@@ -161,3 +161,12 @@ def test_a_sale_that_sold_out_has_no_note(tmp_path, capsys):
     with serve(StubShop()) as url:
         assert showdown(url, tmp_path, "token") == 0
     assert "unsold" not in capsys.readouterr().out
+
+
+def test_results_it_cannot_write_are_one_line_after_the_run(tmp_path, capsys):
+    # the check before the run passes /dev/full (a writable file): the write raised
+    with serve(StubShop()) as url:
+        code = main(["showdown", "--url", url, "--admin-token", "t", "--users", "5",
+                     "--stock", "2", "--strategies", "token", "--json", "/dev/full"])
+    err = capsys.readouterr().err
+    assert code == 1 and "seckill showdown: error: could not write /dev/full" in err
