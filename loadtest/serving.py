@@ -103,7 +103,13 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                 raise ShopUnreachable(problem)
             redis_urls = [u for u in [os.environ.get("REDIS_URL"), *redlock] if u]
         else:
+            from webapp import config as settings
             from webapp.served import StartupError  # what showdown reports in one line
+
+            try:  # what the shop's workers will read, named as `seckill serve` names it
+                settings.check_urls(settings.from_env(tempfile.gettempdir()))
+            except settings.ConfigError as exc:
+                raise StartupError(str(exc)) from None
 
             zk_hosts = None
             if "zookeeper" in strategies:

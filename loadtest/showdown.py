@@ -99,8 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock-timeout", type=seconds, default=None,
                         help="seconds a buyer waits for the lock before 503 busy "
                              "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
-    parser.add_argument("--workers", type=at_least(1, MAX_WORKERS), default=2,
-                        help="gunicorn workers")
+    parser.add_argument("--workers", type=at_least(1, MAX_WORKERS), default=None,
+                        help="gunicorn workers of the shop it serves (default 2)")
     parser.add_argument("--url", type=_shop_url, help="a running shop instead of serving one")
     parser.add_argument("--admin-token", help="with --url (default $SECKILL_ADMIN_TOKEN)")
 
@@ -212,6 +212,12 @@ def main(args: argparse.Namespace) -> int:
         problem = "--rounds is for --sustained runs (a flash sale is over in one round)"
     if args.paired and not args.sustained:
         problem = "--paired is for --sustained runs (a flash sale has no no-op baseline)"
+    if args.url and (args.workers is not None or args.lock_timeout is not None):
+        # both set the shop the showdown serves; a shop at --url keeps its own
+        problem = ("--workers and --lock-timeout set the shop the showdown serves; the "
+                   "shop at --url keeps its own (its LOCK_TIMEOUT_S: set it here too, "
+                   "for the showdown's drain)")
+    args.workers = args.workers or 2
     if problem is not None:
         print(f"seckill showdown: error: {problem}", file=sys.stderr)
         return 2
@@ -268,5 +274,9 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
                                                                 key=lambda kv: -kv[1])[:3])
             why = f"sold nothing to {r.users} buyers ({top or 'no answers'}): is its server up?"
         print(f"FAILED: {r.strategy}: {why}")
+    if report_dir is None and any(r.error for r in bad):
+        # the logs they name were in the scratch folder, removed with the shop
+        print("(the logs named above were in a scratch folder, removed on exit: "
+              "--report DIR keeps them)")
     print(f"showdown took {elapsed:.0f}s")
     return 1 if bad else 0

@@ -33,8 +33,21 @@ def _bounded(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _host(text: str) -> str:
+    """An address or host name to bind; ``[::1]`` as written in a URL is ``::1`` (it was
+    a ValueError), and an empty one is refused (gunicorn waited 60 s on it)."""
+    host = text.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or any(c.isspace() or c in "[]/" for c in host):
+        raise argparse.ArgumentTypeError(f"not an address or host name: {text!r} "
+                                         "(like 127.0.0.1, 0.0.0.0 or ::1)")
+    return host
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", type=_host, default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)")
     parser.add_argument("--port", type=_bounded(0, 65535), default=8000,
                         help="0: any free port (the URL printed names it)")
     parser.add_argument("--workers", type=_bounded(1, 64), default=2,

@@ -487,3 +487,27 @@ def test_serve_with_a_missing_postgres_database_names_database_url(tmp_path):
         missing_system_part(f"PostgreSQL at {PG_ADMIN_URL} is unreachable")
     assert proc.returncode == 1, proc
     assert "DATABASE_URL" in proc.stderr and "does not exist" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("setting, named", [
+    ("REDIS_URL=foo", "REDIS_URL"), ("DATABASE_URL=garbage", "DATABASE_URL"),
+    ("SECKILL_LOCK_COHORT_MAX_PASSES=x", "SECKILL_LOCK_COHORT_MAX_PASSES")])
+def test_showdown_names_a_bad_setting_before_serving(setting, named):
+    # was "could not serve the shop: ValueError: Redis URL must specify ...", unnamed
+    name, value = setting.split("=", 1)
+    proc = seckill("showdown", "--users", "2", "--strategies", "atomic",
+                   env={**os.environ, name: value})
+    assert proc.returncode == 1 and f"seckill showdown: error: {named}" in proc.stderr, proc
+    assert "serving the shop" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("host", ["", "a b", "[::1"])
+def test_serve_refuses_a_host_that_is_no_address(capsys, host):
+    # '' waited 60 s for a gunicorn bound nowhere; '[::1' was a ValueError
+    code, _, err = parse(capsys, ["serve", "--host", host])
+    assert code == 2 and "not an address or host name" in err
+
+
+def test_serve_takes_an_ipv6_address_as_written_in_a_url():
+    args = build_parser().parse_args(["serve", "--host", "[::1]"])
+    assert args.host == "::1"

@@ -170,3 +170,12 @@ def test_results_it_cannot_write_are_one_line_after_the_run(tmp_path, capsys):
                      "--stock", "2", "--strategies", "token", "--json", "/dev/full"])
     err = capsys.readouterr().err
     assert code == 1 and "seckill showdown: error: could not write /dev/full" in err
+
+
+def test_workers_and_lock_timeout_with_url_are_refused_not_ignored(capsys):
+    # both set the shop the showdown serves; with --url they were silently dropped
+    for flag, value in (("--workers", "3"), ("--lock-timeout", "5")):
+        code = main(["showdown", "--url", "http://127.0.0.1:9", "--admin-token", "t",
+                     flag, value])
+        err = capsys.readouterr().err
+        assert code == 2 and "the shop at --url keeps its own" in err, (flag, err)
