@@ -110,6 +110,7 @@ def test_report_names_the_machine_and_checks_the_targets(quick_run):
     checked = {t["target"]: t for t in figures["targets"]}
     assert checked["token uncontended round trips per acquire+release == 2"]["met"] is True
     assert checked["fair acq/s / python-redis-lock acq/s >= 1"]["met"] is None  # not run
+    assert "[n/a ] fair acq/s / python-redis-lock acq/s >= 1: not measured here" in printed
     for name in QUICK_SET.split(","):
         assert name in printed
     assert "p99 ms" in printed
@@ -118,6 +119,19 @@ def test_report_names_the_machine_and_checks_the_targets(quick_run):
     assert layout in {"own", "shared"}
     assert {"own": "each at its own addresses", "shared": "all at the same addresses"}[layout] \
         in printed
+
+
+def test_a_contender_that_measured_no_acquisitions_checks_no_target():
+    # a run too short to measure printed "[MISS] token-notify fairness >= 0.8: 0.0"
+    from loadtest.bench.report import targets
+
+    empty = {"acquisitions": 0, "acq_per_s": 0.0, "fairness": 0.0, "wait_ms": {"p99": 0.0}}
+    checked = {t["target"]: t for t in targets([
+        {"name": "token-notify", "contended": empty, "uncontended": None},
+        {"name": "python-redis-lock", "contended": {**empty, "acquisitions": 9,
+                                                    "acq_per_s": 3.0}}])}
+    assert checked["token-notify fairness >= 0.8"]["met"] is None
+    assert checked["token-notify acq/s / python-redis-lock acq/s >= 1.5"]["met"] is None
 
 
 def test_unknown_contender_is_refused_before_starting_anything(capsys):
