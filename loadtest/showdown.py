@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sustained", action="store_true",
                         help="large stock, fresh buyers for --duration: purchases/s")
     parser.add_argument("--duration", type=at_least(MIN_SUSTAINED_S, MAX_SUSTAINED_S),
-                        default=10, help=f"sustained seconds (default 10, at least "
+                        default=None, help=f"sustained seconds (default 10, at least "
                                          f"{MIN_SUSTAINED_S})")
     parser.add_argument("--rounds", type=at_least(1), default=1,
                         help="sustained: run the strategies this many times, the POST no-op "
@@ -119,7 +119,7 @@ def plan_from(args: argparse.Namespace) -> Plan:
     if args.sustained:
         work_ms = 0 if args.work_ms is None else args.work_ms
         return Plan(users=args.users, stock=1_000_000, work_ms=work_ms,
-                    mode="sustained", duration=args.duration, busy_retries=0,
+                    mode="sustained", duration=args.duration or 10, busy_retries=0,
                     drain_s=lock_timeout + 1)
     return Plan(users=args.users, stock=args.stock,
                 work_ms=20 if args.work_ms is None else args.work_ms,
@@ -212,6 +212,8 @@ def main(args: argparse.Namespace) -> int:
         problem = "--rounds is for --sustained runs (a flash sale is over in one round)"
     if args.paired and not args.sustained:
         problem = "--paired is for --sustained runs (a flash sale has no no-op baseline)"
+    if args.duration is not None and not args.sustained:  # was silently ignored
+        problem = "--duration is for --sustained runs (a flash sale ends with its stock)"
     if args.url and (args.workers is not None or args.lock_timeout is not None):
         # both set the shop the showdown serves; a shop at --url keeps its own
         problem = ("--workers and --lock-timeout set the shop the showdown serves; the "

@@ -179,3 +179,8 @@ def test_workers_and_lock_timeout_with_url_are_refused_not_ignored(capsys):
                      flag, value])
         err = capsys.readouterr().err
         assert code == 2 and "the shop at --url keeps its own" in err, (flag, err)
+
+
+def test_duration_without_sustained_is_refused_not_ignored(capsys):
+    code = main(["showdown", "--duration", "30"])
+    assert code == 2 and "--duration is for --sustained runs" in capsys.readouterr().err
