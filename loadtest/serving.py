@@ -107,7 +107,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
             from webapp.served import StartupError  # what showdown reports in one line
 
             try:  # what the shop's workers will read, named as `seckill serve` names it
-                settings.check_urls(settings.from_env(tempfile.gettempdir()))
+                settings.served_from_env(tempfile.gettempdir())
             except settings.ConfigError as exc:
                 raise StartupError(str(exc)) from None
 
@@ -127,7 +127,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                   "DATABASE_URL) ...", flush=True)
             try:
                 app = stack.enter_context(ServedApp(
-                    workers=args.workers, redis_url=os.environ.get("REDIS_URL"),
+                    workers=args.workers or 2, redis_url=os.environ.get("REDIS_URL"),
                     database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
                     zookeeper_hosts=zk_hosts, env=_shop_env(args)))
             except StartupError:

@@ -219,7 +219,6 @@ def main(args: argparse.Namespace) -> int:
         problem = ("--workers and --lock-timeout set the shop the showdown serves; the "
                    "shop at --url keeps its own (its LOCK_TIMEOUT_S: set it here too, "
                    "for the showdown's drain)")
-    args.workers = args.workers or 2
     if problem is not None:
         print(f"seckill showdown: error: {problem}", file=sys.stderr)
         return 2

@@ -67,7 +67,7 @@ def _admin_token() -> str:
     one with spaces around it, is refused: the shop strips what follows ``Bearer``, so
     nobody could ever send it and every admin call would be 401."""
     token = os.environ.get("SECKILL_ADMIN_TOKEN", "")
-    if token and (not token.strip() or token != token.strip()):
+    if token != token.strip():  # a blank one too
         raise ConfigError("SECKILL_ADMIN_TOKEN is blank or has spaces around it, so no "
                           "Authorization header could carry it: unset it (a random one "
                           "is made and printed) or give one without surrounding spaces")
@@ -123,6 +123,16 @@ def check_served_database(config: dict[str, Any]) -> None:
         raise ConfigError("DATABASE_URL: an in-memory SQLite database lives in one process, "
                           "and gunicorn's workers are several: give it a file "
                           "(sqlite:///path/to/seckill.sqlite)")
+
+
+def served_from_env(instance_path: str) -> dict[str, Any]:
+    """``from_env``, checked as the gunicorn workers of a served shop will need it
+    (``check_urls``, ``check_served_database``): ``ConfigError`` names the variable, before
+    anything starts (``seckill serve``, and the shop a showdown serves)."""
+    config = from_env(instance_path)
+    check_urls(config)
+    check_served_database(config)
+    return config
 
 
 def default_database_url(instance_path: str) -> str:

@@ -70,9 +70,7 @@ def _report_gone_redis(served: ServedApp, reported: set[int]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:  # what the workers will read, checked before anything starts
-        config = settings.from_env(str(Path.cwd() / "instance"))  # SQLite lives there
-        settings.check_urls(config)
-        settings.check_served_database(config)
+        config = settings.served_from_env(str(Path.cwd() / "instance"))  # SQLite there
     except settings.ConfigError as exc:
         print(f"seckill serve: {exc}", file=sys.stderr)
         return 2

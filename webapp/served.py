@@ -87,29 +87,33 @@ def unreachable_lock_servers(redlock_urls: list[str] | None,
     import socket
 
     notes = []
-    down = [u for u in redlock_urls or [] if _redis_problem(u, NOTE_TIMEOUT_S) is not None]
+    nodes = redlock_urls or []
+    down = [u for u in nodes if _redis_problem(u, NOTE_TIMEOUT_S) is not None]
     if down:
-        majority = len(redlock_urls or []) // 2 + 1
         fate = ("redlock purchases are refused (503) until a majority answers"
-                if len(redlock_urls or []) - len(down) < majority
+                if len(nodes) - len(down) <= len(nodes) // 2
                 else "redlock still has a majority")
         shown = ", ".join(settings.without_password(u) for u in down)
-        notes.append(f"REDLOCK_URLS: {len(down)} of {len(redlock_urls or [])} nodes do not "
-                     f"answer ({shown}): {fate}")
+        notes.append(f"REDLOCK_URLS: {len(down)} of {len(nodes)} nodes do not answer "
+                     f"({shown}): {fate}")
     if zookeeper_hosts:
-        hosts = zookeeper_hosts.split("/", 1)[0].split(",")
-        answering = 0
-        for host in hosts:
-            name, sep, port = host.strip().rpartition(":")
-            if not sep:  # no port: ZooKeeper's
-                name, port = host.strip(), "2181"
+        try:
+            from kazoo.hosts import collect_hosts  # kazoo's own reading of the string
+        except ImportError:  # no kazoo: the zookeeper strategy says so itself
+            return notes
+        try:
+            hosts, _chroot = collect_hosts(zookeeper_hosts)
+        except ValueError:
+            hosts = []
+
+        def answers(host: str, port: int) -> bool:
             try:
-                with socket.create_connection((name.strip("[]"), int(port)),
-                                              timeout=NOTE_TIMEOUT_S):
-                    answering += 1
-            except (OSError, ValueError):
-                pass
-        if not answering:
+                with socket.create_connection((host, port), timeout=NOTE_TIMEOUT_S):
+                    return True
+            except OSError:
+                return False
+
+        if not any(answers(host, port) for host, port in hosts):
             notes.append(f"ZOOKEEPER_HOSTS: no server answers at {zookeeper_hosts}: "
                          "zookeeper purchases are refused (503) until one does")
     return notes
