@@ -7,18 +7,15 @@ const FIELDS = ["strategy", "initial_stock", "units_sold", "remaining", "orders"
 
 $("token").value = sessionStorage.getItem("seckill-token") || "";
 
+function say(id, text, kind) {
+  $(id).textContent = text;
+  $(id).className = "message " + kind;
+}
+
 // the last reset's answer is about the form as it was: once the form changes, it goes
 $("reset-form").addEventListener("input", () => {
-  if ($("reset-message").className !== "message pending") {
-    $("reset-message").textContent = "";
-    $("reset-message").className = "message";
-  }
+  if ($("reset-message").className !== "message pending") say("reset-message", "", "");
 });
-
-function auditSays(text, kind) {
-  $("audit-message").textContent = text;
-  $("audit-message").className = "message " + kind;
-}
 
 $("reset-form").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -62,7 +59,7 @@ async function refresh() {
       $("a-duplicate_buyers").classList.toggle("bad", audit.duplicate_buyers > 0);
       $("a-consistent").classList.toggle("bad", !audit.consistent);
       $("a-consistent").classList.toggle("good", audit.consistent);
-      auditSays("", "");
+      say("audit-message", "", "");
     } else {  // no such sale (yet), or a backend down: no numbers, and why
       for (const field of FIELDS) $("a-" + field).textContent = "-";
       let why = `HTTP ${response.status}`;
@@ -72,11 +69,13 @@ async function refresh() {
       } catch (err) {
         // not the shop's JSON: the status says enough
       }
-      auditSays(`No audit of ${sku}: ${why}.`, response.status === 404 ? "warn" : "error");
+      say("audit-message", `No audit of ${sku}: ${why}.`,
+          response.status === 404 ? "warn" : "error");
     }
   } catch (err) {
     // the server is away: keep the last numbers, and say they may be old
-    auditSays("The shop is not answering: the numbers shown may be out of date.", "error");
+    say("audit-message", "The shop is not answering: the numbers shown may be out of date.",
+        "error");
   }
   setTimeout(refresh, 500);
 }
