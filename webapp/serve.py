@@ -88,16 +88,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"seckill serve: could not start: {type(exc).__name__}: "
               f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
         return 1
-    for note in unreachable_lock_servers(served.redlock_urls, served.zookeeper_hosts):
-        print(f"seckill serve: note: {note}", file=sys.stderr, flush=True)
+    reported: set[int] = set()
     try:
-        print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"
-              f"admin token {served.admin_token}\n"
-              f"Redis       {settings.without_password(served.redis_url or '')}\n"
-              f"database    {settings.without_password(served.database_url or '')}\n"
-              "Ctrl-C stops everything.", flush=True)
-        reported: set[int] = set()
-        try:
+        try:  # from here a Ctrl-C is a clean stop: one right after the banner was exit 130
+            for note in unreachable_lock_servers(served.redlock_urls, served.zookeeper_hosts):
+                print(f"seckill serve: note: {note}", file=sys.stderr, flush=True)
+            print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"
+                  f"admin token {served.admin_token}\n"
+                  f"Redis       {settings.without_password(served.redis_url or '')}\n"
+                  f"database    {settings.without_password(served.database_url or '')}\n"
+                  "Ctrl-C stops everything.", flush=True)
             while served.proc is not None and served.proc.poll() is None:
                 time.sleep(0.5)
                 _report_gone_redis(served, reported)
