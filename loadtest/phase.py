@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockcore.lifeline import tied_to_parent
+
 from . import arrivals, commandstats, locust_csv, sustained
 from .compare import NOOP_MODES, StrategyResult
 from .multihost_locust import stop_locust
@@ -70,8 +72,8 @@ def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
     """
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with log_path.open("w") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(tied_to_parent(command), stdout=log, stderr=subprocess.STDOUT,
+                                env=env, stdin=subprocess.DEVNULL)
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

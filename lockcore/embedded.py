@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from .lifeline import tied_to_parent
+
 logger = logging.getLogger(__name__)
 
 MIN_VERSION = (6, 2)
@@ -157,7 +159,7 @@ class RedisServer:
                "--dir", str(self.workdir), "--logfile", str(self.logfile),
                "--maxclients", "10000", *self.args]
         logged = self.logfile.stat().st_size if self.logfile.exists() else 0
-        proc = self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+        proc = self.proc = subprocess.Popen(tied_to_parent(cmd), stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, start_new_session=True)
         _live[proc.pid] = proc

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 
 from .embedded import _stop_process, free_port
+from .lifeline import tied_to_parent
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ class ZooKeeperServer:
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr\nmaxClientCnxns=200\n")
         log = (self.workdir / "zookeeper.log").open("ab")
-        self.proc = subprocess.Popen(["java", *JVM_OPTIONS, "-cp", cp, MAIN_CLASS, str(config)],
+        self.proc = subprocess.Popen(tied_to_parent(["java", *JVM_OPTIONS, "-cp", cp,
+                                                     MAIN_CLASS, str(config)]),
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                      start_new_session=True)
         log.close()

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 
 from lockcore.embedded import EmbeddedRedis, RedisServer, free_port
+from lockcore.lifeline import tied_to_parent
 
 from . import config as settings
 from . import db, demo, locks
@@ -272,8 +273,9 @@ class ServedApp:
         cmd = [sys.executable, "-m", "gunicorn", "-c", config, "--bind",
                netloc(self.host, self.port), "--workers", str(self.workers)]
         with open(self.logfile, "wb") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(tied_to_parent(cmd), env=env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:

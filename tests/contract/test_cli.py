@@ -311,6 +311,15 @@ def test_serve_whose_terminal_closes_stops_everything_it_started():
     assert not survivors, survivors
 
 
+def test_serve_killed_by_sigkill_takes_what_it_started_with_it():
+    """SIGKILL (the OOM killer, ``kill -9``) runs no cleanup: gunicorn and six
+    redis-servers ran on with no parent, holding their ports. They die with it now."""
+    code, err, survivors = _signalled(["serve", "--port", str(free_port()), "--workers", "1"],
+                                      signal.SIGKILL, 7, started_when=3.0)
+    assert code == -signal.SIGKILL, err[-1000:]
+    assert not survivors, survivors
+
+
 @contextlib.contextmanager
 def _serving(tmp_path: Path, env: dict[str, str] | None = None,
              ) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:

@@ -1,0 +1,81 @@
+"""A redis-server started from the main thread dies with its parent, even a parent
+killed by SIGKILL (which runs no cleanup); one started from another thread is not tied
+to that thread's end (``lockcore/lifeline.py``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lockcore.lifeline import _setpriv, tied_to_parent
+
+pytestmark = pytest.mark.timeout(60)
+
+PARENT = r'''
+import threading, time
+from lockcore.embedded import RedisServer
+main = RedisServer().start()
+box = []
+worker = threading.Thread(target=lambda: box.append(RedisServer().start()))
+worker.start()
+worker.join()  # the thread that started it has ended
+time.sleep(0.5)
+print(main.proc.pid, box[0].proc.pid, flush=True)
+time.sleep(120)
+'''
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie has died, only not been reaped
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _running(pid)
+
+
+@pytest.mark.skipif(_setpriv() is None, reason="no setpriv --pdeathsig (util-linux >= 2.33)")
+def test_a_server_from_the_main_thread_dies_with_a_parent_killed_by_sigkill():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE,
+                              text=True, stdin=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        assert parent.stdout is not None
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 2, parent.communicate(timeout=5)
+        from_main, from_thread = pids
+        # the worker thread's end did not take its server with it
+        assert _running(from_thread), "a server died with the thread that started it"
+        parent.kill()
+        parent.wait(timeout=10)
+        assert _gone_within(from_main, 10), "SIGKILL left the parent's redis-server running"
+        assert _running(from_thread)  # not tied: stopped by pid (below), as before
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        parent.stdout.close()  # type: ignore[union-attr]
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_command_from_another_thread_is_left_as_it_is():
+    import threading
+
+    seen: list[list[str]] = []
+    worker = threading.Thread(target=lambda: seen.append(tied_to_parent(["redis-server"])))
+    worker.start()
+    worker.join()
+    assert seen == [["redis-server"]]
