@@ -7,6 +7,14 @@ const FIELDS = ["strategy", "initial_stock", "units_sold", "remaining", "orders"
 
 $("token").value = sessionStorage.getItem("seckill-token") || "";
 
+// A header carries bytes, and a browser sends each character of a header value as one
+// Latin-1 byte (and refuses one past U+00FF): a non-ASCII token went as Latin-1 and
+// never matched, or never went. The shop compares the token's UTF-8 bytes (as curl
+// sends them): send those, one character per byte.
+function asHeader(text) {
+  return Array.from(new TextEncoder().encode(text), (byte) => String.fromCharCode(byte)).join("");
+}
+
 function say(id, text, kind) {
   $(id).textContent = text;
   $(id).className = "message " + kind;
@@ -30,7 +38,7 @@ $("reset-form").addEventListener("submit", async (event) => {
   try {
     const response = await fetch(`/api/admin/sales/${encodeURIComponent(sku)}`, {
       method: "PUT",
-      headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${asHeader(token)}` },
       body: JSON.stringify({ stock: Number($("stock").value), strategy: $("strategy").value,
                              work_ms: Number($("work-ms").value || 0) }),
     });

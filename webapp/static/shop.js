@@ -57,6 +57,13 @@ function addCard(product) {
   return el;
 }
 
+const lastStock = new Map();
+
+function announce(text) {
+  const region = document.getElementById("announce");
+  if (region) region.textContent = text;
+}
+
 function render(product) {
   const el = card(product.sku) || addCard(product);
   el.querySelector(".stock").textContent = product.stock;
@@ -74,11 +81,17 @@ function render(product) {
   meter.setAttribute("aria-valuemax", product.initial_stock);
   meter.setAttribute("aria-valuenow", product.stock);
   const soldOut = product.stock <= 0;
+  // a screen reader hears the cards' purchase answers, not the numbers: say a sell-out
+  if (soldOut && lastStock.get(product.sku) > 0) announce(`${product.name} is sold out.`);
+  lastStock.set(product.sku, product.stock);
   el.classList.toggle("sold-out", soldOut);
   const button = el.querySelector(".buy");
   const reset = newSale(product);
   if (!button.dataset.busy) {  // a purchase under way answers for the new sale itself
+    const focused = document.activeElement === button;
     button.disabled = soldOut;
+    // a disabled button loses the keyboard's focus (to <body>): on to the name field
+    if (focused && soldOut) document.getElementById("user-name").focus();
     button.textContent = soldOut ? "Sold out" : "Buy now";
     if (reset) show(el, "", "");
   }
@@ -138,6 +151,7 @@ async function buy(el) {
     return;
   }
   const button = el.querySelector(".buy");
+  const focused = document.activeElement === button;
   button.dataset.busy = "1";
   button.disabled = true;
   show(el, "Buying…", "pending");
@@ -169,7 +183,9 @@ async function buy(el) {
       const wait = response.headers.get("Retry-After") || "1";
       // the shop says why (a lock not free in time, Redis down): the lab is about that
       const why = body.detail ? `Not sold: ${body.detail}` : "Too busy right now";
-      show(el, `${why} — try again in ${wait}s.`, "warn");
+      // most reasons end "try again" already: the page adds only when
+      show(el, /try again/i.test(why) ? `${why} (in ${wait}s).` : `${why} — try again in ${wait}s.`,
+           "warn");
     } else {
       show(el, body.detail || "Something went wrong.", "error");
     }
@@ -183,8 +199,21 @@ async function buy(el) {
     clearTimeout(timer);
     delete button.dataset.busy;
     button.disabled = el.classList.contains("sold-out");
+    // disabling the button while buying dropped the keyboard's focus to <body>
+    if (focused && document.activeElement === document.body) {
+      (button.disabled ? document.getElementById("user-name") : button).focus();
+    }
   }
 }
+
+// Enter in the name field: on to the first Buy button that can still buy
+document.getElementById("user-name").addEventListener("keydown", (event) => {
+  if (event.key !== "Enter") return;
+  event.preventDefault();
+  const next = document.querySelector(".card .buy:not(:disabled)");
+  if (next) next.focus();
+  else announce("Every product is sold out.");
+});
 
 document.querySelectorAll(".card .buy").forEach((button) => {
   button.addEventListener("click", () => buy(button.closest(".card")));
