@@ -24,7 +24,6 @@ from .cohort import CohortLock
 from .combining import CombinableLock
 from .extensions import Backends
 from .problems import InvalidRequest
-from .section import hold_off
 from .services import SaleInfo
 
 #: strategies whose waiters cannot BLPOP on one Redis
@@ -105,27 +104,32 @@ def lock_for(backends: Backends, sale: SaleInfo, user_id: str) -> Any:
     return lock
 
 
-def raise_fence(backends: Backends, sale: SaleInfo, issued: int, *, hold: bool = True) -> None:
+def raise_fence(backends: Backends, sale: SaleInfo, issued: int, *,
+                hold: bool = True) -> int | None:
     """Make the next fencing tokens of ``sale``'s lock exceed ``issued``, the highest its
     orders carry: for when Redis lost its data and its counter with it
-    (``saleinfo._restore_stock``). The lock-free paths have no lock to raise. A lock
-    path's sale also holds off its sections for one lock TTL (``section.hold_off``),
-    unless ``hold`` is False: the seed at start, before any of the shop's workers runs."""
+    (``saleinfo._restore_stock``). The lock-free paths have no lock to raise.
+
+    Answers the hold-off the reload is to start with the stock (``restore_sale.lua``;
+    ``section.hold_off``): None for a lock-free path, else the ms no section may sell,
+    0 for none (but the stock read again from the database by the first section). One
+    lock TTL for a lock path, unless ``hold`` is False: the seed at start, before any of
+    the shop's workers runs."""
     if sale.strategy not in lockcore.names():
-        return
+        return None
     # The lock may have gone with the data while its holder is still in its section: no
     # section sells until it would have run out (``section.py``). A lock kept elsewhere
     # (RedLock's nodes, ZooKeeper, the process) still excludes: its sections need only
     # read the stock from the database, with no hold-off.
     kept_elsewhere = sale.strategy in ("local", "redlock", "zookeeper")
     hold_ms = 0 if kept_elsewhere or not hold else lock_ttl_ms(backends, sale)
-    hold_off(backends.redis, sale, hold_ms)
     # ``local`` lives in the process; ZooKeeper keeps its sequence numbers on its disk
     if sale.strategy in ("local", "zookeeper"):
-        return
+        return hold_ms
     if not configured(sale.strategy, backends.config):
-        return  # no lock to buy with either: the purchase answers 503
+        return hold_ms  # no lock to buy with either: the purchase answers 503
     _new_lock(backends, sale, "fence").fence_at_least(issued)
+    return hold_ms
 
 
 def lock_ttl_ms(backends: Backends, sale: SaleInfo) -> int:

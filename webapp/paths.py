@@ -23,7 +23,7 @@ from .deadlines import LATE, LOST_REPLY, deadline, too_late
 from .groupcommit import stock_after
 from .orders import find_landed, give_back, insert_grouped, maybe_written, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut
-from .saleinfo import cache_sale, generation, sale_fields
+from .saleinfo import generation, sale_fields
 from .services import Checkout, PurchaseRequest, SaleInfo, undo_take
 from .statements import SALE_STOCK_AND_GENERATION
 
@@ -34,6 +34,9 @@ class StockPath:
     """A way to sell; the default stock layout is one integer key per sale."""
 
     safe = True
+    #: the stock is not the sale's one key (``atomic-sharded``'s shards, on other slots):
+    #: a reload restores it with ``restore_stock``, outside ``restore_sale.lua``
+    stock_elsewhere = False
 
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         raise NotImplementedError
@@ -86,10 +89,25 @@ class StockPath:
     def _reset_in_steps(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
                         generation: int) -> None:
         """``reset_redis`` for a path whose stock cannot join one MULTI (its keys on
-        other cluster slots, or its reset reads the database first)."""
-        redis.delete(*sale.keys.all())
+        other cluster slots, or its reset reads the database first): the sale's keys
+        deleted and its new hash copy written in one MULTI, then the stock.
+
+        **Failure timeline** of the copy written last, as it was::
+
+            buyer:  finds no copy (Redis restarted), reads the sale: token, generation 1
+            reset:  commits sql, generation 2; deletes the keys
+            buyer:  writes its copy (restore_sale.lua: the copy is missing): token
+            reset:  loads the stock; writes its copy: but the old buyers and sold-out
+                    flag the reload wrote stay in the new sale
+
+        With the copy written first, the reload finds it and writes nothing. A buyer who
+        reads the new copy before the stock is there hears 503 (``sql`` sells from the
+        database anyway; a shard of the old generation answers "stale")."""
+        pipe = redis.pipeline(transaction=True)
+        pipe.delete(*sale.keys.all())
+        pipe.hset(sale.keys.info, mapping=sale_fields(sale))
+        pipe.execute()
         self.reset_stock(redis, sessions, sale, stock, generation)
-        cache_sale(redis, sale)
 
     def restore_stock(self, redis: Any, sale: SaleInfo, stock: int) -> bool:
         """Put ``stock`` back after Redis lost it, unless someone already did (``NX``):
@@ -218,10 +236,9 @@ class SqlPath(StockPath):
         flight rewrites the copy itself; one whose Redis side failed (or a Redis back
         from an old snapshot) left it stale for good, and every ``sql`` purchase 503.
         Drop it if it is still the stale one: the next buyer loads it from the database."""
-        try:
-            known = redis.hget(sale.keys.info, "generation")
-            if known is not None and int(known) == sale.generation:
-                redis.delete(sale.keys.info)
+        try:  # compare-and-delete, one step: a reset's new copy between them went too
+            scripts.script(redis, "forget_stale_copy")(keys=[sale.keys.info],
+                                                       args=[sale.generation])
         except Exception as exc:  # the 503 stands; the next SaleReset tries again
             logger.warning("%s: stale sale copy not dropped: %r", sale.sku, exc)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .keys import SaleKeys
 from .models import Order, Sale
-from .problems import UnknownSku
+from .problems import Busy, UnknownSku
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +58,9 @@ def load_sale(sessions: sessionmaker[Session], sku: str) -> SaleInfo:
                         sale.initial_stock, generation(sale.started_at))
 
 
-#: raises the fencing counter of a sale's lock past the highest token its orders carry
-#: (``locks.raise_fence``)
-Fence = Callable[[SaleInfo, int], None]
+#: raises the fencing counter of a sale's lock past the highest token its orders carry,
+#: and answers the hold-off the reload starts (``locks.raise_fence``)
+Fence = Callable[[SaleInfo, int], "int | None"]
 
 
 def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
@@ -80,9 +81,13 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
         if cached:
             return parsed_sale(sku, cached)
         sale = load_sale(sessions, sku)
-        _restore_stock(redis, sessions, sale, fence)
-        cache_sale(redis, sale)
-    return sale
+        if _restore_stock(redis, sessions, sale, fence):
+            return sale
+        # a reset (or another worker's reload) wrote the sale meanwhile: that one stands
+        cached = redis.hgetall(SaleKeys(sku).info)
+    if not cached:  # a newer generation's stock is there and its copy is not yet
+        raise Busy(f"the sale of {sku} is being reset; try again", retry_after_s=1)
+    return parsed_sale(sku, cached)
 
 
 @functools.cache  # made at first use: in a gevent worker, after the patching
@@ -143,17 +148,22 @@ def parsed_sale_reply(sku: str, flat: list[bytes]) -> SaleInfo:
 
 
 def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
-                   fence: Fence | None = None) -> None:
+                   fence: Fence | None = None) -> bool:
     """No copy in Redis: it lost its data (a restart without persistence) or was never
-    loaded. The database's ``remaining`` is the truth then; ``NX`` so that of many
-    buyers arriving at once, only the first restores it, before anyone buys.
+    loaded. The database's ``remaining`` is the truth then. What is read here goes back
+    in one script (``restore_sale.lua``), and only while the copy is still missing: of
+    many buyers arriving at once, only the first restores it, before anyone buys; and a
+    reset that wrote its new sale after this read stands (the old copy written over it
+    sold the new sale through the old strategy's lock, and oversold). False: it did.
 
     The lock's fencing counter went with the data, and would start again at 1, below
     the tokens the sale's orders already carry. So ``fence`` raises it past the highest
     of them (plus ``FENCE_SLACK``) first: every process that finds the copy missing does
     (it never lowers the counter), and before the stock is back, so no one buys on the
-    forgotten counter.
+    forgotten counter. The hold-off it answers (``section.hold_off``) is started by the
+    script, with the stock: a reload that loses to a reset holds off nothing.
     """
+    staged = f"{sale.keys.buyers}:restoring:{uuid.uuid4().hex}"  # the same slot
     with sessions() as session:
         remaining, issued = session.execute(
             select(Sale.remaining,
@@ -162,27 +172,36 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
                    .scalar_subquery())
             .where(Sale.id == sale.id)).one_or_none() or (None, None)
         if remaining is None:
-            return
+            raise UnknownSku(f"no product with sku {sale.sku!r}")  # deleted since
         # the one-order-per-user fast path went too: once sold out, only this set tells
         # an earlier buyer (409 already_purchased) from a new one (409 sold_out)
         buyers = session.scalars(select(Order.user_id).where(Order.sale_id == sale.id))
         for chunk in iter(functools.partial(buyers.fetchmany, 10_000), []):
-            redis.sadd(sale.keys.buyers, *chunk)
-    if fence is not None:
-        fence(sale, (issued or 0) + FENCE_SLACK)
+            pipe = redis.pipeline(transaction=False)
+            pipe.sadd(staged, *chunk)
+            pipe.pexpire(staged, 600_000)  # a reload that dies here leaves no key for good
+            pipe.execute()
+    hold_ms = None if fence is None else fence(sale, (issued or 0) + FENCE_SLACK)
+    from . import scripts
     from .paths import path_for  # paths imports services, which imports this module
 
-    if sale.generation is not None:  # what a reset writes beside the stock (paths.py)
-        redis.set(sale.keys.stock_gen, sale.generation, nx=True)
-    if path_for(sale.strategy).restore_stock(redis, sale, max(remaining, 0)):
+    path = path_for(sale.strategy)
+    stock = max(remaining, 0)
+    elsewhere = path.stock_elsewhere
+    if elsewhere and path.restore_stock(redis, sale, stock):  # NX, on their own slots
         logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
                        remaining)
-    if remaining <= 0:
-        redis.set(sale.keys.soldout, 1)
-
-
-def cache_sale(redis: Any, sale: SaleInfo) -> None:
-    redis.hset(sale.keys.info, mapping=sale_fields(sale))
+    keys = sale.keys
+    written = scripts.script(redis, "restore_sale")(
+        keys=[keys.info, keys.stock_gen, keys.stock, keys.soldout, keys.buyers, staged,
+              keys.reloaded, keys.holdoff, keys.key_owners, keys.reservations, keys.taken],
+        args=["" if sale.generation is None else sale.generation, remaining,
+              "0" if elsewhere else "1", "" if hold_ms is None else hold_ms,
+              *(part for item in sale_fields(sale).items() for part in item)])
+    if written == 2:
+        logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
+                       remaining)
+    return bool(written)
 
 
 def sale_fields(sale: SaleInfo) -> dict[str, Any]:

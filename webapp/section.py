@@ -25,7 +25,7 @@ misses that holder's order, not written yet::
     B:      reloads the sale (database: 10 left), takes the free lock, reads 10
     A, B:   both write 9 to Redis and an order each: database 8, Redis 9, and with a
             batch per section (combining) the sale oversells by a whole batch
-    fixed:  the reload starts a hold-off of one lock TTL (``hold_off``): no section
+    fixed:  the reload starts a hold-off of one lock TTL (``restore_sale.lua``): no section
             sells until A's lock would have run out; the first section after it reads
             the stock from the database, A's order included (``_reread_stock``)
 

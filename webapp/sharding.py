@@ -77,6 +77,8 @@ def split(stock: int, shards: int) -> list[int]:
 class ShardedPath(StockPath):
     """Lock-free like ``atomic``, over ``shards`` stock keys instead of one."""
 
+    stock_elsewhere = True  # its shards live on slots of their own
+
     def __init__(self, shards: int = DEFAULT_SHARDS, probes: int | None = None) -> None:
         if shards < 1:
             raise ValueError("shards must be >= 1")

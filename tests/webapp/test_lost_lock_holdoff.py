@@ -5,6 +5,7 @@ reads the stock from the database (``section.py``)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -62,11 +63,13 @@ def test_only_a_lock_that_lived_in_the_lost_redis_holds_the_sale_off(shop, redis
     # only the stock read again from the database by the first section
     from webapp import locks
     from webapp.keys import SaleKeys
-    from webapp.saleinfo import load_sale
+    from webapp.saleinfo import cached_sale
 
     reset(shop.test_client(), stock=10, strategy=strategy)
     redis_client.flushall()
-    locks.raise_fence(backends(shop), load_sale(backends(shop).sessions, SKU), 0)
+    shop_backends = backends(shop)
+    cached_sale(shop_backends.redis, shop_backends.sessions, SKU,
+                fence=functools.partial(locks.raise_fence, shop_backends))
     keys = SaleKeys(SKU)
     assert redis_client.exists(keys.reloaded) == 1
     assert redis_client.exists(keys.holdoff) == int(held_off)

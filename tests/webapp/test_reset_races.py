@@ -121,3 +121,39 @@ def test_an_sql_sale_whose_redis_copy_is_stale_sells_again_after_one_503(client,
     assert buy(client, "ann").status_code == 201
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["orders"], audit["remaining"], audit["consistent"]) == (1, 4, True), audit
+
+
+@pytest.mark.parametrize("new", ["sql", "token", "atomic-sharded"])
+def test_a_reload_that_read_the_sale_before_a_reset_leaves_the_new_sale_alone(
+        client, app, monkeypatch, new):
+    """Redis lost the sale; a buyer reads it from the database (``token``, sold out,
+    alice its buyer); an admin reset commits and writes the new sale before the
+    buyer's reload writes Redis. The reload wrote its old copy over the new one: the
+    sale reset to ``sql`` sold through the ``token`` lock and oversold (an HTTP audit),
+    and the old sale's sold-out flag and buyers stayed in the new sale."""
+    from webapp import saleinfo
+
+    reset(client, stock=1, strategy="token")
+    assert buy(client, "alice").status_code == 201  # sold out, alice its buyer
+    shop = backends(app)
+    shop.redis.delete(*shop.redis.keys("sale:{sku-1}:*"))  # Redis restarted empty
+    real_load = saleinfo.load_sale
+
+    def reset_right_after_the_read(sessions, sku):
+        read = real_load(sessions, sku)
+        monkeypatch.setattr(saleinfo, "load_sale", real_load)  # the reset reads it too
+        reset(client, stock=3, strategy=new)
+        return read
+
+    monkeypatch.setattr(saleinfo, "load_sale", reset_right_after_the_read)
+    first = buy(client, "bob")
+    assert first.status_code in (201, 503), first.get_json()  # 503: "try again"
+    copy = shop.redis.hgetall("sale:{sku-1}:info")
+    assert copy[b"strategy"] == new.encode(), copy
+    for buyer in ("alice", "bob", "carol"):  # alice bought in the old sale, not this one
+        response = buy(client, buyer)
+        assert response.status_code in (201, 409), response.get_json()
+        assert response.get_json().get("error") != "sold_out", (buyer, response.get_json())
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["strategy"], audit["units_sold"], audit["remaining"], audit["consistent"]) \
+        == (new, 3, 0, True), audit
