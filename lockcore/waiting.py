@@ -8,6 +8,12 @@
 * ``notify``  seed 000's closing question answered: the releaser pushes one element onto
               ``lock:{name}:signal`` and exactly one waiter, blocked in BLPOP, wakes up.
 
+A BLPOP holds one of the client pool's connections for up to ``MAX_BLOCK_S``. On a
+small pool (``max_connections``), as many waiters as connections left none for the
+holder's release (``MaxConnectionsError``: the lock stayed held for its TTL and every
+waiter timed out). So at most a quarter of a pool's connections block at once
+(``blocking_slot``); a waiter that finds none free polls every ``CROWDED_POLL_S``.
+
 A notify-waiter whose lock implements ``_block_then_try`` (token, fair) pipelines its
 next attempt behind the BLPOP (``wake_and_try``): Redis runs it as the wake-up lands,
 so the attempt costs no extra round trip and the woken waiter wins the race against
@@ -32,9 +38,17 @@ from __future__ import annotations
 
 import math
 import random
+import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import NoScriptError
+
+try:
+    from redis.exceptions import MaxConnectionsError
+except ImportError:  # an older redis-py raised a plain ConnectionError: not told apart
+    class MaxConnectionsError(Exception):  # type: ignore[no-redef]
+        """Never raised: stands in for redis-py's, which this version lacks."""
 
 from . import scripts
 
@@ -49,6 +63,34 @@ SIGNAL_TTL_MS = 60_000
 SERVER_TICK_S = 0.1
 #: client-side sleep between attempts in the last stretch before a deadline or expiry
 FINE_POLL_S = 0.005
+#: a notify-waiter's sleep between attempts while its pool's blocking slots are taken
+CROWDED_POLL_S = 0.02
+#: a pool this large needs no cap on its blocked waiters (redis-py's default is 2**31)
+UNCAPPED_POOL = 10_000
+
+#: per connection pool: its blocking slots (None: no cap). Held weakly, as the pool.
+_slots: weakref.WeakKeyDictionary[Any, threading.BoundedSemaphore | None] = \
+    weakref.WeakKeyDictionary()
+_slots_mutex = threading.Lock()
+
+
+def blocking_slot(client: Any) -> threading.BoundedSemaphore | None:
+    """The semaphore of how many waiters may block in ``client``'s pool at once: a
+    quarter of its ``max_connections`` (as many as lockcore keeps idle in it:
+    ``wire.py``), so holders and other waiters' attempts find connections;
+    None for a pool large enough not to need one, or a client without a pool we know."""
+    pool = getattr(client, "connection_pool", None)
+    size = getattr(pool, "max_connections", None)
+    if not isinstance(size, int) or size >= UNCAPPED_POOL:
+        return None
+    try:
+        return _slots[pool]
+    except KeyError:
+        pass
+    except TypeError:  # a pool that cannot be weakly referenced
+        return None
+    with _slots_mutex:
+        return _slots.setdefault(pool, threading.BoundedSemaphore(size // 4))
 
 
 #: what a waiter that made the next attempt itself returns: (token, acquired)
@@ -106,12 +148,25 @@ class NotifyWaiter:
             # Too short for BLPOP to time out on time: sleep a little, then retry.
             lock.clock.sleep(min(block, FINE_POLL_S))
             return None
-        # Stop early enough that Redis's late timeout still lands before our deadline
-        # (BLPOP's timeout 0 would mean "forever"; block - tick is > 0 here).
-        tried = lock._block_then_try(block - SERVER_TICK_S)
-        if tried is None:
-            lock.client.blpop([lock.signal_key], timeout=block - SERVER_TICK_S)
-        return tried
+        slot = blocking_slot(lock.client)
+        if slot is not None and not slot.acquire(blocking=False):
+            # the pool's connections are for holders first; jittered, or waiters that
+            # started together try together, and take the connections all at once
+            lock.clock.sleep(min(block, random.uniform(0.5, 1.5) * CROWDED_POLL_S))
+            return None
+        try:
+            # Stop early enough that Redis's late timeout still lands before our deadline
+            # (BLPOP's timeout 0 would mean "forever"; block - tick is > 0 here).
+            tried = lock._block_then_try(block - SERVER_TICK_S)
+            if tried is None:
+                lock.client.blpop([lock.signal_key], timeout=block - SERVER_TICK_S)
+            return tried
+        except MaxConnectionsError:  # refused before anything was sent: crowded, as above
+            lock.clock.sleep(min(block, random.uniform(0.5, 1.5) * CROWDED_POLL_S))
+            return None
+        finally:
+            if slot is not None:
+                slot.release()
 
 
 def longest_block_s(client: Any) -> float:

@@ -303,3 +303,44 @@ def test_the_longest_block_fits_the_clients_socket_timeout():
     assert waiting.longest_block_s(redis.Redis(socket_timeout=0.5)) == pytest.approx(0.4)
     # too short for a BLPOP: fine polls, never a wait of 0 (a busy loop)
     assert waiting.longest_block_s(redis.Redis(socket_timeout=0.05)) == waiting.FINE_POLL_S
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair", "multi"])
+def test_notify_waiters_leave_a_small_pool_a_connection_for_the_holders_release(
+        redis_server, strategy):
+    """Four waiters blocked in BLPOP on a pool of four connections left none for the
+    holder: its release raised ``MaxConnectionsError``, the lock stayed held for its TTL
+    and every waiter timed out (a lockcore audit)."""
+    import redis
+
+    pool = redis.ConnectionPool.from_url(redis_server.url, max_connections=4)
+    client = redis.Redis(connection_pool=pool)
+    resource = f"small-pool-{strategy}"
+    try:
+        holder = lockcore.create(strategy, client, resource, ttl_ms=10_000, wait="notify")
+        assert holder.acquire(blocking=False)
+        got: list[float] = []
+        errors: list[BaseException] = []
+
+        def wait() -> None:
+            lock = lockcore.create(strategy, client, resource, ttl_ms=10_000, wait="notify")
+            try:
+                if lock.acquire(timeout=4.0):
+                    got.append(time.monotonic())
+                    lock.release()
+            except BaseException as exc:  # noqa: BLE001 - judged below
+                errors.append(exc)
+
+        waiters = [threading.Thread(target=wait) for _ in range(4)]
+        for waiter in waiters:
+            waiter.start()
+        time.sleep(0.5)  # all four are waiting
+        released = time.monotonic()
+        holder.release()
+        for waiter in waiters:
+            waiter.join(10)
+        assert not errors, errors
+        assert len(got) == 4 and max(got) - released < 2.0, (got, released)
+    finally:
+        client.close()
+        pool.disconnect()
