@@ -100,12 +100,17 @@ def _read_replies(connection: Any, replies: int) -> list[Any]:
 class Lane:
     """Connections of one pool kept checked out for lockcore: no per-command machinery."""
 
-    def __init__(self, pool: ConnectionPool, size: int, *, weak: bool = False) -> None:
+    def __init__(self, pool: ConnectionPool, size: int, *, weak: bool = False,
+                 connect_later: bool = False) -> None:
         #: the pool, or a function returning it (``weak``: a lane kept beside its pool
         #: in ``_lanes`` must not keep it alive)
         self._pool: Callable[[], ConnectionPool | None] = (
             weakref.ref(pool) if weak else lambda: pool)
         self.size = size
+        #: a new connection of the lane's own is handed out unconnected, for the caller
+        #: to connect within its own deadline (RedLock's nodes: redis-py's checkout
+        #: connects, and a frozen node's handshake took the whole socket timeout)
+        self.connect_later = connect_later
         self._idle: list[Any] = []  # the lane's connections no call is using now
         self._held = 0  # connections the lane has taken from the pool
         self._pid = os.getpid()
@@ -152,6 +157,8 @@ class Lane:
             ours = self._held < self.size
             self._held += ours
         try:
+            if ours and self.connect_later:
+                return self.pool.make_connection(), ours
             return self.pool.get_connection(), ours
         except BaseException:
             with self._mutex:

@@ -25,7 +25,10 @@ frozen of 5 made every acquire and release 400 ms, and releases raised
 ``LockNotOwned`` with the validity left). A node that timed out is then a "no" without
 being asked for ``SUSPECT_S`` (unless that leaves fewer than a majority to ask), so a
 frozen minority costs one deadline a second. Nodes that timed out before connect
-last, so a frozen one early in the list cannot leave a live one no time.
+last, so a frozen one early in the list cannot leave a live one no time. A new
+connection counts against it too: redis-py's pool connects the connections it hands
+out, so the node lanes make theirs unconnected (``Lane(connect_later=True)``); clients
+made while two nodes were frozen paid a whole node timeout each, one after the other.
 
 **RedLock's own connections** (``node_lane``). Opening a connection goes through
 redis-py's connect, which retries with the client's policy: redis-py 8's default client
@@ -134,8 +137,8 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
                                         "a 'no' until it is tried again")
             continue
         source = _Connections(client, timeout)
-        try:
-            conn = source.take()  # a new connection from the pool connects here
+        try:  # the lane's new connections come unconnected; the pool's connect here
+            conn = source.take()
         except Exception as exc:  # down: refused at once (or the connect timeout)
             if isinstance(exc, redis.TimeoutError):
                 _suspects[client] = time.monotonic()
@@ -283,7 +286,8 @@ def node_lane(client: Any, timeout: float) -> Lane | None:
             kwargs[key] = timeout if given is None else min(given, timeout)
         own = redis.ConnectionPool(connection_class=pool.connection_class,
                                    max_connections=pool.max_connections, **kwargs)
-        found = lanes[timeout] = Lane(own, min(LANE_SIZE, pool.max_connections // 4))
+        found = lanes[timeout] = Lane(own, min(LANE_SIZE, pool.max_connections // 4),
+                                      connect_later=True)
     return found
 
 

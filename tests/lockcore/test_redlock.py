@@ -192,6 +192,35 @@ def test_with_default_clients_a_frozen_node_never_connected_costs_one_node_timeo
             client.close()
 
 
+def test_two_frozen_nodes_never_connected_cost_one_deadline_together(redlock_cluster) -> None:
+    """Clients made while two nodes are frozen: redis-py's checkout connected each new
+    connection, and a frozen node's handshake took the whole node timeout, one node
+    after the other (acquire and release 2 x 200 ms, and the validity with them: a
+    lockcore audit). The lane's new connections now connect within the shared deadline."""
+    node_timeout = 0.5
+    frozen = redlock_cluster.servers[:2]  # first in the list: asked first
+    for server in frozen:
+        server.pause()
+    clients = default_clients(redlock_cluster)
+    try:
+        lock = redlock(clients, node_timeout_ms=int(node_timeout * 1000), ttl_ms=10_000)
+        for _ in range(2):
+            started = time.monotonic()
+            assert lock.acquire(blocking=False)
+            took = time.monotonic() - started
+            assert took < 1.6 * node_timeout, f"acquire took {took:.2f}s"
+            time.sleep(1.1)  # past SUSPECT_S: the frozen nodes are asked again
+            started = time.monotonic()
+            lock.release()
+            took = time.monotonic() - started
+            assert took < 1.6 * node_timeout, f"release took {took:.2f}s"
+    finally:
+        for server in frozen:
+            server.resume()
+        for client in clients:
+            client.close()
+
+
 def test_two_paused_nodes_cost_one_deadline_and_their_late_replies_are_never_misread(
         redlock_cluster, redlock_clients) -> None:
     # A deadline long enough that a live node on a loaded CI machine always makes it (at
