@@ -46,6 +46,9 @@ LostCallback = Callable[["DistributedLock", str], None]
 DEFAULT_TTL_MS = 10_000
 #: a lock held longer than a year is a bug; Redis refuses a PX past its 64-bit clock
 MAX_TTL_MS = A_YEAR_MS
+#: the largest ``fence_at_least`` floor: its script compares in Lua's doubles, exact to
+#: 2**53; past Redis's 64-bit range the counter broke for good (INCR refused it)
+MAX_ISSUED = 2**53 - 1
 
 
 def check_timeout(timeout: Any) -> None:
@@ -152,6 +155,11 @@ class DistributedLock(ABC):
     ) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError("lock name must be a non-empty string")
+        try:  # a lone surrogate ("\udcff", from a bad decode) failed only at acquire
+            name.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"lock name {name!r} is not valid Unicode: {error.reason} "
+                             f"at {error.start}") from None
         if ttl_ms is not None:
             ttl_ms = whole_ttl_ms(ttl_ms)
         check_timeout(timeout)
@@ -384,8 +392,10 @@ class DistributedLock(ABC):
         does ``zookeeper``: its tokens are sequence numbers ZooKeeper keeps on its disk.
         ``redlock`` raises a majority of its nodes, or raises ``LockError``.
         """
-        if isinstance(issued, bool) or not isinstance(issued, int) or issued < 0:
-            raise ValueError(f"issued must be an int >= 0, not {issued!r}")
+        if isinstance(issued, bool) or not isinstance(issued, int) \
+                or not 0 <= issued <= MAX_ISSUED:
+            raise ValueError(f"issued must be an int from 0 to 2**53 - 1 (the counter's "
+                             f"Lua compares it as a double), not {issued!r}")
         if issued > 0:
             self._fence_at_least(issued)
 

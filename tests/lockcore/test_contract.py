@@ -386,3 +386,11 @@ def test_acquire_takes_the_conventions_users_bring(pair):
     lock.release()
     assert other.acquire(blocking=None, timeout=-1)
     other.release()
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair", "getset", "redlock", "multi"])
+def test_a_name_that_is_not_valid_unicode_is_refused_at_create(make_lock, strategy):
+    # a lone surrogate (a bad decode's "\udcff") was taken, and failed at acquire with
+    # UnicodeEncodeError (redlock: False, every node's "no")
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        make_lock(strategy, "stock:\udcff")

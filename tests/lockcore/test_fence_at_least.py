@@ -100,8 +100,15 @@ def test_a_lock_without_fencing_tokens_ignores_it(redis_client, strategy):
     assert redis_client.keys("*fence*") == []
 
 
-@pytest.mark.parametrize("issued", [-1, True, 1.5, "3", None])
-def test_fence_at_least_wants_a_whole_number(redis_client, issued):
-    lock = lockcore.create("token", redis_client, "stock:sku-1")
+# 2**63 - 1 made the next INCR overflow, 2**64 was no integer to Redis: every later
+# acquire raised, for good (and one multi counter is shared by every resource of its tag)
+@pytest.mark.parametrize("issued", [-1, True, 1.5, "3", None, 2**53, 2**63 - 1, 2**64])
+@pytest.mark.parametrize("strategy", ["token", "multi"])
+def test_fence_at_least_wants_a_whole_number_lua_compares_exactly(redis_client, issued,
+                                                                  strategy):
+    lock = lockcore.create(strategy, redis_client, "stock:sku-1")
     with pytest.raises(ValueError, match="issued"):
         lock.fence_at_least(issued)
+    lock.fence_at_least(2**53 - 1)  # the largest taken
+    with lock:
+        assert lock.fencing_token == 2**53
