@@ -48,6 +48,8 @@ and crash detection without TTL guessing matter more than latency.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -116,6 +118,10 @@ class ZooKeeperLock(DistributedLock):
     def __init__(self, backend: Any, name: str, **options: Any) -> None:
         if KazooClient is None:
             raise ImportError("the zookeeper strategy needs kazoo: pip install seckill[zookeeper]")
+        #: the hosts string the handle was made with: a forked child takes its own
+        #: process's shared client for it (``_own_client``)
+        self._hosts = backend if isinstance(backend, str) else None
+        self._pid = os.getpid()
         if isinstance(backend, str):  # one shared client per hosts string in this process
             backend = shared_client(backend)
         elif not isinstance(backend, KazooClient):
@@ -128,6 +134,7 @@ class ZooKeeperLock(DistributedLock):
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         """Queue in ZooKeeper and wait for our turn (kazoo does the waiting)."""
         self._check_acquire(blocking, timeout)
+        self._own_client()
         if not self.client.connected:
             # kazoo queues every call until the connection is back and waits for it with
             # no limit, whatever the timeout: a purchase would hang for the whole outage.
@@ -193,6 +200,25 @@ class ZooKeeperLock(DistributedLock):
         except NoNodeError:  # nobody ever queued here
             return False
 
+    def _own_client(self) -> None:
+        """After a fork, a handle made with a hosts string takes this process's shared
+        client (``zookeeper_clients``); a KazooClient started before the fork is refused
+        by name. Its connection thread did not come along: it still said ``connected``,
+        and ``acquire(timeout=2)`` on a free lock returned False after 2.5 s, as if the
+        lock were held (a lockcore audit)."""
+        if self._hosts is not None:
+            if self._pid != os.getpid():
+                self.client, self._pid = shared_client(self._hosts), os.getpid()
+            return
+        connection = getattr(self.client, "_connection", None)
+        routine = getattr(connection, "_connection_routine", None)
+        if isinstance(routine, threading.Thread) and not routine.is_alive() \
+                and self.client.connected:
+            raise ConnectionLoss(
+                f"this KazooClient's connection thread is not running in process "
+                f"{os.getpid()}: it was started before a fork and belongs to the parent; "
+                "start a KazooClient in this process, or pass a hosts string")
+
     def _state(self) -> str:
         """The client's state, and for one that was never started (or was stopped) what
         to do about it: the message said only 'state LOST'."""
@@ -206,6 +232,7 @@ class ZooKeeperLock(DistributedLock):
 
         kazoo holds a call made while disconnected until the connection is back and
         waits for it with no limit: ``locked()`` would hang for the whole outage."""
+        self._own_client()
         if not self.client.connected:
             raise ConnectionLoss(f"ZooKeeper is not connected ({self._state()}): "
                                  f"cannot ask whether {question} ({self.name!r})")

@@ -422,6 +422,66 @@ def test_a_forked_child_starts_its_own_shared_client(zookeeper_hosts, request) -
         close_shared_clients()
 
 
+@pytest.mark.filterwarnings("ignore:This process .* fork:DeprecationWarning")  # Python 3.12+
+def test_handles_from_before_a_fork_take_the_childs_client_or_say_why_they_cannot(
+        zookeeper_hosts, request) -> None:
+    """A handle made in the parent (hosts string or KazooClient), used in a forked child
+    on a free lock: False after the timeout, as if the lock were held (a lockcore
+    audit). The hosts-string handle now takes the child's own shared client; one on the
+    parent's KazooClient, whose connection thread did not come along, says so."""
+    import os
+    import signal
+
+    from kazoo.client import KazooClient
+
+    name = f"forked-{request.node.name}"
+    by_hosts = lockcore.create("zookeeper", zookeeper_hosts, name)
+    assert by_hosts.acquire(timeout=5)
+    by_hosts.release()
+    client = KazooClient(hosts=zookeeper_hosts)
+    client.start(timeout=15)
+    by_client = lockcore.create("zookeeper", client, name + "-client")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: writes what it saw, one line
+        said = "?"
+        try:
+            got = by_hosts.acquire(timeout=3)
+            if got:
+                by_hosts.release()
+            try:
+                by_client.acquire(timeout=3)
+                refused = "no error"
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                refused = f"{type(exc).__name__}: {exc}"
+            said = f"{got}|{refused}"
+        finally:
+            os.write(write, said.encode())
+            os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        if done == (0, 0):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        got, refused = os.read(read, 4096).decode().split("|", 1)
+        assert got == "True", "the hosts-string handle could not take a free lock"
+        assert refused.startswith("ConnectionLoss") and "started before a fork" in refused, \
+            refused
+        assert by_client.acquire(timeout=5)  # the parent's client is untouched
+        by_client.release()
+    finally:
+        os.close(read)
+        client.stop()
+        client.close()
+        from lockcore.strategies.zookeeper_clients import close_shared_clients
+
+        close_shared_clients()
+
+
 def test_a_client_never_started_is_named_as_such() -> None:
     # the message said only "state LOST", as for a session that expired
     from kazoo.client import KazooClient
