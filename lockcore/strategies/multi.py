@@ -52,6 +52,7 @@ from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
 from ..waiting import SIGNAL_TTL_MS
+from ..wire import lane, round_trip
 
 
 class MultiLock(DistributedLock):
@@ -98,7 +99,13 @@ class MultiLock(DistributedLock):
     def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
         """``wait="notify"``: block on the refusing resource's list, then try, telling
         the script whether a wake-up woke us (it passes one on that it cannot use)."""
-        self._woken = self.client.blpop([self.signal_key], timeout=block_s) is not None
+        if lane(self.client) is None:
+            self._woken = self.client.blpop([self.signal_key], timeout=block_s) is not None
+        else:  # no redis-py retry with backoff: a Redis that died overran the timeout
+            woken, = round_trip(self.client, [("BLPOP", self.signal_key, block_s)], 1)
+            if isinstance(woken, Exception):
+                raise woken
+            self._woken = woken is not None
         token = new_token()
         return token, self._try_acquire(token)
 

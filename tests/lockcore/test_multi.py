@@ -199,3 +199,40 @@ def test_a_resource_named_fence_is_not_the_fencing_counter(redis_client) -> None
     assert later.acquire(blocking=False)
     assert later.fencing_token > fence.fencing_token
     later.release()
+
+
+def test_a_notify_waiter_whose_redis_dies_raises_within_its_timeout():
+    # its BLPOP went through redis-py's retry with backoff: a ConnectionError after
+    # 4.4 s of a 3 s timeout, where token and fair raised at once (a lockcore audit)
+    import redis
+
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer().start()
+    # as redis-py's docs make one: its default retry (from_url gives none)
+    client = redis.Redis(host="127.0.0.1", port=server.port)
+    outcome: list[object] = []
+    try:
+        holder = lockcore.create("multi", client, ["a", "b"], ttl_ms=5_000)
+        assert holder.acquire(blocking=False)
+        waiter = lockcore.create("multi", client, ["b"], ttl_ms=5_000, wait="notify")
+
+        def wait() -> None:
+            started = time.monotonic()
+            try:
+                outcome.append(waiter.acquire(timeout=3))
+            except redis.ConnectionError as exc:
+                outcome.append(exc)
+            outcome.append(time.monotonic() - started)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        time.sleep(0.3)  # blocked in BLPOP
+        server.kill()
+        thread.join(10)
+        assert len(outcome) == 2, outcome
+        assert isinstance(outcome[0], redis.ConnectionError), outcome
+        assert outcome[1] < 2.0, f"raised after {outcome[1]:.2f}s"
+    finally:
+        client.close()
+        server.cleanup()
