@@ -8,45 +8,13 @@ comes from the Alembic migrations (``webapp.db.upgrade``), never from ``create_a
 
 from __future__ import annotations
 
-import logging
-import os
-import secrets
 from typing import Any
 
-from flask import Flask
 
-from . import config as settings
-from .extensions import Backends
-from .routing import HotRoute, ShopFlask
+def __getattr__(name: str) -> Any:
+    """``webapp.create_app``, imported on first use (``webapp/app.py`` says why)."""
+    if name == "create_app":
+        from .app import create_app
 
-logger = logging.getLogger(__name__)
-
-
-def create_app(test_config: dict[str, Any] | None = None) -> Flask:
-    app = ShopFlask(__name__, instance_relative_config=True)
-    app.config.update(settings.from_env(app.instance_path))
-    if test_config is not None:
-        app.config.update(test_config)
-    settings.check_urls(app.config)
-    if app.config["DATABASE_URL"] == settings.default_database_url(app.instance_path):
-        os.makedirs(app.instance_path, exist_ok=True)  # only the default SQLite lives there
-    if not app.config["SECKILL_ADMIN_TOKEN"]:
-        # never run the admin routes open; seckill serve always passes one in
-        app.config["SECKILL_ADMIN_TOKEN"] = secrets.token_urlsafe(24)
-        logger.warning("SECKILL_ADMIN_TOKEN unset: generated a random one for this process")
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["seckill"] = Backends(app.config)
-
-    # Werkzeug answers a doubled slash (``/api//products``) with a 308 and an HTML page,
-    # and folds ``/api/products//purchase`` into the product URL (a 405 for a POST): an
-    # API's odd path is a JSON 404 like any unknown one (``errors.py``)
-    app.url_map.merge_slashes = False
-
-    from . import admin, api, errors, shop
-
-    app.register_blueprint(errors.bp)
-    app.register_blueprint(api.bp)
-    app.register_blueprint(admin.bp)
-    app.register_blueprint(shop.bp)
-    app.hot_route = HotRoute.for_endpoint(app.url_map, "api.purchase")  # routing.py
-    return app
+        return create_app
+    raise AttributeError(f"module 'webapp' has no attribute {name!r}")

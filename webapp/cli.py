@@ -65,18 +65,21 @@ def stop_like_ctrl_c() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    module_name, func = COMMANDS[args.command]
-    module = _load(module_name)
-    if isinstance(module, ImportError):
-        print(f"seckill {args.command}: unavailable: {module}", file=sys.stderr)
-        return 2
+    # first: the parser imports every sub-command (a second and more), and a background
+    # job's SIGINT stays ignored until here (a Ctrl-C then was lost, and serve started)
     stop_like_ctrl_c()
+    command = "seckill"
     try:
+        args = build_parser().parse_args(argv)
+        command = f"seckill {args.command}"
+        module_name, func = COMMANDS[args.command]
+        module = _load(module_name)
+        if isinstance(module, ImportError):
+            print(f"{command}: unavailable: {module}", file=sys.stderr)
+            return 2
         code: int = getattr(module, func)(args)
     except KeyboardInterrupt:  # unwound: what the command started is stopped
-        print(f"seckill {args.command}: interrupted; everything it started is stopped",
-              file=sys.stderr)
+        print(f"{command}: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
     return code
 

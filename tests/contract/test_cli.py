@@ -311,6 +311,37 @@ def test_serve_whose_terminal_closes_stops_everything_it_started():
     assert not survivors, survivors
 
 
+def test_a_background_jobs_early_ctrl_c_stops_serve():
+    """A script's ``seckill serve &`` starts with SIGINT ignored, and seckill took it
+    only after importing every sub-command (1.4 s and more): a Ctrl-C then was lost,
+    and serve started six redis-servers and gunicorn and ran on (a CLI audit)."""
+    import time
+
+    proc = subprocess.Popen([str(SECKILL), "serve", "--port", "0", "--workers", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    started: set[int] = set()
+    try:
+        time.sleep(0.4)  # the interpreter is up, the sub-commands still importing
+        proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            started.update(descendants(proc.pid))
+            time.sleep(0.1)
+        assert proc.poll() == 130, "the Ctrl-C was lost: serve ran on"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)  # the second one it takes
+            proc.communicate(timeout=60)
+        else:
+            proc.communicate()
+        time.sleep(0.5)
+        for pid in [pid for pid in started if running(pid)]:
+            os.kill(pid, signal.SIGKILL)
+    assert not [pid for pid in started if running(pid)]
+
+
 def test_serve_killed_by_sigkill_takes_what_it_started_with_it():
     """SIGKILL (the OOM killer, ``kill -9``) runs no cleanup: gunicorn and six
     redis-servers ran on with no parent, holding their ports. They die with it now."""

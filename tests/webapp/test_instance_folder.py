@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import webapp
+import webapp.app
 from webapp.routing import ShopFlask
 
 NOTHING_CONNECTS = {"TESTING": True, "SECKILL_ADMIN_TOKEN": "t",
@@ -18,7 +19,8 @@ NOTHING_CONNECTS = {"TESTING": True, "SECKILL_ADMIN_TOKEN": "t",
 @pytest.fixture
 def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     where = tmp_path / "instance"
-    monkeypatch.setattr(webapp, "ShopFlask", functools.partial(ShopFlask, instance_path=str(where)))
+    monkeypatch.setattr(webapp.app, "ShopFlask",
+                        functools.partial(ShopFlask, instance_path=str(where)))
     return where
 
 
