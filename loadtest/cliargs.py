@@ -26,6 +26,8 @@ def unwritable_file(path: Path, *, make_parent: bool = False) -> str | None:
     if make_parent:
         try:
             parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a file where a folder should be ("File exists")
+            return f"{parent} is not a directory"
         except OSError as exc:
             return exc.strerror or str(exc)
     if not parent.is_dir() or not os.access(parent, os.W_OK):

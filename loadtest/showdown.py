@@ -207,7 +207,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"seckill showdown: error: {exc}", file=sys.stderr)
         return 2
     report_dir = Path(args.report) if args.report else None
-    problem = _unwritable(report_dir, args.json)
+    problem = None
     if args.rounds > 1 and not args.sustained:
         problem = "--rounds is for --sustained runs (a flash sale is over in one round)"
     if args.paired and not args.sustained:
@@ -219,6 +219,8 @@ def main(args: argparse.Namespace) -> int:
         problem = ("--workers and --lock-timeout set the shop the showdown serves; the "
                    "shop at --url keeps its own (its LOCK_TIMEOUT_S: set it here too, "
                    "for the showdown's drain)")
+    if problem is None:  # last: it makes the folders, which a usage error must not
+        problem = _unwritable(report_dir, args.json)
     if problem is not None:
         print(f"seckill showdown: error: {problem}", file=sys.stderr)
         return 2

@@ -48,6 +48,20 @@ def test_a_json_file_in_a_new_folder_gets_its_folder_before_the_run(tmp_path):
     assert target.parent.is_dir()
 
 
+@pytest.mark.parametrize("command", ["showdown", "bench"])
+def test_a_json_file_under_a_file_is_not_a_directory_not_file_exists(tmp_path, command):
+    (tmp_path / "afile").touch()
+    done = seckill(command, "--json", str(tmp_path / "afile" / "x.json"), timeout=60)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "afile is not a directory" in done.stderr and "File exists" not in done.stderr
+
+
+def test_a_showdown_usage_error_makes_no_report_folder(tmp_path):
+    done = seckill("showdown", "--report", str(tmp_path / "new"), "--rounds", "2", timeout=60)
+    assert done.returncode == 2 and "--rounds" in done.stderr, (done.stdout, done.stderr)
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_json_file_that_is_a_directory_is_a_usage_error_before_the_run(tmp_path):
     # it was an IsADirectoryError traceback after the whole run, exit 1
     done = seckill("showdown", "--json", str(tmp_path), "--users", "1",
