@@ -110,9 +110,11 @@ class RedisServer:
     """One redis-server process; can be stopped, killed, paused and restarted on its port."""
 
     def __init__(self, port: int | None = None, *, args: Sequence[str] = (),
-                 binary: str | None = None, workdir: str | None = None) -> None:
+                 binary: str | None = None, workdir: str | None = None,
+                 may_move: bool | None = None) -> None:
         #: a port we picked may be taken by someone else before we start: pick again
-        self._may_move = port is None
+        #: (``may_move``: a port the caller picked as free, not one it needs)
+        self._may_move = port is None if may_move is None else may_move
         self.port = port or free_port()
         self.args = list(args)
         self.binary = binary or find_redis_server()
@@ -151,7 +153,20 @@ class RedisServer:
                     raise RuntimeError(f"redis-server: port {self.port} is taken") from None
                 logger.info("port %s was taken before redis-server bound it", self.port)
                 self.port = free_port()
+                self._follow_port()
         raise RuntimeError("redis-server: five free ports were taken before it bound them")
+
+    def _follow_port(self) -> None:
+        """A data dir of ours is named after the port: it follows a port that moved
+        (someone looking for a server's log by its port found another's name)."""
+        if self.workdir not in _own_dirs:
+            return
+        unique = self.workdir.name.rsplit("-", 1)[-1]  # mkdtemp's random part
+        moved = self.workdir.with_name(f"seckill-redis-{self.port}-{unique}")
+        self.workdir.rename(moved)
+        _own_dirs.discard(self.workdir)
+        _own_dirs.add(moved)
+        self.workdir = moved
 
     def _start_once(self, timeout: float) -> RedisServer:
         cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
@@ -234,9 +249,9 @@ class EmbeddedRedis:
         if nodes < 1:
             raise ValueError("nodes must be >= 1")
         binary = find_redis_server()
-        self.servers = [RedisServer(args=args, binary=binary) for _ in range(nodes)]
-        for server, port in zip(self.servers, free_ports(nodes), strict=True):
-            server.port = port  # distinct: free_port() one by one could repeat itself
+        # distinct ports: free_port() one by one could repeat itself
+        self.servers = [RedisServer(port, args=args, binary=binary, may_move=True)
+                        for port in free_ports(nodes)]
 
     @property
     def urls(self) -> list[str]:

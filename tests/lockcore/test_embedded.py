@@ -112,3 +112,31 @@ def test_a_picked_port_taken_before_start_is_swapped_for_a_free_one():
             assert serving_pid(server.port) == server.pid
         finally:
             server.cleanup()
+
+
+def test_each_servers_data_dir_is_named_after_the_port_it_serves_on():
+    # EmbeddedRedis gave its servers distinct ports after their dirs were named after
+    # others: a server's log looked for by its port was not found (a CLI audit)
+    with EmbeddedRedis(3) as cluster:
+        for server in cluster.servers:
+            assert server.workdir.name.startswith(f"seckill-redis-{server.port}-"), \
+                (server.port, server.workdir)
+            assert serving_pid(server.port) == server.pid
+
+
+def test_a_server_whose_picked_port_was_taken_moves_with_its_data_dir():
+    import socket
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    server = RedisServer(taken, may_move=True)
+    try:
+        server.start()
+        assert server.port != taken
+        assert server.workdir.name.startswith(f"seckill-redis-{server.port}-")
+        assert server.logfile.exists()
+    finally:
+        server.cleanup()
+        squatter.close()
