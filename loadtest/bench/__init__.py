@@ -81,12 +81,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "as gunicorn forks its workers); it moves the hand-off locks "
                              "against the barging ones, so compare within one")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
-    parser.add_argument("--list", action="store_true", help="list the contenders and exit")
+    parser.add_argument("--list", action="store_true",
+                        help="list the contenders (those --only names, given it) and exit")
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.list:
+    if args.list:  # with --only: those named (it was ignored, and every one listed)
         for c in CONTENDERS + EXPERIMENTS:
+            if args.only and c.name not in args.only:
+                continue
             why = c.unavailable()
             print(f"{c.name:18} {c.library:18} {c.backend:9} {c.settings}"
                   + (f"  (unavailable: {why})" if why else ""))

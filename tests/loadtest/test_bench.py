@@ -260,3 +260,13 @@ def test_start_method_is_spawn_by_default_and_fork_is_refused(capsys):
     assert "invalid choice: 'fork'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="start_method must be one of spawn, forkserver"):
         WorkerPool(1, "fork")
+
+
+def test_list_with_only_lists_the_contenders_named():
+    # --only was ignored by --list, which listed every contender
+    from tests.contract.test_cli import seckill
+
+    done = seckill("bench", "--list", "--only", "token-notify,redis-py", timeout=60)
+    assert done.returncode == 0, done
+    listed = [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+    assert sorted(listed) == ["redis-py", "token-notify"], done.stdout
