@@ -25,7 +25,17 @@ class DatabaseUnavailable(RuntimeError):
 
 
 def admin_url() -> str:
-    return os.environ.get("SECKILL_PG_ADMIN_URL", DEFAULT_ADMIN_URL)
+    return libpq_url(os.environ.get("SECKILL_PG_ADMIN_URL", DEFAULT_ADMIN_URL))
+
+
+def libpq_url(url: str) -> str:
+    """``url`` as libpq takes it: a SQLAlchemy URL's driver (``postgresql+psycopg://``,
+    the form ``DATABASE_URL`` takes) dropped; psycopg refused it with a traceback
+    ('missing "=" after ... in connection info string')."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.split("+", 1)[0] in ("postgresql", "postgres"):
+        return f"postgresql://{rest}"
+    return url
 
 
 @contextlib.contextmanager
@@ -37,12 +47,15 @@ def temporary_database(url: str | None = None) -> Iterator[str]:
         from psycopg.conninfo import conninfo_to_dict
     except ImportError as exc:
         raise DatabaseUnavailable(f"psycopg is not installed: {exc}") from exc
-    url = url or admin_url()
+    url = libpq_url(url) if url else admin_url()
     name = f"seckill_mh_{os.getpid()}_{os.urandom(4).hex()}"
     try:
         admin = psycopg.connect(url, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {url}: {exc}") from exc
+    except psycopg.ProgrammingError as exc:  # not a URL or conninfo libpq reads
+        raise DatabaseUnavailable(f"SECKILL_PG_ADMIN_URL {url!r} is not a PostgreSQL URL "
+                                  f"libpq takes: {exc}") from exc
     with admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         logger.info("created database %s", name)

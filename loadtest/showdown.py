@@ -255,6 +255,11 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
         print(f"\n{rounds}")
     for note in unsold_notes(results):
         print(note)
+    if args.url and not os.environ.get("REDIS_URL") and not any(
+            r.redis_per_purchase is not None for r in results):
+        # a shop at --url keeps its Redis to itself: the column was blank, unexplained
+        print("note: redis/purchase needs the shop's Redis: set REDIS_URL (and "
+              "REDLOCK_URLS) to the shop's for the showdown too")
     summary = {"settings": {**plan.__dict__, "strategies": names}, "machine": machine,
                "elapsed_s": round(elapsed, 1), "results": [r.as_dict() for r in results]}
     if report_dir:

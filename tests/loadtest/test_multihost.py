@@ -63,3 +63,19 @@ def test_a_thousand_buyers_over_two_hosts_still_balance_the_books(hosts):
     run = run_load(hosts, "token", users=1000, stock=100)
     assert run.exact, run.audits
     assert run.audits[0]["units_sold"] == 100
+
+
+def test_the_admin_url_takes_the_sqlalchemy_form_database_url_takes(monkeypatch):
+    # deployment.md's own example, postgresql+psycopg://..., was a psycopg traceback
+    from loadtest.multihost_db import temporary_database
+
+    monkeypatch.setenv("SECKILL_PG_ADMIN_URL", "postgresql+psycopg://127.0.0.1:5432/test")
+    try:
+        with temporary_database() as url:
+            assert url.startswith("postgresql+psycopg:///?")
+    except DatabaseUnavailable as exc:  # no PostgreSQL here: the right error, named
+        assert "+psycopg" not in str(exc), exc
+    monkeypatch.setenv("SECKILL_PG_ADMIN_URL", "not a url at all =")
+    with pytest.raises(DatabaseUnavailable, match="SECKILL_PG_ADMIN_URL|cannot connect"):
+        with temporary_database():
+            pass

@@ -42,12 +42,16 @@ def test_an_oversold_sale_under_a_safe_strategy_makes_the_showdown_fail(tmp_path
     assert results["token"]["oversold"] == 2 and results["token"]["verdict"] == "FAIL"
 
 
-def test_an_exact_sale_passes_and_leaves_the_report_and_raw_data(tmp_path, capsys):
+def test_an_exact_sale_passes_and_leaves_the_report_and_raw_data(tmp_path, capsys,
+                                                                 monkeypatch):
+    monkeypatch.delenv("REDIS_URL", raising=False)
     with serve(StubShop()) as url:
         code = showdown(url, tmp_path, "token")
     assert code == 0
     table = capsys.readouterr().out
     assert "strategy" in table and "token" in table
+    # the shop's Redis is its own: the blank redis/purchase column says why
+    assert "note: redis/purchase needs the shop's Redis: set REDIS_URL" in table
     assert (tmp_path / "index.html").exists() and (tmp_path / "summary.json").exists()
     raw = {p.name for p in (tmp_path / "raw").iterdir()}
     assert {"token_stats.csv", "token_stats_history.csv", "token_arrivals.jsonl"} <= raw
