@@ -8,6 +8,7 @@ raise ``TypeError``, as ``compare_digest`` on ``str`` would).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import logging
 import time
@@ -22,9 +23,10 @@ from lockcore import LockError
 
 from . import locks, paths, sales, section, shop, validation
 from .extensions import Backends, get_backends
+from .keys import SaleKeys
 from .lockedpath import LockedPath
 from .problems import Busy, Unauthorized, UnknownSku
-from .saleinfo import load_sale
+from .saleinfo import cached_sale, load_sale
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +67,31 @@ def reset_sale(sku: str) -> Response:
     locks.check_configured(strategy, backends.config)
     work_ms = validation.integer(body, "work_ms", low=0, high=MAX_WORK_MS, default=0)
     limit = validation.integer(body, "limit", low=1, high=MAX_LIMIT, default=sales.NO_LIMIT)
-    with _one_reset_at_a_time(backends, sku), _current_lock(backends, sku):
-        reset = sales.reset_sale(backends.sessions, backends.redis, sku, stock=stock,
-                                 strategy=strategy, work_ms=work_ms, limit=limit)
+    with _one_reset_at_a_time(backends, sku):
+        _wait_out_holders_redis_forgot(backends, sku)
+        with _current_lock(backends, sku):
+            reset = sales.reset_sale(backends.sessions, backends.redis, sku, stock=stock,
+                                     strategy=strategy, work_ms=work_ms, limit=limit)
     return jsonify(reset)
+
+
+def _wait_out_holders_redis_forgot(backends: Backends, sku: str) -> None:
+    """Redis lost the sale (a restart without persistence), and with it the lock of a
+    holder that may still be in its section: its stock and order are written when its
+    work is done. The reset took the lock at once in the empty Redis, and that holder's
+    stock (the old sale's, minus one) and order landed in the new sale: oversold by the
+    whole old stock (a fault audit).
+
+    So the reset reloads the sale as a buyer would, which starts the hold-off of one
+    lock TTL (``restore_sale.lua``: no section sells meanwhile), and waits out what is
+    left of it before it takes the lock. Nothing to wait for when Redis has the sale."""
+    cached_sale(backends.redis, backends.sessions, sku,
+                fence=functools.partial(locks.raise_fence, backends))
+    left_ms = backends.redis.pttl(SaleKeys(sku).holdoff)
+    if left_ms > 0:
+        logger.warning("reset of %s: Redis lost the sale; waiting %.1fs for a lock holder "
+                       "from before to finish", sku, left_ms / 1000)
+        time.sleep(left_ms / 1000)  # gevent's, under gunicorn: other requests go on
 
 
 @contextlib.contextmanager
@@ -81,8 +104,9 @@ def _one_reset_at_a_time(backends: Backends, sku: str) -> Iterator[None]:
     # outlives a reset that waits ``timeout`` for the stock lock (or, with its server
     # down, one lock TTL at most: ``_current_lock``) and then works
     longest_lock_ttl_ms = int(backends.config["LOCK_TTL_MS"]) + 2 * MAX_WORK_MS
+    # and before that, a hold-off after Redis lost the sale (one lock TTL at most too)
     lock = lockcore.create("token", backends.redis, f"reset:{sku}",
-                           ttl_ms=int(2 * timeout * 1000) + longest_lock_ttl_ms + 10_000)
+                           ttl_ms=int(2 * timeout * 1000) + 2 * longest_lock_ttl_ms + 10_000)
     if not lock.acquire(blocking=True, timeout=2 * timeout):
         raise Busy(f"another reset of {sku} is still running")
     try:

@@ -73,3 +73,31 @@ def test_only_a_lock_that_lived_in_the_lost_redis_holds_the_sale_off(shop, redis
     keys = SaleKeys(SKU)
     assert redis_client.exists(keys.reloaded) == 1
     assert redis_client.exists(keys.holdoff) == int(held_off)
+
+
+@pytest.mark.parametrize("strategy", ["token", "multi"])
+def test_a_reset_right_after_the_restart_waits_out_a_holder_from_before(shop, redis_client,
+                                                                        strategy):
+    """A reset before any buyer reloaded the sale took the lock at once in the empty
+    Redis; the holder from before then wrote the old stock minus one over the new
+    stock, and its order into the new sale: oversold by the old stock (a fault audit)."""
+    client = shop.test_client()
+    reset(client, stock=10, strategy=strategy, work_ms=WORK_MS)
+    first: list[Any] = []
+    holder = threading.Thread(target=lambda: first.append(buy(shop.test_client(), "before")))
+    holder.start()
+    time.sleep(0.25)  # "before" holds the lock, has read 10 and works
+    redis_client.flushall()  # our own server: the restart without persistence
+    started = time.monotonic()
+    reset(client, stock=3, strategy=strategy)  # waits for "before" to be done first
+    waited = time.monotonic() - started
+    holder.join(10)
+    assert first[0].status_code == 201, first[0].get_json()  # in the old sale
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["initial_stock"], audit["orders"], audit["remaining"],
+            audit["consistent"]) == (3, 0, 3, True), audit
+    assert waited > WORK_MS / 1000, waited
+    for buyer in ("a", "b", "c", "d"):
+        buy(client, buyer)
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["units_sold"], audit["remaining"], audit["consistent"]) == (3, 0, True), audit
