@@ -65,7 +65,10 @@ def test_lock_free_baseline_is_one_round_trip_per_purchase_and_has_no_solo_run(q
     _, figures, _ = quick_run
     atomic = next(r for r in figures["results"] if r["name"] == "atomic")
     assert atomic["uncontended"] is None
-    assert atomic["contended"]["round_trips_per_acq"] == 1
+    # one round trip a purchase (a lock's are 2 and more); on a machine loaded past its
+    # cores a reply late past the socket timeout is sent again (1.01 once, with two more
+    # test runs on the 2 cores)
+    assert 1 <= atomic["contended"]["round_trips_per_acq"] <= 1.05
     # no lock, so no wait: the table shows "-", not a measured 0 ms
     assert atomic["contended"]["wait_ms"] == {"p50": None, "p99": None, "max": None}
 
