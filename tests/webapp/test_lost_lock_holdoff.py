@@ -33,15 +33,23 @@ def shop(sqlite_url: str, redis_url: str, redis_client: Any) -> Iterator[Flask]:
     backends(app).close()
 
 
-@pytest.mark.parametrize("strategy", ["token", "fair"])
-def test_a_holder_from_before_the_restart_is_waited_out(shop, redis_client, strategy):
-    client = shop.test_client()
-    reset(client, stock=10, strategy=strategy, work_ms=WORK_MS)
+def _restart_while_a_holder_works(shop: Flask, redis_client: Any, strategy: str,
+                                  ) -> tuple[threading.Thread, list[Any]]:
+    """Buyer "before" in its lock section (it has read 10 units and works) when Redis
+    restarts empty: its thread, and the list its answer goes into."""
+    reset(shop.test_client(), stock=10, strategy=strategy, work_ms=WORK_MS)
     first: list[Any] = []
     holder = threading.Thread(target=lambda: first.append(buy(shop.test_client(), "before")))
     holder.start()
     time.sleep(0.25)  # "before" holds the lock, has read 10 and works
     redis_client.flushall()  # our own server: the restart without persistence
+    return holder, first
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_a_holder_from_before_the_restart_is_waited_out(shop, redis_client, strategy):
+    client = shop.test_client()
+    holder, first = _restart_while_a_holder_works(shop, redis_client, strategy)
     during = buy(client, "during")  # reloads the sale and finds the lock free
     assert during.status_code == 503, during.get_json()
     holder.join(10)
@@ -82,12 +90,7 @@ def test_a_reset_right_after_the_restart_waits_out_a_holder_from_before(shop, re
     Redis; the holder from before then wrote the old stock minus one over the new
     stock, and its order into the new sale: oversold by the old stock (a fault audit)."""
     client = shop.test_client()
-    reset(client, stock=10, strategy=strategy, work_ms=WORK_MS)
-    first: list[Any] = []
-    holder = threading.Thread(target=lambda: first.append(buy(shop.test_client(), "before")))
-    holder.start()
-    time.sleep(0.25)  # "before" holds the lock, has read 10 and works
-    redis_client.flushall()  # our own server: the restart without persistence
+    holder, first = _restart_while_a_holder_works(shop, redis_client, strategy)
     started = time.monotonic()
     reset(client, stock=3, strategy=strategy)  # waits for "before" to be done first
     waited = time.monotonic() - started
