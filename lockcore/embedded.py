@@ -102,6 +102,11 @@ def ping(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
         return False
 
 
+def _dir_prefix(port: int) -> str:
+    """The start of the name of a data dir we make for a server on ``port``."""
+    return f"seckill-redis-{port}-"
+
+
 class _PortTaken(Exception):
     """Another process listens on the port redis-server was told to bind."""
 
@@ -118,7 +123,7 @@ class RedisServer:
         self.port = port or free_port()
         self.args = list(args)
         self.binary = binary or find_redis_server()
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"seckill-redis-{self.port}-"))
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=_dir_prefix(self.port)))
         if workdir is None:
             _own_dirs.add(self.workdir)  # gone at exit even if a Ctrl-C cut cleanup() short
         self.proc: subprocess.Popen[bytes] | None = None
@@ -162,7 +167,7 @@ class RedisServer:
         if self.workdir not in _own_dirs:
             return
         unique = self.workdir.name.rsplit("-", 1)[-1]  # mkdtemp's random part
-        moved = self.workdir.with_name(f"seckill-redis-{self.port}-{unique}")
+        moved = self.workdir.with_name(_dir_prefix(self.port) + unique)
         self.workdir.rename(moved)
         _own_dirs.discard(self.workdir)
         _own_dirs.add(moved)

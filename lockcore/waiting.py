@@ -68,9 +68,9 @@ CROWDED_POLL_S = 0.02
 #: a pool this large needs no cap on its blocked waiters (redis-py's default is 2**31)
 UNCAPPED_POOL = 10_000
 
-#: per connection pool: its blocking slots (None: no cap). Held weakly, as the pool.
-_slots: weakref.WeakKeyDictionary[Any, threading.BoundedSemaphore | None] = \
-    weakref.WeakKeyDictionary()
+#: per connection pool of fewer than ``UNCAPPED_POOL``: its blocking slots. Held
+#: weakly, as the pool.
+_slots: weakref.WeakKeyDictionary[Any, threading.BoundedSemaphore] = weakref.WeakKeyDictionary()
 _slots_mutex = threading.Lock()
 
 
@@ -150,9 +150,7 @@ class NotifyWaiter:
             return None
         slot = blocking_slot(lock.client)
         if slot is not None and not slot.acquire(blocking=False):
-            # the pool's connections are for holders first; jittered, or waiters that
-            # started together try together, and take the connections all at once
-            lock.clock.sleep(min(block, random.uniform(0.5, 1.5) * CROWDED_POLL_S))
+            _crowded(lock, block)  # the pool's connections are for holders first
             return None
         try:
             # Stop early enough that Redis's late timeout still lands before our deadline
@@ -161,12 +159,19 @@ class NotifyWaiter:
             if tried is None:
                 lock.client.blpop([lock.signal_key], timeout=block - SERVER_TICK_S)
             return tried
-        except MaxConnectionsError:  # refused before anything was sent: crowded, as above
-            lock.clock.sleep(min(block, random.uniform(0.5, 1.5) * CROWDED_POLL_S))
+        except MaxConnectionsError:  # refused before anything was sent: crowded too
+            _crowded(lock, block)
             return None
         finally:
             if slot is not None:
                 slot.release()
+
+
+def _crowded(lock: DistributedLock, block: float) -> None:
+    """A notify-waiter's pause instead of a block, its pool's connections taken: about
+    ``CROWDED_POLL_S``, jittered, or waiters that started together try together and take
+    the connections all at once; the caller makes the next attempt."""
+    lock.clock.sleep(min(block, random.uniform(0.5, 1.5) * CROWDED_POLL_S))
 
 
 def longest_block_s(client: Any) -> float:

@@ -188,9 +188,8 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     path = path_for(sale.strategy)
     stock = max(remaining, 0)
     elsewhere = path.stock_elsewhere
-    if elsewhere and path.restore_stock(redis, sale, stock):  # NX, on their own slots
-        logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
-                       remaining)
+    # NX, on their own slots: before the script, which writes the rest only if it can
+    shards_restored = elsewhere and path.restore_stock(redis, sale, stock)
     keys = sale.keys
     written = scripts.script(redis, "restore_sale")(
         keys=[keys.info, keys.stock_gen, keys.stock, keys.soldout, keys.buyers, staged,
@@ -198,7 +197,7 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
         args=["" if sale.generation is None else sale.generation, remaining,
               "0" if elsewhere else "1", "" if hold_ms is None else hold_ms,
               *(part for item in sale_fields(sale).items() for part in item)])
-    if written == 2:
+    if shards_restored or written == 2:
         logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
                        remaining)
     return bool(written)

@@ -52,7 +52,7 @@ from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
 from ..waiting import SIGNAL_TTL_MS
-from ..wire import lane, round_trip
+from ..wire import lane
 
 
 class MultiLock(DistributedLock):
@@ -99,10 +99,11 @@ class MultiLock(DistributedLock):
     def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
         """``wait="notify"``: block on the refusing resource's list, then try, telling
         the script whether a wake-up woke us (it passes one on that it cannot use)."""
-        if lane(self.client) is None:
+        found = lane(self.client)
+        if found is None:
             self._woken = self.client.blpop([self.signal_key], timeout=block_s) is not None
         else:  # no redis-py retry with backoff: a Redis that died overran the timeout
-            woken, = round_trip(self.client, [("BLPOP", self.signal_key, block_s)], 1)
+            woken, = found.exchange([("BLPOP", self.signal_key, block_s)], 1)
             if isinstance(woken, Exception):
                 raise woken
             self._woken = woken is not None
