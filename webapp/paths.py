@@ -37,6 +37,10 @@ class StockPath:
     #: the stock is not the sale's one key (``atomic-sharded``'s shards, on other slots):
     #: a reload restores it with ``restore_stock``, outside ``restore_sale.lua``
     stock_elsewhere = False
+    #: a reload after Redis lost the sale starts a new generation (``saleinfo``), so a
+    #: purchase whose units went with the lost data writes no row: for a path that takes
+    #: units with no lock to hold the reload off, and writes its rows by generation
+    new_generation_on_reload = False
 
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         raise NotImplementedError
@@ -125,6 +129,8 @@ class AtomicPath(StockPath):
     ``record_taken`` is left. ``purchase`` is the same in steps, for a request with an
     Idempotency-Key (it must look for its earlier order first) or a sale reloaded from
     the database."""
+
+    new_generation_on_reload = True
 
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         take = scripts.script(deps.redis, "atomic_purchase")

@@ -9,6 +9,7 @@ Redis lost its data; the stock is then restored from the database.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from .keys import SaleKeys
-from .models import Order, Sale
+from .models import Order, Sale, utcnow
 from .problems import Busy, UnknownSku
 
 logger = logging.getLogger(__name__)
@@ -80,9 +81,9 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
         cached = redis.hgetall(SaleKeys(sku).info)
         if cached:
             return parsed_sale(sku, cached)
-        sale = load_sale(sessions, sku)
-        if _restore_stock(redis, sessions, sale, fence):
-            return sale
+        restored = _restore_stock(redis, sessions, load_sale(sessions, sku), fence)
+        if restored is not None:
+            return restored
         # a reset (or another worker's reload) wrote the sale meanwhile: that one stands
         cached = redis.hgetall(SaleKeys(sku).info)
     if not cached:  # a newer generation's stock is there and its copy is not yet
@@ -148,13 +149,14 @@ def parsed_sale_reply(sku: str, flat: list[bytes]) -> SaleInfo:
 
 
 def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
-                   fence: Fence | None = None) -> bool:
+                   fence: Fence | None = None) -> SaleInfo | None:
     """No copy in Redis: it lost its data (a restart without persistence) or was never
     loaded. The database's ``remaining`` is the truth then. What is read here goes back
     in one script (``restore_sale.lua``), and only while the copy is still missing: of
     many buyers arriving at once, only the first restores it, before anyone buys; and a
     reset that wrote its new sale after this read stands (the old copy written over it
-    sold the new sale through the old strategy's lock, and oversold). False: it did.
+    sold the new sale through the old strategy's lock, and oversold). None: it did.
+    Else the sale as restored.
 
     The lock's fencing counter went with the data, and would start again at 1, below
     the tokens the sale's orders already carry. So ``fence`` raises it past the highest
@@ -162,16 +164,30 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     (it never lowers the counter), and before the stock is back, so no one buys on the
     forgotten counter. The hold-off it answers (``section.hold_off``) is started by the
     script, with the stock: a reload that loses to a reset holds off nothing.
+
+    A path that takes units with no lock to hold the reload off (``atomic``) gets a new
+    generation instead (``_new_generation``): the purchases whose units went with the
+    lost data write no row.
     """
+    from . import scripts
+    from .paths import path_for  # paths imports services, which imports this module
+
+    path = path_for(sale.strategy)
+    remaining: int | None = None
+    if path.new_generation_on_reload and sale.generation is not None:
+        started = _new_generation(sessions, sale)
+        if started is None:
+            return None  # a reset or another process's reload moved the sale on first
+        sale, remaining = started
     staged = f"{sale.keys.buyers}:restoring:{uuid.uuid4().hex}"  # the same slot
     with sessions() as session:
-        remaining, issued = session.execute(
+        read, issued = session.execute(
             select(Sale.remaining,
                    select(func.max(Order.fencing_token))
                    .where(Order.sale_id == sale.id, Order.strategy == sale.strategy)
                    .scalar_subquery())
             .where(Sale.id == sale.id)).one_or_none() or (None, None)
-        if remaining is None:
+        if read is None:
             raise UnknownSku(f"no product with sku {sale.sku!r}")  # deleted since
         # the one-order-per-user fast path went too: once sold out, only this set tells
         # an earlier buyer (409 already_purchased) from a new one (409 sold_out)
@@ -181,11 +197,9 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
             pipe.sadd(staged, *chunk)
             pipe.pexpire(staged, 600_000)  # a reload that dies here leaves no key for good
             pipe.execute()
+    if remaining is None:
+        remaining = read
     hold_ms = None if fence is None else fence(sale, (issued or 0) + FENCE_SLACK)
-    from . import scripts
-    from .paths import path_for  # paths imports services, which imports this module
-
-    path = path_for(sale.strategy)
     stock = max(remaining, 0)
     elsewhere = path.stock_elsewhere
     # NX, on their own slots: before the script, which writes the rest only if it can
@@ -200,7 +214,52 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     if shards_restored or written == 2:
         logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
                        remaining)
-    return bool(written)
+    return sale if written else None
+
+
+def _new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
+                    ) -> tuple[SaleInfo, int] | None:
+    """Start a new generation of ``sale`` for its reload: the sale with it, and the
+    units left as the database counts them when it started; None if the sale is not at
+    ``sale.generation`` any more (a reset, or another process's reload, came first).
+
+    **Failure timeline** it prevents (an ``atomic`` sale with simulated work; a fault
+    audit: 4-14 oversold with 300-3000 ms of work)::
+
+        A:      the script takes 1 unit (Redis: 9 left, the database: 10), works
+        redis:  restarts empty: the stock and the sale's copy are gone
+        B:      reloads the sale: the database says 10 left; Redis 10
+        A:      writes its order: the database 9, Redis 10; the unit is sold twice
+        fixed:  B's reload starts generation g1 in the same UPDATE that reads the 10;
+                A's row is written only WHERE the generation is g0 (``record_order``):
+                nothing is written, A hears 503 busy, and its unit is B's 10th
+
+    The UPDATE orders the two in the database: a row committed first is counted in the
+    units read, a row after it is refused. No purchase of ``g1`` can come before the
+    reload's copy is in Redis: it gets its generation from there.
+    """
+    old = started_at(sale.generation) if sale.generation is not None else None
+    new = next_started_at(old)
+    with sessions.begin() as session:
+        left = session.execute(
+            update(Sale).where(Sale.id == sale.id, Sale.started_at == old)
+            .values(started_at=new).returning(Sale.remaining)).scalar_one_or_none()
+    if left is None:
+        return None
+    logger.warning("%s: Redis lost the sale; reloaded as a new generation, so a purchase "
+                   "whose units went with the lost data writes no order", sale.sku)
+    return dataclasses.replace(sale, generation=generation(new)), int(left)
+
+
+def next_started_at(current: datetime | None) -> datetime:
+    """The ``started_at`` of a sale's next generation: now, and always after ``current``
+    (a clock that stepped back, or two within one microsecond, still make a newer one)."""
+    now = utcnow()
+    if current is None:
+        return now
+    if current.tzinfo is None:
+        current = current.replace(tzinfo=UTC)
+    return max(now, current + _MICROSECOND)
 
 
 def sale_fields(sale: SaleInfo) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from redis.exceptions import RedisError
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from .models import Order, Product, Sale, utcnow
+from .models import Order, Product, Sale
 from .paths import path_for
 from .problems import UnknownSku
-from .saleinfo import SaleInfo, generation, started_at
+from .saleinfo import SaleInfo, generation, next_started_at, started_at
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
         session.execute(delete(Order).where(Order.sale_id == sale.id))
         sale.initial_stock = sale.remaining = stock
         sale.strategy, sale.work_ms, sale.per_user_limit = strategy, work_ms, limit
-        sale.started_at = utcnow()
+        sale.started_at = next_started_at(sale.started_at)  # after a reload's, too
         info, started = _info(sale), generation(sale.started_at)
     path.reset_redis(redis, sessions, info, stock, started)
     logger.info("sale %s reset: stock %d, strategy %s, work %d ms", sku, stock, strategy, work_ms)

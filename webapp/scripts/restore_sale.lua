@@ -15,6 +15,12 @@
 -- (paths.py), so a reset under way is seen here. A stock of an *older* generation (a
 -- reset whose Redis side failed) is replaced, with what went with it.
 --
+-- An `atomic` sale's reload starts a generation of its own (saleinfo.py: a purchase
+-- whose units went with the lost data then writes no row). Two processes' reloads may
+-- both do, one after the other; the later generation's copy replaces the earlier's.
+-- A copy of the same or a newer generation is never replaced (a lock path's reload
+-- starts no generation: two of them carry the same one).
+--
 -- KEYS[1]  sale:{sku}:info       the hash copy
 -- KEYS[2]  sale:{sku}:stockgen   the generation the stock belongs to
 -- KEYS[3]  sale:{sku}:stock      the units left (one integer key; see ARGV[3])
@@ -39,8 +45,17 @@
 -- Returns 0: nothing written (the copy is back, or a newer generation stands);
 --         1: restored; 2: restored, and the stock key was written here.
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('DEL', KEYS[6])
-  return 0
+  local copied = tonumber(redis.call('HGET', KEYS[1], 'generation') or '')
+  if ARGV[1] == '' or not copied or copied >= tonumber(ARGV[1]) then
+    redis.call('DEL', KEYS[6])
+    return 0
+  end
+  -- the copy of an older generation: an `atomic` reload that started one (see below)
+  -- and lost the race to ours: its sale and what went with it are replaced
+  redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5])
+  for i = 9, #KEYS do
+    redis.call('DEL', KEYS[i])
+  end
 end
 if ARGV[1] ~= '' then
   local current = tonumber(redis.call('GET', KEYS[2]) or '')
