@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,17 +79,34 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
     if cached:
         return parsed_sale(sku, cached)
     with _restoring():  # the buyers behind the first find the copy back
-        cached = redis.hgetall(SaleKeys(sku).info)
-        if cached:
-            return parsed_sale(sku, cached)
-        restored = _restore_stock(redis, sessions, load_sale(sessions, sku), fence)
-        if restored is not None:
-            return restored
-        # a reset (or another worker's reload) wrote the sale meanwhile: that one stands
-        cached = redis.hgetall(SaleKeys(sku).info)
-    if not cached:  # a newer generation's stock is there and its copy is not yet
-        raise Busy(f"the sale of {sku} is being reset; try again", retry_after_s=1)
-    return parsed_sale(sku, cached)
+        for _ in range(RELOAD_TRIES):
+            cached = redis.hgetall(SaleKeys(sku).info)
+            if cached:
+                return parsed_sale(sku, cached)
+            restored = _restore_stock(redis, sessions, load_sale(sessions, sku), fence)
+            if restored is not None:
+                return restored
+            # a reset, or another process's reload, wrote the sale or is writing it: that
+            # one stands. Its copy follows its database write; without it, a buyer (or an
+            # admin reset) heard 503 when the other worker was only a moment ahead
+            cached = _copy_within(redis, sku, COPY_WAIT_S)
+            if cached:
+                return parsed_sale(sku, cached)
+    raise Busy(f"the sale of {sku} is being reset or reloaded; try again", retry_after_s=1)
+
+
+#: reloads a buyer tries before 503 (each after another process's copy did not come)
+RELOAD_TRIES = 3
+#: how long a reload that lost to another process's waits for that one's copy
+COPY_WAIT_S = 1.0
+
+
+def _copy_within(redis: Any, sku: str, seconds: float) -> dict[bytes, bytes]:
+    """The sale's hash copy once it is in Redis, within ``seconds``; else empty."""
+    deadline = time.monotonic() + seconds
+    while not (cached := redis.hgetall(SaleKeys(sku).info)) and time.monotonic() < deadline:
+        time.sleep(0.02)  # gevent's, under gunicorn
+    return cached
 
 
 @functools.cache  # made at first use: in a gevent worker, after the patching
@@ -169,16 +187,25 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     generation instead (``_new_generation``): the purchases whose units went with the
     lost data write no row.
     """
-    from . import scripts
     from .paths import path_for  # paths imports services, which imports this module
 
-    path = path_for(sale.strategy)
-    remaining: int | None = None
-    if path.new_generation_on_reload and sale.generation is not None:
+    if path_for(sale.strategy).new_generation_on_reload and sale.generation is not None:
         started = _new_generation(sessions, sale)
         if started is None:
             return None  # a reset or another process's reload moved the sale on first
-        sale, remaining = started
+        return _write_back(redis, sessions, *started)
+    return _write_back(redis, sessions, sale, None, fence)
+
+
+def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
+                remaining: int | None, fence: Fence | None = None) -> SaleInfo | None:
+    """``_restore_stock``'s writes: ``sale`` back into Redis with ``remaining`` units
+    (None: as the database counts them now). None if a reset or another reload's copy
+    stands."""
+    from . import scripts
+    from .paths import path_for
+
+    path = path_for(sale.strategy)
     staged = f"{sale.keys.buyers}:restoring:{uuid.uuid4().hex}"  # the same slot
     with sessions() as session:
         read, issued = session.execute(

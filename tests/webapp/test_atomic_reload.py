@@ -115,3 +115,27 @@ def test_a_reset_after_a_reload_starts_a_newer_generation(client, app, redis_cli
     reset(client, stock=2, strategy="atomic")
     later = saleinfo.load_sale(shop.sessions, SKU).generation
     assert later is not None and later > reloaded + 10**9
+
+
+def test_a_reload_that_loses_to_another_process_waits_for_its_copy(client, app, redis_client,
+                                                                   monkeypatch):
+    """Two workers find the sale missing and both read it (g0). The other one starts g1
+    first; this one's start finds g0 gone, and the other's copy is not in Redis yet. It
+    answered 503 "being reset" (an admin reset too: it did not happen); now it waits for
+    that copy and sells in it."""
+    reset(client, stock=3, strategy="atomic")
+    _restart(redis_client)
+    shop = backends(app)
+    stale = saleinfo.load_sale(shop.sessions, SKU)
+    started = saleinfo._new_generation(shop.sessions, stale)  # the other worker's
+    assert started is not None
+    other = threading.Timer(0.3, saleinfo._write_back, (shop.redis, shop.sessions, *started))
+    monkeypatch.setattr(saleinfo, "load_sale", lambda sessions, sku: stale)  # read before
+    other.start()
+    try:
+        bob = buy(client, "bob")
+    finally:
+        other.join(5)
+    assert bob.status_code == 201, bob.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (1, 2, True), audit
