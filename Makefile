@@ -4,7 +4,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # The long load runs are marked `slow`; CI runs their reduced-size twins. `make test-all` runs both.
+# The suite runs in TEST_WORKERS processes (pytest-xdist), each test file in one of them;
+# TEST_WORKERS=0 runs it in one process, as before.
+TEST_WORKERS ?= 2
 PYTEST_ARGS ?= -m "not slow"
+XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: demo test test-all serve venv sysdeps lint bench showdown clean
 
@@ -25,10 +29,10 @@ sysdeps:
 	@bash scripts/sysdeps.sh
 
 test: venv sysdeps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-all: venv sysdeps
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
 
 demo: venv
 	$(VENV)/bin/seckill showdown --report reports/demo
