@@ -246,12 +246,16 @@ def test_showdown_against_a_url_where_nothing_answers_is_one_line_and_exit_1():
 def _signalled(args: list[str], signum: int, enough: int,
                started_when: float = 1.0) -> tuple[int | None, str, dict[int, str]]:
     """Run ``seckill *args`` until it has ``enough`` processes below it, send ``signum``;
-    (its exit code, its stderr, what it started that still runs: killed here, by pid)."""
+    (its exit code, its stderr, what it started that still runs: killed here, by pid).
+    Its temp dirs go in a scratch ``TMPDIR``, removed here: a SIGKILL leaves them."""
+    import shutil
+    import tempfile
     import time
 
+    scratch = tempfile.mkdtemp(prefix="seckill-test-signalled-")
     proc = subprocess.Popen([str(SECKILL), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, "TMPDIR": scratch})
     started: set[int] = set()
     survivors: dict[int, str] = {}
     err = ""
@@ -278,6 +282,7 @@ def _signalled(args: list[str], signum: int, enough: int,
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+        shutil.rmtree(scratch, ignore_errors=True)
     return proc.returncode, err, survivors
 
 

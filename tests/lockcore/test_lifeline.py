@@ -46,9 +46,10 @@ def _gone_within(pid: int, seconds: float) -> bool:
 
 
 @pytest.mark.skipif(_setpriv() is None, reason="no setpriv --pdeathsig (util-linux >= 2.33)")
-def test_a_server_from_the_main_thread_dies_with_a_parent_killed_by_sigkill():
+def test_a_server_from_the_main_thread_dies_with_a_parent_killed_by_sigkill(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE,
-                              text=True, stdin=subprocess.DEVNULL)
+                              text=True, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})  # left by SIGKILL
     pids: list[int] = []
     try:
         assert parent.stdout is not None
