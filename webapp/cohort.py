@@ -67,6 +67,11 @@ class CohortLock:
     def fencing_token(self) -> int | None:
         return None if self.held is None else self.held.fencing_token
 
+    @property
+    def silent_servers(self) -> str | None:
+        """Why the cohort's last try for the lock failed, if its servers were the cause."""
+        return self.cohort.silent_servers
+
     def __getattr__(self, name: str) -> Any:  # name, key, strategy, lost, ... of the lock
         if self.held is None:
             raise AttributeError(name)

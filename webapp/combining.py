@@ -44,7 +44,7 @@ from collections import deque
 from typing import Any
 
 from .allocation import Buyer, serve_batch, take_batch, wake
-from .problems import Busy
+from .problems import Busy, lock_not_taken
 from .section import release_after_section
 from .services import Checkout, PurchaseRequest, SaleInfo
 
@@ -106,8 +106,7 @@ class Combiner:
             raise
         if not got:
             self._leave(me)
-            raise Busy(f"the stock lock for {sale.sku} was not free within "
-                       f"{deps.lock_timeout_s:g}s", retry_after_s=1)
+            raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
         served: list[Buyer] = []
         try:
             ttl_ms = getattr(lock, "ttl_ms", None)  # caps a batch with simulated work

@@ -26,7 +26,7 @@ from .combining import CombinableLock
 from .deadlines import set_stock
 from .orders import record_order
 from .paths import StockPath
-from .problems import Busy, SoldOut
+from .problems import Busy, SoldOut, lock_not_taken
 from .section import release_after_section, stock_if_still
 from .services import Checkout, PurchaseRequest, SaleInfo
 
@@ -63,8 +63,7 @@ class LockedPath(StockPath):
     def _locked_purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                          lock: Any) -> Any:
         if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
-            raise Busy(f"the stock lock for {sale.sku} was not free within "
-                       f"{deps.lock_timeout_s:g}s", retry_after_s=1)
+            raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
         try:
             stock = stock_if_still(deps, sale)
             if stock < request.quantity:

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .holdbound import HoldBound
+from .problems import silent_servers
 
 
 class _Turn:
@@ -61,6 +62,9 @@ class Cohort:
         #: acquisitions of the distributed lock and local passes (for tests and logs)
         self.acquisitions = 0
         self.passes = 0
+        #: why the last try for the distributed lock failed, if its servers were the
+        #: cause ("3 of 5 lock servers did not answer": ``problems.silent_servers``)
+        self.silent_servers: str | None = None
 
     def acquire(self, make_lock: Callable[[], Any], blocking: bool, timeout: float | None) -> Any:
         """The held lock (acquired by us, or passed to us), or None when not in time."""
@@ -100,6 +104,7 @@ class Cohort:
         except BaseException:
             self._next_leads()
             raise
+        self.silent_servers = None if got else silent_servers(lock)
         if not got:
             self._next_leads()
             return None

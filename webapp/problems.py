@@ -49,6 +49,33 @@ class Busy(ShopError):
         self.retry_after_s = retry_after_s
 
 
+def silent_servers(lock: Any) -> str | None:
+    """"3 of 5 lock servers did not answer" when too many of ``lock``'s servers were
+    silent at its last try for a majority to be possible (RedLock's ``unanswered``);
+    None when a holder, not the servers, kept it."""
+    unanswered = getattr(lock, "unanswered", 0)
+    if not unanswered:
+        return None
+    nodes = len(getattr(lock, "clients", None) or ())
+    if unanswered > nodes - getattr(lock, "quorum", nodes):
+        return f"{unanswered} of {nodes} lock servers did not answer"
+    return None
+
+
+def lock_not_taken(sku: str, lock: Any, timeout_s: float) -> Busy:
+    """The 503 of a stock lock not acquired within ``timeout_s``. It says so when the
+    lock's servers kept it, not other buyers: it said "not free" with every RedLock node
+    down (a README audit). ``lock`` is the purchase's handle: a cohort's knows why its
+    cohort's last try failed (``CohortLock.silent_servers``)."""
+    why = getattr(lock, "silent_servers", None)
+    why = why if isinstance(why, str) else silent_servers(lock)
+    if why:
+        return Busy(f"the stock lock for {sku} could not be taken within {timeout_s:g}s: "
+                    f"{why}", retry_after_s=1)
+    return Busy(f"the stock lock for {sku} was not free within {timeout_s:g}s",
+                retry_after_s=1)
+
+
 class OrderInDoubt(Busy):
     """The order's write failed in a way that may have committed it (the database's
     reply to the COMMIT was lost), and the database could not be asked whether it did.

@@ -90,6 +90,9 @@ class RedLock(DistributedLock):
         self.fence_key = f"{self.key}:fence"
         #: ms the current hold could be trusted for, as of the moment it was acquired
         self.validity_ms: float = 0.0
+        #: nodes that did not answer the last try to acquire (down, paused, too slow):
+        #: with more than ``len(clients) - quorum`` of them no try can win, however free
+        self.unanswered = 0
         self._valid_until = 0.0
         for client in self.clients:  # register once here: the fan-out sends their sha
             for script in ("token_acquire", "redlock_fence", "token_release", "token_extend"):
@@ -107,6 +110,7 @@ class RedLock(DistributedLock):
     def _try_acquire(self, token: str) -> bool:
         start = self.clock.monotonic()
         answers = self._call("token_acquire", [self.key, self.fence_key], [token, self.ttl_ms])
+        self.unanswered = sum(isinstance(a, BaseException) for a in answers)
         counters = [int(a[1]) for a in answers if not isinstance(a, BaseException) and a[0]]
         if len(counters) >= self.quorum:
             fence = max(counters)

@@ -70,6 +70,7 @@ def test_two_yes_votes_of_five_fail_and_release_wherever_the_key_may_be_set() ->
     lock = RedLock(nodes, "res")
     assert not lock.acquire(blocking=False)
     assert lock.holder_ttl_ms == 5000
+    assert lock.unanswered == 1  # the silent one; two clear "no"s are a holder
     # the yes-nodes, and the silent one (its reply may have been a lost yes) ...
     assert all(node.calls["token_release"].called for node in nodes[:2] + nodes[3:4])
     # ... but a clear "no" set nothing, so there is nothing to undo there
@@ -129,6 +130,7 @@ def test_two_of_five_nodes_down_still_acquires(redlock_cluster, redlock_clients)
     lock = redlock(redlock_clients)
     assert lock.acquire(timeout=5)
     assert lock.held() and lock.validity_ms > 0
+    assert lock.unanswered == 2
     lock.release()
 
 
@@ -140,6 +142,7 @@ def test_three_of_five_nodes_down_fails_within_the_timeout(redlock_cluster,
     started = time.monotonic()
     assert not lock.acquire(timeout=0.5)
     assert time.monotonic() - started < 10  # generous: the deadline was honoured
+    assert lock.unanswered == 3  # no majority could answer: the servers, not a holder
     assert not any(c.exists(lock.key) for c in redlock_clients[3:])  # nothing left behind
 
 

@@ -1,0 +1,61 @@
+"""A ``redlock`` sale whose nodes are down answers 503 saying so: it said "the stock lock
+was not free within 10s", as if other buyers held it (a README audit, every node down)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockcore.embedded import free_ports
+from webapp import sales
+
+from .conftest import SKU, backends, buy, empty_shop, make_app
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("combine", [False, True])  # one section a buyer; a batch's
+def test_a_purchase_with_no_majority_of_nodes_answering_names_them(sqlite_url, redis_url,
+                                                                   redis_client, combine):
+    dead = [f"redis://127.0.0.1:{port}/0" for port in free_ports(5)]  # nothing listens
+    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=dead, LOCK_TIMEOUT_S=0.3,
+                   LOCK_COMBINE=combine)
+    try:
+        empty_shop(app)
+        shop = backends(app)
+        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=3,
+                             strategy="redlock")
+        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=3, strategy="redlock")
+        answer: Any = buy(app.test_client(), "ann")
+        assert answer.status_code == 503, answer.get_json()
+        detail = answer.get_json()["detail"]
+        assert "5 of 5 lock servers did not answer" in detail, detail
+    finally:
+        backends(app).close()
+
+
+def test_a_lock_held_by_another_buyer_is_still_not_free(sqlite_url, redis_url, redis_client,
+                                                        redlock_cluster):
+    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=redlock_cluster.urls,
+                   LOCK_TIMEOUT_S=0.3)
+    try:
+        empty_shop(app)
+        shop = backends(app)
+        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=3,
+                             strategy="redlock")
+        sale = sales.reset_sale(shop.sessions, shop.redis, SKU, stock=3, strategy="redlock")
+        assert sale["strategy"] == "redlock"
+        from webapp import locks
+        from webapp.saleinfo import load_sale
+
+        holder = locks._new_lock(shop, load_sale(shop.sessions, SKU), "holder")
+        assert holder.acquire(blocking=False)
+        try:
+            answer: Any = buy(app.test_client(), "ann")
+        finally:
+            holder.release()
+        assert answer.status_code == 503, answer.get_json()
+        assert "was not free within 0.3s" in answer.get_json()["detail"]
+    finally:
+        backends(app).close()
