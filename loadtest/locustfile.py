@@ -30,7 +30,7 @@ from typing import Any
 from locust import FastHttpUser, events, run_single_user, task
 from locust.env import Environment
 
-from loadtest import arrivals, verdict
+from loadtest import arrivals, inflight, verdict
 from loadtest.locust_options import add_seckill_options
 from loadtest.spike import SpikeBarrier
 
@@ -107,8 +107,9 @@ class Buyer(FastHttpUser):
 
     def browse(self) -> int | None:
         """GET the product page; returns the stock it shows (None if it didn't load)."""
-        with self.client.get(f"/api/products/{self.sku}", name=verdict.BROWSE_NAME,
-                             catch_response=True) as resp:
+        with inflight.request(), self.client.get(
+                f"/api/products/{self.sku}", name=verdict.BROWSE_NAME,
+                catch_response=True) as resp:
             try:
                 stock = resp.json()["stock"] if resp.status_code == 200 else None
             except Exception:  # noqa: BLE001 - a broken page is a failure, not a crash
@@ -126,8 +127,9 @@ class Buyer(FastHttpUser):
         else:
             path, name = f"/api/products/{self.sku}/purchase", verdict.PURCHASE_NAME
             judge = verdict.judge_purchase
-        with self.client.post(path, name=name, json={"user_id": self.user_id, "quantity": 1},
-                              catch_response=True) as resp:
+        with inflight.request(), self.client.post(
+                path, name=name, json={"user_id": self.user_id, "quantity": 1},
+                catch_response=True) as resp:
             try:
                 body = resp.json()
             except Exception:  # noqa: BLE001 - any unparsable body is a malformed answer

@@ -4,8 +4,9 @@ A flash sale is over in seconds, but ``--run-time`` has to be set for the slowes
 so a fixed run time wastes most of a showdown waiting. This shape spawns ``-u`` users
 at ``-r`` per second (the spike barrier in the locustfile makes them fire together) and
 ends the test once every buyer has browsed (each does once; one who sees "sold out"
-does not buy) and no request at all has been sent for ``SECKILL_TAIL`` seconds
-(default 2; purchases and retries after 503 keep it alive).
+does not buy) and no request at all has been answered for ``SECKILL_TAIL`` seconds
+while none was waiting for its answer (default 2; purchases, retries after 503 and a
+purchase waiting for a lock keep it alive: ``inflight.py``).
 ``-t`` stays a hard cap. It reads only the master's aggregated stats, so it also works
 in distributed mode (set the tail above the 3 s worker report interval there).
 
@@ -22,6 +23,7 @@ import time
 
 from locust import LoadTestShape
 
+from loadtest import inflight
 from loadtest.verdict import BROWSE_NAME
 
 logger = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ class FlashSaleShape(LoadTestShape):
         browsed = stats.get(BROWSE_NAME, "GET").num_requests  # each buyer browses once
         count = stats.total.num_requests
         now = time.monotonic()
-        if count != self._last_count:
+        if count != self._last_count or inflight.total() > 0:
             self._last_count, self._quiet_since = count, now
             return False
         return browsed >= users and now - self._quiet_since >= self.tail

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,9 +20,12 @@ from werkzeug.wrappers import Request, Response
 
 class StubShop:
     def __init__(self, stock: int = 10, oversell: int = 0, failing_resets: int = 0,
-                 token: str = "t", busy_after: int | None = None) -> None:
+                 token: str = "t", busy_after: int | None = None,
+                 section_s: float = 0.0) -> None:
         self.lock = threading.Lock()
         self.token = token
+        #: how long a purchase that takes a unit holds the lock (simulated work)
+        self.section_s = section_s
         #: after this many orders every purchase is 503 busy (a backend down mid-sale)
         self.busy_after = busy_after
         self.oversell = oversell
@@ -41,6 +45,7 @@ class StubShop:
                 return 409, {"error": "already_purchased", "detail": "one per buyer"}
             if self.remaining <= -self.oversell:
                 return 409, {"error": "sold_out", "detail": "no units left"}
+            time.sleep(self.section_s)
             self.remaining -= 1
             self.orders.append(user_id)
             return 201, {"order_id": len(self.orders), "sku": "sku-1",

@@ -66,6 +66,16 @@ def test_the_flash_sale_shape_stops_once_the_sale_is_quiet_not_at_the_run_time_c
     assert "every buyer browsed and nothing moved" in done.stderr + done.stdout
 
 
+def test_the_flash_sale_shape_waits_for_purchases_still_waiting_for_their_lock(tmp_path):
+    """Each section holds the lock longer than the shape's 2 s tail: the shape ended the
+    run while buyers were still waiting, and a showdown reported `token` "sold 1"."""
+    shop = StubShop(stock=2, section_s=2.5)
+    done, stats, log = run(tmp_path, shop, Plan(users=4, stock=2, cap_s=60))
+    assert "every buyer browsed and nothing moved" in done.stderr + done.stdout
+    assert stats[PURCHASE_NAME].requests == 4 and len(log) == 4, done.stderr[-2000:]
+    assert len(shop.orders) == 2
+
+
 def test_buyers_who_see_sold_out_on_the_page_do_not_buy_and_the_run_still_ends(tmp_path):
     done, stats, log = run(tmp_path, StubShop(stock=0), Plan(users=20, stock=0, cap_s=90))
     assert stats["/api/products/[sku]"].requests == 20 and log == []
