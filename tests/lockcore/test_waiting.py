@@ -145,7 +145,8 @@ def test_acquire_timeout_is_honoured_within_a_few_ms(wait, redis_client):
     started = time.monotonic()
     assert waiter.acquire(timeout=0.2) is False
     elapsed = time.monotonic() - started
-    assert 0.2 <= elapsed < 0.2 + 0.15, elapsed  # generous; the spy test below is exact
+    # generous (two test processes share the machine); the spy test below is exact
+    assert 0.2 <= elapsed < 0.2 + 0.5, elapsed
 
 
 def test_notify_never_asks_redis_to_block_past_the_deadline(redis_client):
