@@ -21,9 +21,11 @@ class FakeLock:
         self.grant = grant
         self.fencing_token = fencing_token
         self.calls: list[str] = []
+        self.timeouts: list[float | None] = []
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         self.calls.append("acquire")
+        self.timeouts.append(timeout)
         return self.grant
 
     def release(self) -> None:
@@ -52,6 +54,26 @@ def test_a_purchase_takes_the_lock_releases_it_and_keeps_its_fencing_token(deps,
     assert result.created and result.order.fencing_token == 7
     assert lock.calls == ["acquire", "release"]
     assert audit(deps)["consistent"]
+
+
+def test_a_keyed_purchase_that_waited_for_its_users_other_one_has_only_the_rest_of_the_time(
+        deps, lock, redis_client):
+    """It waited for the user's purchase in flight (up to 10 s), then for the lock its
+    whole timeout again: a 503 after twice LOCK_TIMEOUT_S (a contract audit, 19.8 s)."""
+    now = [100.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+        if now[0] >= 103.0:  # the other purchase gave up after 3 s: ann is free again
+            redis_client.srem(SaleKeys(SKU).buyers, "ann")
+
+    deps.sleep, deps.monotonic = sleep, lambda: now[0]
+    deps.lock_timeout_s = 5.0
+    redis_client.sadd(SaleKeys(SKU).buyers, "ann")  # her purchase with no key, in flight
+    lock.grant = False
+    with pytest.raises(Busy):
+        checkout(deps, PurchaseRequest(SKU, "ann", idempotency_key="ann-1"))
+    assert lock.timeouts == [pytest.approx(2.0, abs=0.05)], lock.timeouts
 
 
 def test_a_lock_not_granted_is_busy_and_frees_the_buyer_reservation(deps, lock):
