@@ -67,10 +67,10 @@ class CohortLock:
     def fencing_token(self) -> int | None:
         return None if self.held is None else self.held.fencing_token
 
-    @property
-    def silent_servers(self) -> str | None:
-        """Why the cohort's last try for the lock failed, if its servers were the cause."""
-        return self.cohort.silent_servers
+    def silent_servers_since(self, since: float) -> str | None:
+        """Why the cohort could not get the lock since ``since``, if the servers were the
+        cause (``Cohort.silent_servers_since``)."""
+        return self.cohort.silent_servers_since(since)
 
     def __getattr__(self, name: str) -> Any:  # name, key, strategy, lost, ... of the lock
         if self.held is None:

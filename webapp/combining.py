@@ -44,7 +44,7 @@ from collections import deque
 from typing import Any
 
 from .allocation import Buyer, serve_batch, take_batch, wake
-from .problems import Busy, lock_not_taken
+from .problems import lock_not_taken
 from .section import release_after_section
 from .services import Checkout, PurchaseRequest, SaleInfo
 
@@ -88,8 +88,7 @@ class Combiner:
             with self._mutex:
                 if not me.lead and me in self._queue:  # not taken into a batch: give up
                     self._queue.remove(me)
-                    raise Busy(f"the stock lock for {sale.sku} was not free within "
-                               f"{deps.lock_timeout_s:g}s", retry_after_s=1)
+                    raise lock_not_taken(sale.sku, handle, deps.lock_timeout_s)
             me.woken.wait()  # served or handed the lead while timing out: take it
         if me.lead:
             self._combine(me, deps, handle.lock, deadline)

@@ -49,6 +49,11 @@ class _Turn:
         self.lock: Any = None
 
 
+#: a leader with less time than this left when it began (it queued behind the previous
+#: one until its own deadline was nearly gone) may not reach any lock server
+NO_TIME_S = 0.05
+
+
 class Cohort:
     """The local queue in front of one distributed lock, in one process."""
 
@@ -62,9 +67,12 @@ class Cohort:
         #: acquisitions of the distributed lock and local passes (for tests and logs)
         self.acquisitions = 0
         self.passes = 0
-        #: why the last try for the distributed lock failed, if its servers were the
-        #: cause ("3 of 5 lock servers did not answer": ``problems.silent_servers``)
-        self.silent_servers: str | None = None
+        #: why a try for the distributed lock failed lately, if its servers were the
+        #: cause ("3 of 5 lock servers did not answer": ``problems.silent_servers``),
+        #: and when; and the lock the leader is trying now (``silent_servers_since``)
+        self._silent: str | None = None
+        self._silent_at = float("-inf")
+        self._trying: Any = None
 
     def acquire(self, make_lock: Callable[[], Any], blocking: bool, timeout: float | None) -> Any:
         """The held lock (acquired by us, or passed to us), or None when not in time."""
@@ -93,18 +101,23 @@ class Cohort:
     def _lead(self, make_lock: Callable[[], Any], blocking: bool,
               deadline: float | None) -> Any:
         """Acquire the distributed lock for the cohort; on failure the next one leads."""
-        lock = None
+        lock, left = None, None
         try:
-            lock = make_lock()
+            lock = self._trying = make_lock()
             if not blocking:
                 got = lock.acquire(blocking=False)
             else:
                 left = None if deadline is None else max(0.0, deadline - self.monotonic())
                 got = lock.acquire(blocking=True, timeout=left)
         except BaseException:
+            self._trying = None
             self._next_leads()
             raise
-        self.silent_servers = None if got else silent_servers(lock)
+        self._trying = None
+        why = None if got else silent_servers(lock)
+        # a leader with no time left may have asked no one: its "no" says nothing
+        if got or why is not None or left is None or left >= NO_TIME_S:
+            self._silent, self._silent_at = why, self.monotonic()
         if not got:
             self._next_leads()
             return None
@@ -112,6 +125,17 @@ class Cohort:
             self._bound.start()
             self.acquisitions += 1
         return lock
+
+    def silent_servers_since(self, since: float) -> str | None:
+        """Why this cohort could not get the lock, if its servers were the cause: as the
+        leader's try sees it now, or as a failed try found it after ``since``. A buyer
+        queued here times out without a try of its own; a leader's try that finds the
+        servers back clears it."""
+        trying = self._trying
+        why = None if trying is None else silent_servers(trying)
+        if why is None and self._silent_at >= since:
+            why = self._silent
+        return why
 
     def release(self, lock: Any) -> None:
         """End a section: pass ``lock`` to the next local buyer, or release it."""

@@ -7,6 +7,7 @@ lock not acquired in time is ``Busy`` (503 with ``Retry-After``), never a 500.
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 
@@ -62,13 +63,22 @@ def silent_servers(lock: Any) -> str | None:
     return None
 
 
+#: how long a cohort's "the servers did not answer" stands for its queued buyers, unless
+#: a try of the lock is granted or answered by a majority meanwhile (``lockpassing.py``)
+REASON_KEPT_S = 30.0
+
+
 def lock_not_taken(sku: str, lock: Any, timeout_s: float) -> Busy:
     """The 503 of a stock lock not acquired within ``timeout_s``. It says so when the
     lock's servers kept it, not other buyers: it said "not free" with every RedLock node
-    down (a README audit). ``lock`` is the purchase's handle: a cohort's knows why its
-    cohort's last try failed (``CohortLock.silent_servers``)."""
-    why = getattr(lock, "silent_servers", None)
-    why = why if isinstance(why, str) else silent_servers(lock)
+    down (a README audit). ``lock`` is the purchase's handle: a cohort's asks why its
+    cohort's tries failed lately (``CohortLock.silent_servers_since``): a buyer queued
+    behind the worker's leader made no try of its own."""
+    asked = getattr(lock, "silent_servers_since", None)
+    if callable(asked):
+        why = asked(time.monotonic() - max(timeout_s, REASON_KEPT_S))
+    else:
+        why = silent_servers(lock)
     if why:
         return Busy(f"the stock lock for {sku} could not be taken within {timeout_s:g}s: "
                     f"{why}", retry_after_s=1)

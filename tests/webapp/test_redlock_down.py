@@ -59,3 +59,53 @@ def test_a_lock_held_by_another_buyer_is_still_not_free(sqlite_url, redis_url, r
         assert "was not free within 0.3s" in answer.get_json()["detail"]
     finally:
         backends(app).close()
+
+
+@pytest.mark.parametrize("down", ["killed", "paused"])
+def test_buyers_queued_in_one_worker_all_hear_that_the_servers_did_not_answer(
+        sqlite_url, redis_url, redis_client, redlock_cluster, redlock_clients, down):
+    """Buyers of one worker queue behind its leader (``lockpassing.py``, ``combining.py``)
+    and time out with no try of their own; a buyer that leads with no time left asks no
+    one. Both said "not free" (a contract audit: 5 of 100 buyers with nodes killed, 133
+    of 143 with nodes hanging) as if a holder had the lock. (A buyer that times out
+    before the worker's first try has any answer still says "not free": no one knows
+    more yet.)"""
+    import threading
+    import time
+
+    servers = redlock_cluster.servers[:3]  # no majority left
+    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=redlock_cluster.urls,
+                   LOCK_TIMEOUT_S=0.6)
+    try:
+        empty_shop(app)
+        shop = backends(app)
+        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=50,
+                             strategy="redlock")
+        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=50, strategy="redlock")
+        for server in servers:
+            server.kill() if down == "killed" else server.pause()
+        first = buy(app.test_client(), "first")  # the worker's own try finds them silent
+        assert "3 of 5 lock servers did not answer" in first.get_json()["detail"], \
+            first.get_json()
+        answers: list[Any] = []
+
+        def buyer(n: int) -> None:
+            answers.append(buy(app.test_client(), f"buyer-{n}"))
+
+        crowd = []
+        for wave in range(4):  # waves 0.15 s apart: some lead late, most queue
+            for n in range(5):
+                crowd.append(threading.Thread(target=buyer, args=(wave * 5 + n,)))
+                crowd[-1].start()
+            time.sleep(0.15)
+        for thread in crowd:
+            thread.join(30)
+    finally:
+        for server in servers:
+            if down == "paused":
+                server.resume()
+        backends(app).close()
+    details = [a.get_json()["detail"] for a in answers]
+    assert [a.status_code for a in answers] == [503] * 20, details
+    wrong = [d for d in details if "3 of 5 lock servers did not answer" not in d]
+    assert not wrong, (len(wrong), len(details), sorted(set(details)))
