@@ -266,7 +266,7 @@ def _new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
     reload's copy is in Redis: it gets its generation from there.
     """
     old = started_at(sale.generation) if sale.generation is not None else None
-    new = next_started_at(old)
+    new = reloaded_started_at(old)
     with sessions.begin() as session:
         left = session.execute(
             update(Sale).where(Sale.id == sale.id, Sale.started_at == old)
@@ -279,14 +279,37 @@ def _new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
 
 
 def next_started_at(current: datetime | None) -> datetime:
-    """The ``started_at`` of a sale's next generation: now, and always after ``current``
-    (a clock that stepped back, or two within one microsecond, still make a newer one)."""
-    now = utcnow()
+    """The ``started_at`` of a reset's new sale: now, to the millisecond, and always in a
+    later millisecond than ``current`` (a clock that stepped back, two resets in one
+    millisecond, a reload's generation: ``reloaded_started_at``)."""
+    now = _whole_ms(utcnow())
     if current is None:
         return now
-    if current.tzinfo is None:
-        current = current.replace(tzinfo=UTC)
-    return max(now, current + _MICROSECOND)
+    return max(now, _whole_ms(_aware(current)) + _MILLISECOND)
+
+
+def reloaded_started_at(current: datetime | None) -> datetime:
+    """The ``started_at`` of an ``atomic`` sale's generation after a reload: one
+    microsecond on. A reset starts its sale at a whole millisecond, so the millisecond
+    (``shown_started_at``) still names the reset: the storefront tells a new sale by it,
+    and a reload is not one (it cleared the buyers' "Confirmed!" messages: a UI audit)."""
+    if current is None:
+        return utcnow()
+    return _aware(current) + _MICROSECOND
+
+
+def shown_started_at(current: datetime) -> datetime:
+    """When the sale was reset, as the API shows it (``sale_started_at``): to the
+    millisecond, without the reloads' microseconds."""
+    return _whole_ms(_aware(current))
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _whole_ms(moment: datetime) -> datetime:
+    return moment.replace(microsecond=moment.microsecond - moment.microsecond % 1000)
 
 
 def sale_fields(sale: SaleInfo) -> dict[str, Any]:
@@ -301,6 +324,7 @@ def sale_fields(sale: SaleInfo) -> dict[str, Any]:
 
 _EPOCH = datetime(1970, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 def generation(started_at: datetime) -> int:

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .models import Order, Product, Sale
 from .paths import path_for
 from .problems import UnknownSku
-from .saleinfo import SaleInfo, generation, next_started_at, started_at
+from .saleinfo import SaleInfo, generation, next_started_at, shown_started_at
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ def _view(product: Product, sale: Sale, stock: int | None) -> dict[str, Any]:
             "sold": sale.initial_stock - sale.remaining, "initial_stock": sale.initial_stock,
             "strategy": sale.strategy, "work_ms": sale.work_ms, "limit": sale.per_user_limit,
             # set by every reset: how a watcher (the storefront) tells a new sale apart
-            "sale_started_at": started_at(generation(sale.started_at)).isoformat()}
+            # (to the millisecond: an atomic sale's reload moves the rest, ``saleinfo``)
+            "sale_started_at": shown_started_at(sale.started_at).isoformat()}
 
 
 def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str, Any]]:

@@ -139,3 +139,20 @@ def test_a_reload_that_loses_to_another_process_waits_for_its_copy(client, app, 
     assert bob.status_code == 201, bob.get_json()
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["orders"], audit["remaining"], audit["consistent"]) == (1, 2, True), audit
+
+
+def test_the_storefront_sees_a_reset_as_a_new_sale_but_not_a_reload(client, redis_client):
+    """The page clears a card's message when ``sale_started_at`` moves (a new sale). A
+    reload's generation moved it too, and a buyer's "Confirmed!" vanished after a Redis
+    restart (a UI audit)."""
+    def shown() -> str:
+        return client.get(f"/api/products/{SKU}").get_json()["sale_started_at"]
+
+    reset(client, stock=3, strategy="atomic")
+    before = shown()
+    assert buy(client, "ann").status_code == 201
+    _restart(redis_client)
+    assert buy(client, "bob").status_code == 201  # reloads: a new generation
+    assert shown() == before
+    reset(client, stock=3, strategy="atomic")
+    assert shown() != before
