@@ -67,8 +67,8 @@ def _save_log(environment: Environment, **_: Any) -> None:
 
 
 class Buyer(FastHttpUser):
-    network_timeout = 30.0
-    connection_timeout = 30.0
+    network_timeout = verdict.ANSWER_TIMEOUT_S
+    connection_timeout = verdict.ANSWER_TIMEOUT_S
 
     def wait_time(self) -> float:
         # a flash-sale buyer buys once, then idles until the run ends

@@ -20,7 +20,14 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from .cliargs import at_least, comma_names, seconds, unwritable_file, write_results
+from .cliargs import (
+    at_least,
+    comma_names,
+    seconds,
+    seconds_up_to,
+    unwritable_file,
+    write_results,
+)
 from .compare import (
     NOTHING_SOLD,
     StrategyResult,
@@ -33,6 +40,7 @@ from .compare import (
 from .phase import Plan, run_phase
 from .serving import Target, serve_target, strategy_names, strategy_safety
 from .shop import ShopUnreachable
+from .verdict import ANSWER_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +50,9 @@ BASELINE_POST_END = "no-op baseline (end)"
 # for a --help); beyond them every phase would fail with the same 400
 SHOP_MAX_STOCK, SHOP_MAX_WORK_MS = 1_000_000, 10_000
 MAX_WORKERS = 64
+#: a lock timeout the buyers outwait: past it they gave up on purchases the shop then
+#: made (a showdown audit: --lock-timeout 30, 51 of 60 with no answer, "ok")
+MAX_LOCK_TIMEOUT_S = 25.0
 # a 1 s Locust run ends before its once-a-second CSV is written: every phase "made no
 # requests" (it had made 1,639); a day is far past what a phase is for
 MIN_SUSTAINED_S, MAX_SUSTAINED_S = 2, 86_400
@@ -96,9 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "only after each round, so each phase is a share of the "
                              "baselines right beside it (a machine whose speed drifts "
                              "within minutes moves both sides of its ratio)")
-    parser.add_argument("--lock-timeout", type=seconds, default=None,
+    parser.add_argument("--lock-timeout", type=seconds_up_to(MAX_LOCK_TIMEOUT_S), default=None,
                         help="seconds a buyer waits for the lock before 503 busy "
-                             "(sets the served shop's LOCK_TIMEOUT_S; its default is 10)")
+                             "(sets the served shop's LOCK_TIMEOUT_S; its default is 10; "
+                             f"at most {MAX_LOCK_TIMEOUT_S:g}: the buyers wait "
+                             f"{ANSWER_TIMEOUT_S:g} s for an answer)")
     parser.add_argument("--workers", type=at_least(1, MAX_WORKERS), default=None,
                         help="gunicorn workers of the shop it serves (default 2)")
     parser.add_argument("--url", type=_shop_url, help="a running shop instead of serving one")

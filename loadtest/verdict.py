@@ -22,6 +22,8 @@ NOOP = "noop"
 
 #: the Locust stats name of every purchase, whatever the sku (one row in the CSVs)
 PURCHASE_NAME = "/api/products/[sku]/purchase"
+#: how long a buyer waits for an answer before it counts as none (``locustfile.Buyer``)
+ANSWER_TIMEOUT_S = 30.0
 BROWSE_NAME = "/api/products/[sku]"
 NOOP_NAME = "/api/noop"
 

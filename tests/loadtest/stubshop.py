@@ -21,11 +21,13 @@ from werkzeug.wrappers import Request, Response
 class StubShop:
     def __init__(self, stock: int = 10, oversell: int = 0, failing_resets: int = 0,
                  token: str = "t", busy_after: int | None = None,
-                 section_s: float = 0.0) -> None:
+                 section_s: float = 0.0, answers_lost_after: int | None = None) -> None:
         self.lock = threading.Lock()
         self.token = token
         #: how long a purchase that takes a unit holds the lock (simulated work)
         self.section_s = section_s
+        #: after this many orders, an order is made but its answer is a 500 (lost)
+        self.answers_lost_after = answers_lost_after
         #: after this many orders every purchase is 503 busy (a backend down mid-sale)
         self.busy_after = busy_after
         self.oversell = oversell
@@ -48,6 +50,9 @@ class StubShop:
             time.sleep(self.section_s)
             self.remaining -= 1
             self.orders.append(user_id)
+            if self.answers_lost_after is not None and \
+                    len(self.orders) > self.answers_lost_after:
+                return 500, {"error": "internal_error", "detail": "the answer was lost"}
             return 201, {"order_id": len(self.orders), "sku": "sku-1",
                          "user_id": user_id, "quantity": 1}
 

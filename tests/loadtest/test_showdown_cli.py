@@ -137,6 +137,9 @@ def test_a_url_that_is_not_a_seckill_shop_is_named_before_any_phase(capsys):
     (["--stock", "2000000"], "argument --stock: must be at most 1000000, not 2000000"),
     (["--work-ms", "20000"], "argument --work-ms: must be at most 10000, not 20000"),
     (["--workers", "1000"], "argument --workers: must be at most 64, not 1000"),
+    # the buyers wait 30 s for an answer: a longer lock wait made orders no one heard of
+    (["--lock-timeout", "30"], "argument --lock-timeout: must be at most 25 seconds, not 30"),
+    (["--lock-timeout", "1e300"], "argument --lock-timeout: must be at most 25 seconds"),
 ])
 def test_what_the_shop_would_refuse_in_every_phase_is_a_usage_error(argv, why, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -159,6 +162,18 @@ def test_a_sale_cut_short_by_an_outage_is_exact_but_noted_under_the_table(tmp_pa
     assert code == 0  # nothing wrong was sold: not a failure
     assert "note: token left 6 of 10 units unsold while " in out
     assert "answers were 503 busy" in out
+
+
+def test_orders_no_buyer_heard_of_are_noted_under_the_table(tmp_path, capsys):
+    """A buyer that gave up waiting (or got an undocumented answer) while the shop made
+    its order: the row said "ok" and nothing else did (a showdown audit, 51 of 60
+    purchases timed out with --lock-timeout 30)."""
+    with serve(StubShop(answers_lost_after=7)) as url:
+        code = showdown(url, tmp_path, "token")
+    out = capsys.readouterr().out
+    assert code == 0  # nothing wrong was sold
+    assert "note: token: 3 purchase attempts had no answer or an undocumented one, and 3 " \
+           "orders were made that no buyer was told about" in out, out[-2000:]
 
 
 def test_a_sale_that_sold_out_has_no_note(tmp_path, capsys):
