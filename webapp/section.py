@@ -41,6 +41,7 @@ buyer's answer.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from sqlalchemy import select
@@ -76,8 +77,12 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
                    retry_after_s=1)
     if reloaded is not None:
         if holdoff is not None:
+            # the hold-off's rest, not 1 s: a page retried every second for 10 s (a UI
+            # audit); read only here, off the usual path
+            left_s = max(1, math.ceil(max(deps.redis.pttl(sale.keys.holdoff), 0) / 1000))
             raise Busy(f"Redis restarted: {sale.sku} sells again once a lock holder from "
-                       "before it is done (one lock TTL); try again", retry_after_s=1)
+                       f"before it is done (in about {left_s} s); try again",
+                       retry_after_s=left_s)
         return _reread_stock(deps, sale)
     return int(stock)
 

@@ -52,6 +52,8 @@ def test_a_holder_from_before_the_restart_is_waited_out(shop, redis_client, stra
     holder, first = _restart_while_a_holder_works(shop, redis_client, strategy)
     during = buy(client, "during")  # reloads the sale and finds the lock free
     assert during.status_code == 503, during.get_json()
+    # the hold-off's rest (2.2 s lock TTL), not 1 s: a page retried every second for 10 s
+    assert int(during.headers["Retry-After"]) >= 2, during.headers
     holder.join(10)
     assert first[0].status_code == 201, first[0].get_json()
     deadline = time.monotonic() + 10
