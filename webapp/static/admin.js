@@ -69,7 +69,10 @@ async function refresh() {
       $("a-consistent").classList.toggle("good", audit.consistent);
       say("audit-message", "", "");
     } else {  // no such sale (yet), or a backend down: no numbers, and why
-      for (const field of FIELDS) $("a-" + field).textContent = "-";
+      for (const field of FIELDS) {
+        $("a-" + field).textContent = "-";
+        $("a-" + field).classList.remove("good", "bad");  // a dash is neither
+      }
       let why = `HTTP ${response.status}`;
       try {
         const body = await response.json();
