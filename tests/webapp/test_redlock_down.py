@@ -3,9 +3,12 @@ was not free within 10s", as if other buyers held it (a README audit, every node
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from flask import Flask
 
 from lockcore.embedded import free_ports
 from webapp import sales
@@ -15,50 +18,50 @@ from .conftest import SKU, backends, buy, empty_shop, make_app
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.parametrize("combine", [False, True])  # one section a buyer; a batch's
-def test_a_purchase_with_no_majority_of_nodes_answering_names_them(sqlite_url, redis_url,
-                                                                   redis_client, combine):
-    dead = [f"redis://127.0.0.1:{port}/0" for port in free_ports(5)]  # nothing listens
-    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=dead, LOCK_TIMEOUT_S=0.3,
-                   LOCK_COMBINE=combine)
+@contextlib.contextmanager
+def redlock_shop(sqlite_url: str, redis_url: str, nodes: list[str], stock: int,
+                 **config: Any) -> Iterator[Flask]:
+    """A shop whose ``sku-1`` sells ``stock`` units through ``redlock`` on ``nodes``."""
+    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=nodes, **config)
     try:
         empty_shop(app)
         shop = backends(app)
-        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=3,
+        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=stock,
                              strategy="redlock")
-        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=3, strategy="redlock")
-        answer: Any = buy(app.test_client(), "ann")
-        assert answer.status_code == 503, answer.get_json()
-        detail = answer.get_json()["detail"]
-        assert "5 of 5 lock servers did not answer" in detail, detail
+        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=stock, strategy="redlock")
+        yield app
     finally:
         backends(app).close()
 
 
+@pytest.mark.parametrize("combine", [False, True])  # one section a buyer; a batch's
+def test_a_purchase_with_no_majority_of_nodes_answering_names_them(sqlite_url, redis_url,
+                                                                   redis_client, combine):
+    dead = [f"redis://127.0.0.1:{port}/0" for port in free_ports(5)]  # nothing listens
+    with redlock_shop(sqlite_url, redis_url, dead, 3, LOCK_TIMEOUT_S=0.3,
+                      LOCK_COMBINE=combine) as app:
+        answer: Any = buy(app.test_client(), "ann")
+    assert answer.status_code == 503, answer.get_json()
+    detail = answer.get_json()["detail"]
+    assert "5 of 5 lock servers did not answer" in detail, detail
+
+
 def test_a_lock_held_by_another_buyer_is_still_not_free(sqlite_url, redis_url, redis_client,
                                                         redlock_cluster):
-    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=redlock_cluster.urls,
-                   LOCK_TIMEOUT_S=0.3)
-    try:
-        empty_shop(app)
-        shop = backends(app)
-        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=3,
-                             strategy="redlock")
-        sale = sales.reset_sale(shop.sessions, shop.redis, SKU, stock=3, strategy="redlock")
-        assert sale["strategy"] == "redlock"
-        from webapp import locks
-        from webapp.saleinfo import load_sale
+    from webapp import locks
+    from webapp.saleinfo import load_sale
 
+    with redlock_shop(sqlite_url, redis_url, redlock_cluster.urls, 3,
+                      LOCK_TIMEOUT_S=0.3) as app:
+        shop = backends(app)
         holder = locks._new_lock(shop, load_sale(shop.sessions, SKU), "holder")
         assert holder.acquire(blocking=False)
         try:
             answer: Any = buy(app.test_client(), "ann")
         finally:
             holder.release()
-        assert answer.status_code == 503, answer.get_json()
-        assert "was not free within 0.3s" in answer.get_json()["detail"]
-    finally:
-        backends(app).close()
+    assert answer.status_code == 503, answer.get_json()
+    assert "was not free within 0.3s" in answer.get_json()["detail"]
 
 
 @pytest.mark.parametrize("down", ["killed", "paused"])
@@ -74,14 +77,11 @@ def test_buyers_queued_in_one_worker_all_hear_that_the_servers_did_not_answer(
     import time
 
     servers = redlock_cluster.servers[:3]  # no majority left
-    app = make_app(sqlite_url, redis_url, REDLOCK_URLS=redlock_cluster.urls,
-                   LOCK_TIMEOUT_S=0.6)
-    try:
-        empty_shop(app)
-        shop = backends(app)
-        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=50,
-                             strategy="redlock")
-        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=50, strategy="redlock")
+    with contextlib.ExitStack() as stack:
+        app = stack.enter_context(redlock_shop(sqlite_url, redis_url, redlock_cluster.urls,
+                                               50, LOCK_TIMEOUT_S=0.6))
+        if down == "paused":
+            stack.callback(lambda: [server.resume() for server in servers])
         for server in servers:
             server.kill() if down == "killed" else server.pause()
         first = buy(app.test_client(), "first")  # the worker's own try finds them silent
@@ -100,11 +100,6 @@ def test_buyers_queued_in_one_worker_all_hear_that_the_servers_did_not_answer(
             time.sleep(0.15)
         for thread in crowd:
             thread.join(30)
-    finally:
-        for server in servers:
-            if down == "paused":
-                server.resume()
-        backends(app).close()
     details = [a.get_json()["detail"] for a in answers]
     assert [a.status_code for a in answers] == [503] * 20, details
     wrong = [d for d in details if "3 of 5 lock servers did not answer" not in d]
