@@ -90,11 +90,12 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
         "<p>A strategy marked safe that oversold, lost an order or left the sale "
         "inconsistent is a FAIL; unsafe ones are expected to break (the lesson). "
         "<em>sell-out s</em> is from the first purchase attempt to the answer that sold "
-        "the last unit; a dash means the buyers' answers did not account for every unit "
-        "before the per-strategy time cap (locks timing out under the spike answer "
-        "<code>503 busy</code>). <em>fairness</em> is the share of the first buyers to "
-        "arrive, one per unit, who got one. <em>redis/purchase</em> counts every Redis "
-        "command of the run (browsing included) per purchase attempt.</p>",
+        "the last unit; a dash means the buyers' answers did not account for every unit: "
+        "fewer buyers than units, or a phase that ended first (locks timing out under "
+        "the spike answer <code>503 busy</code>). <em>fairness</em> is the share of the "
+        "first buyers to arrive, one per unit, who got one. <em>redis/purchase</em> "
+        "counts every Redis command of the run (browsing included) per purchase "
+        "attempt.</p>",
         *charts(results),
         f"<h2>Machine and settings</h2><ul>{facts}</ul>",
         "<p>Raw data: <a href='summary.json'>summary.json</a>, Locust CSVs, logs and "
