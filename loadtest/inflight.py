@@ -49,10 +49,6 @@ def total() -> int:
     return _here + sum(_workers.values())
 
 
-def reset() -> None:
-    _workers.clear()
-
-
 @events.report_to_master.add_listener
 def _report(client_id: str, data: dict[str, Any], **_: Any) -> None:
     data[REPORT_KEY] = _here

@@ -265,7 +265,8 @@ def _new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
     units read, a row after it is refused. No purchase of ``g1`` can come before the
     reload's copy is in Redis: it gets its generation from there.
     """
-    old = started_at(sale.generation) if sale.generation is not None else None
+    assert sale.generation is not None  # ``_restore_stock`` starts none without one
+    old = started_at(sale.generation)
     new = reloaded_started_at(old)
     with sessions.begin() as session:
         left = session.execute(
@@ -288,13 +289,11 @@ def next_started_at(current: datetime | None) -> datetime:
     return max(now, _whole_ms(_aware(current)) + _MILLISECOND)
 
 
-def reloaded_started_at(current: datetime | None) -> datetime:
+def reloaded_started_at(current: datetime) -> datetime:
     """The ``started_at`` of an ``atomic`` sale's generation after a reload: one
     microsecond on. A reset starts its sale at a whole millisecond, so the millisecond
     (``shown_started_at``) still names the reset: the storefront tells a new sale by it,
     and a reload is not one (it cleared the buyers' "Confirmed!" messages: a UI audit)."""
-    if current is None:
-        return utcnow()
     return _aware(current) + _MICROSECOND
 
 
