@@ -260,6 +260,32 @@ def test_a_redis_outage_is_named_on_the_page_and_in_the_buyers_answer(page):
         server.cleanup()
 
 
+def test_a_frozen_redis_is_named_on_the_page_within_seconds(page):
+    # a frozen Redis (SIGSTOP) made every products poll wait out the shop's Redis
+    # timeout and then answer 200 from the database; /healthz was only asked after a
+    # poll, so the page said nothing for half a minute while every purchase hung
+    from playwright.sync_api import expect
+
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer().start()
+    try:
+        with ServedApp(workers=1, redis_url=server.url) as app:
+            reset_sale(app, "sku-1", stock=5, strategy="token")
+            page.goto(app.url + "/")
+            expect(page.locator('.card[data-sku="sku-1"] .stock')).to_have_text("5")
+            expect(page.locator("#degraded")).to_be_hidden()
+            server.pause()
+            try:
+                expect(page.locator("#degraded")).to_contain_text("Not selling: redis",
+                                                                  timeout=8_000)
+            finally:
+                server.resume()
+            expect(page.locator("#degraded")).to_be_hidden(timeout=15_000)
+    finally:
+        server.cleanup()
+
+
 def test_units_taken_whose_orders_are_not_written_yet_show_as_in_checkout(page):
     # left (Redis) + sold (orders written) fell short of the stock mid-sale, unexplained;
     # the products answer is rewritten here to what a poll sees mid-sale
