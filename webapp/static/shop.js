@@ -51,7 +51,8 @@ function addCard(product) {
   el.querySelector(".description").textContent = product.description || "";
   el.querySelector(".price").textContent = `$${Number(product.price).toFixed(2)}`;
   el.querySelector(".meter").setAttribute("aria-label", `${product.name}: stock left`);
-  el.querySelector(".buy").setAttribute("aria-label", `Buy ${product.name}`);
+  // the button's name is its visible label and then the product: "Buy now – Lamp"
+  el.querySelector(".buy .for-product").textContent = `– ${product.name}`;
   el.querySelector(".buy").addEventListener("click", () => buy(el));
   document.querySelector(".cards").appendChild(el);
   return el;
@@ -92,7 +93,7 @@ function render(product) {
     button.disabled = soldOut;
     // a disabled button loses the keyboard's focus (to <body>): on to the name field
     if (focused && soldOut) document.getElementById("user-name").focus();
-    button.textContent = soldOut ? "Sold out" : "Buy now";
+    button.querySelector(".label").textContent = soldOut ? "Sold out" : "Buy now";
     if (reset) show(el, "", "");
   }
 }
@@ -146,6 +147,7 @@ async function health() {
 }
 
 async function poll() {
+  pollTimer = null;  // in flight: a visibility change leaves this one be
   try {
     const response = await fetchWithin("/api/products", POLL_TIMEOUT_MS);
     if (response.ok) (await response.json()).forEach(render);
@@ -153,8 +155,27 @@ async function poll() {
   } catch (err) {
     connection(false);  // restarting, gone or too slow: keep the last numbers
   }
-  setTimeout(poll, POLL_MS);
+  pollTimer = setTimeout(poll, nextPollMs());
 }
+
+// Twice a second while someone watches; a hidden tab and a shop that is not answering
+// (every open page would hit it together as it comes back) are asked less often, with
+// a little jitter.
+const HIDDEN_POLL_MS = 5000;
+const OFFLINE_POLL_MS = 2000;
+let pollTimer = null;
+
+function nextPollMs() {
+  const base = document.hidden ? HIDDEN_POLL_MS : failedPolls >= 3 ? OFFLINE_POLL_MS : POLL_MS;
+  return base * (0.8 + 0.4 * Math.random());
+}
+
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden || pollTimer === null) return;
+  clearTimeout(pollTimer);  // back in view: fresh numbers now, not after the slow timer
+  pollTimer = null;
+  poll();
+});
 
 async function buy(el) {
   const sku = el.dataset.sku;
