@@ -54,6 +54,15 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def running(pid: int) -> bool:
+    """The process is there and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def cmdline(pid: int) -> str:
     """A process's command line, spaces for NULs, cut at 200 characters; "?" if gone."""
     try:

@@ -83,6 +83,18 @@ def print_list() -> None:
         print(f"{name:<18} seed {seed:<8} {title}")
 
 
+def interrupted(exc: BaseException) -> bool:
+    """A KeyboardInterrupt somewhere in ``exc``'s chain: the error came while unwinding."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
 def main(args: argparse.Namespace) -> int:
     if args.list:
         if args.name:  # it was ignored: "--list crash" listed everything, ran nothing
@@ -104,6 +116,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         verdict: Verdict = module.run(narrator)
     except Exception as exc:  # the lab itself broke: say so, in the one verdict line
+        if interrupted(exc):  # Ctrl-C, then cleanup against a frozen server timed out
+            raise KeyboardInterrupt from exc
         if not isinstance(exc, MISSING_PARTS):  # a missing package says so in one line
             traceback.print_exc()
         print(f"VERDICT: lab error, nothing demonstrated: {type(exc).__name__}: {exc}")

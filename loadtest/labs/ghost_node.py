@@ -34,6 +34,8 @@ from .narration import Narrator, Verdict
 TITLE = "a lost create reply leaves a ghost node that deadlocks the naive ZooKeeper lock"
 SEED = "001"
 DEADLOCK_WAIT_S = 2.0
+#: how long B and C wait on after A gave up: A's session closes in that time
+AFTER_S = 10.0
 
 
 @contextmanager
@@ -69,24 +71,31 @@ def lose_first_create_reply(client: KazooClient) -> Callable[[], None]:
     return lambda: setattr(client, "create", real_create)
 
 
-def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient, c: KazooClient) -> bool:
-    """True when the ghost deadlocked every client, until A's session closed."""
+def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient,
+              c: KazooClient) -> dict[str, bool]:
+    """The ghost deadlocks every client until A's session closes; then B and C get it.
+
+    A gives up after ``DEADLOCK_WAIT_S``; B and C keep waiting (``AFTER_S`` more), so
+    that when A's session closes they are still queued and the lock is seen to work
+    again: B first, C after B releases. (The naive recipe leaves a node queued when its
+    acquire gives up: a waiter that left would be a second ghost.)
+    """
     path = "/seckill/naive/sku-1"
     locks = {"A": NaiveZkLock(a, path), "B": NaiveZkLock(b, path), "C": NaiveZkLock(c, path)}
     got: dict[str, bool] = {}
     lock_a = locks["A"]
-    workers = [threading.Thread(target=lambda: got.__setitem__(
-        "A", lock_a.acquire(DEADLOCK_WAIT_S, lose_first_reply=True)))]
-    workers[0].start()
+    workers = {"A": threading.Thread(target=lambda: got.__setitem__(
+        "A", lock_a.acquire(DEADLOCK_WAIT_S, lose_first_reply=True)))}
+    workers["A"].start()
     while lock_a.node is None:  # A's nodes first, so the ghost is the smallest
         threading.Event().wait(0.01)
     for name in ("B", "C"):
         lock = locks[name]
-        workers.append(threading.Thread(target=lambda n=name, lk=lock: got.__setitem__(
-            n, lk.acquire(DEADLOCK_WAIT_S))))
-        workers[-1].start()
-    while locks["B"].node is None or locks["C"].node is None:
-        threading.Event().wait(0.01)
+        workers[name] = threading.Thread(target=lambda n=name, lk=lock: got.__setitem__(
+            n, lk.acquire(DEADLOCK_WAIT_S + AFTER_S)))
+        workers[name].start()
+        while lock.node is None:  # B queues before C
+            threading.Event().wait(0.01)
     children = sorted(a.get_children(path))
     ghost = children[0]
     owner = a.exists(f"{path}/{ghost}").ephemeralOwner
@@ -94,23 +103,27 @@ def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient, c: KazooClient
     narrator("B, C create theirs; children now %s", children)
     narrator("%s is the smallest; its owner session 0x%x is A's (0x%x), but A does not know",
              ghost, owner, a.client_id[0])
-    for worker in workers:
-        worker.join(DEADLOCK_WAIT_S + 5)
-    narrator("after %.0f s: A acquired=%s, B acquired=%s, C acquired=%s", DEADLOCK_WAIT_S,
-             got.get("A"), got.get("B"), got.get("C"))
-    deadlocked = not any(got.values()) and owner == a.client_id[0]
+    workers["A"].join(DEADLOCK_WAIT_S + 5)
+    waiting = [name for name in ("B", "C") if name not in got]
+    narrator("after %.0f s: A acquired=%s and gave up; nobody holds the lock; still waiting: %s",
+             DEADLOCK_WAIT_S, got.get("A"), ", ".join(waiting) or "nobody")
+    deadlocked = (got.get("A") is False and waiting == ["B", "C"]
+                  and owner == a.client_id[0])
     a.stop()
-    after = sorted(b.get_children(path))
     narrator("A's session closes: its ephemeral nodes (ghost included) vanish; children %s",
-             after)
-    # B and C gave up, but the naive recipe leaves their nodes queued: one is first now
-    first = next((name for name in ("B", "C") if after and after[0] == locks[name].node), None)
-    if first:
-        narrator("%s's %s is the smallest now: %s holds the lock (the deadlock went with the "
-                 "ghost)", first, after[0], first)
-    else:
-        narrator("neither B's nor C's node is the smallest: children %s", after)
-    return deadlocked and first is not None
+             sorted(b.get_children(path)))
+    workers["B"].join(AFTER_S + 5)
+    b_got = got.get("B") is True and "C" not in got
+    narrator("B acquired=%s (the deadlock went with the ghost); C still waiting: %s",
+             got.get("B"), "C" not in got)
+    if got.get("B"):
+        locks["B"].release()
+    workers["C"].join(AFTER_S + 5)
+    narrator("B releases; C acquired=%s", got.get("C"))
+    if got.get("C"):
+        locks["C"].release()
+    return {"naive_deadlocked": deadlocked, "naive_b_after": b_got,
+            "naive_c_after": got.get("C") is True}
 
 
 def kazoo_act(narrator: Narrator, a: KazooClient, b: KazooClient) -> bool:
@@ -139,13 +152,13 @@ def kazoo_act(narrator: Narrator, a: KazooClient, b: KazooClient) -> bool:
 def run(narrator: Narrator) -> Verdict:
     with zookeeper_sessions(narrator, 3) as (a, b, c):
         narrator.section("seed 001's naive recipe: _000000000N nodes, no client id")
-        deadlocked = naive_act(narrator, a, b, c)
+        naive = naive_act(narrator, a, b, c)
     with zookeeper_sessions(narrator, 2) as (a, b):
         narrator.section("kazoo's Lock recipe: <uuid>__lock__000000000N nodes")
         guarded = kazoo_act(narrator, a, b)
-    facts = {"naive_deadlocked": deadlocked, "kazoo_recovered": guarded}
-    if deadlocked and guarded:
+    facts = {**naive, "kazoo_recovered": guarded}
+    if all(facts.values()):
         return Verdict(True, f"the ghost node deadlocked every naive client for "
-                       f"{DEADLOCK_WAIT_S:.0f}s; kazoo's UUID prefix found its own node and "
-                       f"the lock kept working", facts)
+                       f"{DEADLOCK_WAIT_S:.0f}s, until A's session closed; kazoo's UUID prefix "
+                       f"found its own node and the lock kept working", facts)
     return Verdict(False, f"expected a naive deadlock and a kazoo recovery; saw {facts}", facts)

@@ -101,7 +101,8 @@ def run(narrator: Narrator) -> Verdict:
     facts = {"unfenced": plain, "fenced": fenced}
     demonstrated = plain["stale_write_landed"] and not fenced["stale_write_landed"]
     line = (f"without fencing the paused holder's stale write "
-            f"{'landed' if plain['stale_write_landed'] else 'did NOT land'} (2 sales, stock "
+            f"{'landed' if plain['stale_write_landed'] else 'did NOT land'} "
+            f"({plain['sales']} sale{'s' if plain['sales'] != 1 else ''}, stock "
             f"{plain['final_stock']}); with fencing tokens it was "
             f"{'rejected' if not fenced['stale_write_landed'] else 'NOT rejected'}")
     return Verdict(demonstrated, line, facts)

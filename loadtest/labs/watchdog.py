@@ -81,9 +81,11 @@ def _redis_goes_away(narrator: Narrator, server: RedisServer) -> tuple[bool, str
             narrator("A acquires with the watchdog and starts working")
             time.sleep(TTL_MS / 1000)
             server.pause()
-            narrator("redis-server is frozen (SIGSTOP): renewals will time out")
-            told = lost.wait(timeout=10 * TTL_MS / 1000)
-            server.resume()
+            try:
+                narrator("redis-server is frozen (SIGSTOP): renewals will time out")
+                told = lost.wait(timeout=10 * TTL_MS / 1000)
+            finally:  # Ctrl-C too: the release on the way out needs a server that answers
+                server.resume()
             narrator("redis-server resumed; A was %s", "told" if told else "NOT told")
     except LockLost as exc:
         raised = True

@@ -22,7 +22,7 @@ import pytest
 
 from lockcore.embedded import free_port
 from tests.contract.wire import request
-from tests.support import PG_ADMIN_URL, cmdline, descendants, missing_system_part, parent
+from tests.support import PG_ADMIN_URL, cmdline, descendants, missing_system_part, parent, running
 from webapp.cli import build_parser
 
 SECKILL = Path(sys.executable).parent / "seckill"
@@ -163,14 +163,6 @@ def test_bench_results_it_cannot_write_are_one_line_after_the_run():
     assert proc.returncode == 1, proc
     assert "seckill bench: error: could not write /dev/full: No space left" in proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
-
-
-def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # ::1 was gunicorn's "'' is not a valid port"; --port 0 (any free port) was refused

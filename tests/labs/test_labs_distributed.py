@@ -28,6 +28,10 @@ def test_ghost_node_deadlocks_the_naive_recipe_but_not_kazoos_lock() -> None:
     verdict, narrator = run_quietly("ghost-node")
     assert verdict.demonstrated, narrator.text()
     assert verdict.facts["naive_deadlocked"] is True
+    # the narration said "C holds the lock" right after "C acquired=False": B and C now
+    # stay queued past A's session, and are seen to get the lock, in turn
+    assert verdict.facts["naive_b_after"] is True
+    assert verdict.facts["naive_c_after"] is True
     assert verdict.facts["kazoo_recovered"] is True
     assert "reply LOST" in narrator.text()
 

@@ -89,3 +89,64 @@ def test_a_lab_that_breaks_still_ends_with_exactly_one_verdict_line(
     verdicts = [line for line in out.splitlines() if line.startswith("VERDICT:")]
     assert verdicts == ["VERDICT: lab error, nothing demonstrated: RuntimeError: "
                         "redis-server did not start"]
+
+
+def test_an_error_while_unwinding_a_ctrl_c_is_an_interrupt_not_a_lab_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-C while the watchdog lab's redis-server was frozen: the release on the way
+    # out timed out, that TimeoutError replaced the KeyboardInterrupt, and the run said
+    # "VERDICT: lab error" with exit 1 instead of 130 and no verdict (a labs audit)
+    def run(narrator: Narrator) -> Verdict:
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise TimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(labs, "load", lambda name: _fake_lab(run))
+    assert main(["scenario", "fake"]) == 130
+    captured = capsys.readouterr()
+    assert "VERDICT" not in captured.out
+    assert "interrupted; everything it started is stopped" in captured.err
+
+
+def test_ctrl_c_while_the_watchdog_labs_redis_is_frozen_exits_130_and_leaves_nothing(
+        tmp_path) -> None:
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    from tests.support import cmdline, descendants, running
+
+    seckill = Path(sys.executable).parent / "seckill"
+    proc = subprocess.Popen([str(seckill), "scenario", "watchdog"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    started: set[int] = set()
+    out = ""
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out += line
+            started.update(descendants(proc.pid))
+            if "is frozen (SIGSTOP)" in line:
+                break
+        else:
+            pytest.fail(f"the lab never froze its redis-server:\n{out}")
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=60)
+        out += rest
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(running(pid) for pid in started):
+            time.sleep(0.1)
+        survivors = {pid: cmdline(pid) for pid in started if running(pid)}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    for pid in survivors:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, (out, err[-2000:])
+    assert "VERDICT" not in out and "Traceback" not in err, (out, err[-2000:])
+    assert not survivors, survivors
