@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from typing import Any
 
 from flask import Blueprint, Request, Response, jsonify, request
 from sqlalchemy import text as sql
 
 from . import locks, sales, validation
+from .batching import gevent_patched
 from .extensions import Backends, get_backends
 from .openapi import document
 from .problems import UnknownSku
@@ -30,6 +33,27 @@ def _known_sku(sku: str) -> str:
 READ_ONLY = sql("SELECT current_setting('transaction_read_only')")
 
 
+#: how long ``/healthz`` waits for the database: a server that accepts and then says
+#: nothing (a frozen host or backend) held it until the caller gave up (a PostgreSQL
+#: audit: 30 s), and the storefront's banner never came
+HEALTH_DATABASE_S = 2.0
+
+
+class _Silent(BaseException):
+    """The database did not answer ``/healthz`` in time (a BaseException, like gevent's
+    own timeout: SQLAlchemy then discards the connection it interrupted)."""
+
+
+def _within(seconds: float) -> Any:
+    """A time limit on the greenlet's waits under gunicorn's gevent workers (the shop
+    as served); none elsewhere (a test client, a sync worker)."""
+    if not gevent_patched("socket"):
+        return contextlib.nullcontext()
+    from gevent import Timeout
+
+    return Timeout(seconds, _Silent())
+
+
 @bp.get("/healthz")
 def healthz() -> tuple[Response, int]:
     backends = get_backends()
@@ -39,7 +63,7 @@ def healthz() -> tuple[Response, int]:
     except Exception as exc:
         status["redis"] = f"down: {type(exc).__name__}"
     try:
-        with backends.engine.connect() as connection:
+        with _within(HEALTH_DATABASE_S), backends.engine.connect() as connection:
             if connection.dialect.name == "postgresql":  # one that cannot take an order
                 if connection.execute(READ_ONLY).scalar() == "on":
                     status["database"] = "down: read-only"
@@ -47,6 +71,8 @@ def healthz() -> tuple[Response, int]:
                 connection.execute(sql("SELECT 1"))
     except Exception as exc:
         status["database"] = f"down: {type(exc).__name__}"
+    except _Silent:  # the connection it interrupted is discarded, not pooled
+        status["database"] = f"down: no answer in {HEALTH_DATABASE_S:g} s"
     down = [part for part, state in status.items() if state != "ok"]
     if down:
         body = {**status, "error": "unavailable", "detail": f"{', '.join(down)} down"}

@@ -53,15 +53,38 @@ def alembic_config(database_url: str) -> Config:
 #: how long a PostgreSQL connection may take to open: a server that accepts and never
 #: answers (a wrong port, a frozen host) hung ``seckill serve`` for good
 PG_CONNECT_TIMEOUT_S = 10
+#: the server cancels a statement of the shop's that runs longer: an order write stuck
+#: behind another transaction's lock fails, and its units go back. Without it a buyer
+#: waited as long as the lock was held (a PostgreSQL audit: 44 s behind a table lock,
+#: past the 30 s a proxy in front waits). Well above a write's normal worst case.
+PG_STATEMENT_TIMEOUT_MS = 10_000
+#: a transaction of the shop's left open and idle this long is ended by the server, and
+#: the locks it held with it
+PG_IDLE_IN_TRANSACTION_MS = 60_000
+#: a server that stops acknowledging what we send (host down, network cut): the
+#: connection fails after this, where TCP retransmits for about 15 minutes. While a
+#: buyer waited that long, its units were neither sold nor back in stock.
+PG_TCP_USER_TIMEOUT_MS = 15_000
+#: an idle pooled connection to a server that went away is noticed in 10 + 3 x 5 s
+PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+                 "keepalives_count": 3}
 
 
-def connect_args(database_url: str) -> dict[str, Any]:
-    """The driver's connection options every engine of ours passes: a connect timeout
-    for PostgreSQL, unless the URL sets its own."""
+def connect_args(database_url: str, *, serving: bool = False) -> dict[str, Any]:
+    """The driver's connection options every engine of ours passes. PostgreSQL: a
+    connect timeout, TCP keepalives and a send timeout, and for the serving shop
+    (``serving``) a statement timeout; any of them the URL sets itself is left to it
+    (``?options=...`` replaces both server-side settings)."""
     url = make_url(database_url_for_sqlalchemy(database_url))
-    if url.get_backend_name() == "postgresql" and "connect_timeout" not in url.query:
-        return {"connect_timeout": PG_CONNECT_TIMEOUT_S}
-    return {}
+    if url.get_backend_name() != "postgresql":
+        return {}
+    wanted: dict[str, Any] = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **PG_KEEPALIVES,
+                              "tcp_user_timeout": PG_TCP_USER_TIMEOUT_MS}
+    if serving:
+        wanted["options"] = (f"-c statement_timeout={PG_STATEMENT_TIMEOUT_MS} "
+                             f"-c idle_in_transaction_session_timeout="
+                             f"{PG_IDLE_IN_TRANSACTION_MS}")
+    return {name: value for name, value in wanted.items() if name not in url.query}
 
 
 def scratch_engine(database_url: str) -> Engine:

@@ -67,7 +67,7 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_size=5, max_overflow=10, pool_timeout=10, pool_pre_ping=True,
-                         connect_args=connect_args(url))
+                         connect_args=connect_args(url, serving=True))
 
 
 def _semaphore(size: int) -> Any:

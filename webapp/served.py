@@ -181,7 +181,7 @@ class ServedApp:
                  redis_url: str | None = None, database_url: str | None = None,
                  redlock_urls: list[str] | None = None, zookeeper_hosts: str | None = None,
                  env: dict[str, str] | None = None, seed: bool = True,
-                 startup_timeout: float = 60.0) -> None:
+                 startup_timeout: float = 60.0, log_path: Path | None = None) -> None:
         self.host, self.port, self.workers = host, port or free_port(), workers
         self._port_picked = port is None  # picked again once the Redis servers hold theirs
         self.redis_url, self.database_url = redis_url, database_url
@@ -190,6 +190,7 @@ class ServedApp:
         self.admin_token = (self.env.get("SECKILL_ADMIN_TOKEN")
                             or os.environ.get("SECKILL_ADMIN_TOKEN") or secrets.token_urlsafe(18))
         self.seed, self.startup_timeout = seed, startup_timeout
+        self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.workdir: Path | None = None
         #: the Redis servers started here (none for a REDIS_URL or REDLOCK_URLS given)
@@ -213,6 +214,10 @@ class ServedApp:
 
     @property
     def logfile(self) -> Path:
+        """gunicorn's and the shop's log: ``log_path`` (appended to, kept), else a file
+        in the scratch dir, removed with it."""
+        if self.log_path is not None:
+            return self.log_path
         assert self.workdir is not None
         return self.workdir / "gunicorn.log"
 
@@ -272,7 +277,8 @@ class ServedApp:
         config = str(resources.files("webapp").joinpath("gunicorn_conf.py"))
         cmd = [sys.executable, "-m", "gunicorn", "-c", config, "--bind",
                netloc(self.host, self.port), "--workers", str(self.workers)]
-        with open(self.logfile, "wb") as log:
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.logfile, "ab" if self.log_path is not None else "wb") as log:
             self.proc = subprocess.Popen(tied_to_parent(cmd), env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)

@@ -181,7 +181,7 @@ def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_p
         printed = {}
         assert proc.stdout is not None
         for line in proc.stdout:  # ends when serve prints its last line or dies
-            said = re.match(r"(storefront|admin token)\s+(\S+)", line)
+            said = re.match(r"(storefront|admin token|log)\s+(\S+)", line)
             if said:
                 printed[said[1]] = said[2]
             if "Ctrl-C" in line:
@@ -209,6 +209,9 @@ def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_p
             raise
     assert proc.returncode == 0 and "Traceback" not in rest, rest[-1000:]
     assert started and not [pid for pid in started if running(pid)]
+    # the shop's log outlives it (its warnings were in a temp dir removed on exit)
+    assert printed["log"] == str(tmp_path / "instance" / "seckill-serve.log"), printed
+    assert Path(printed["log"]).is_file()  # warnings only: empty when all went well
 
 
 def test_serve_on_a_port_in_use_says_so_and_starts_nothing(tmp_path):

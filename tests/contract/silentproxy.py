@@ -1,0 +1,76 @@
+"""A TCP proxy on loopback that can go silent: while ``silent``, it keeps every
+connection open and accepts what is sent (the kernel acknowledges it) but passes
+nothing on, in either direction. That is a database host or backend that has frozen
+with its network up: no error, no answer. Threads, stopped by ``close``."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from lockcore.embedded import free_port
+
+
+class SilentProxy:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self.silent = threading.Event()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._listener.settimeout(0.2)
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # the 0.2 s timeout, or closed
+                continue
+            upstream = socket.create_connection(self.target, timeout=5)
+            for sock in (client, upstream):
+                sock.settimeout(0.2)
+                self._sockets.append(sock)
+            for source, sink in ((client, upstream), (upstream, client)):
+                pump = threading.Thread(target=self._pump, args=(source, sink), daemon=True)
+                pump.start()
+                self._threads.append(pump)
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        while not self._closed.is_set():
+            if self.silent.is_set():  # read nothing: it queues in the kernel
+                self._closed.wait(0.05)
+                continue
+            try:
+                data = source.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            try:
+                sink.sendall(data)
+            except OSError:
+                break
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(timeout=2)
+        for sock in self._sockets:
+            sock.close()
+
+    def __enter__(self) -> SilentProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,81 @@
+"""PostgreSQL that stops answering without failing (a database of our own, dropped at
+the end): a server that says nothing held ``/healthz`` until its caller gave up, and an
+order write stuck behind another transaction's lock held its buyer for as long as the
+lock was held (a PostgreSQL audit). Both are bounded now, and the unit goes back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.contract.shop import served_shop
+from tests.contract.silentproxy import SilentProxy
+from tests.contract.wire import assert_error
+from tests.support import PG_ADMIN_URL, scratch_postgres
+from webapp.db import PG_STATEMENT_TIMEOUT_MS, connect_args
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def database() -> Iterator[tuple[object, str, str]]:
+    with scratch_postgres("seckill_silent") as found:
+        yield found
+
+
+def test_healthz_names_a_database_that_stopped_answering(database):
+    _, _, url = database
+    port = urlsplit(PG_ADMIN_URL).port or 5432
+    with SilentProxy(port) as proxy:
+        proxied = url.replace(f":{port}/", f":{proxy.port}/")
+        assert proxied != url
+        with served_shop(["qa-pg-silent"], database_url=proxied, workers=1) as shop:
+            assert shop.call("GET", "/healthz").status == 200
+            proxy.silent.set()
+            try:
+                started = time.monotonic()
+                body = assert_error(shop.call("GET", "/healthz", timeout=20), 503)
+                waited = time.monotonic() - started
+            finally:
+                proxy.silent.clear()
+            assert body["database"].startswith("down: no answer") and body["redis"] == "ok"
+            assert waited < 10, waited  # its own limit is 2 s; the caller's was 20
+            deadline = time.monotonic() + 30
+            while shop.call("GET", "/healthz").status != 200:
+                assert time.monotonic() < deadline, "the shop did not recover"
+                time.sleep(0.2)
+
+
+def test_an_order_write_stuck_behind_a_lock_is_cancelled_and_its_unit_returned(database):
+    import psycopg
+
+    _, _, url = database
+    sku = "qa-pg-locked"
+    with served_shop([sku], database_url=url, workers=1) as shop:
+        shop.reset(sku, 3, "token")
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as holder:
+            holder.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            answer = shop.buy("stuck", sku)  # before: waited until the lock went (never)
+            waited = time.monotonic() - started
+            holder.rollback()
+        assert_error(answer, 503, "busy")
+        assert waited >= PG_STATEMENT_TIMEOUT_MS / 1000 * 0.9, waited  # it did wait on it
+        audit = shop.assert_books_balance(sku)
+        assert audit["remaining"] == 3 and audit["units_sold"] == 0, audit
+        assert shop.buy("stuck", sku).status == 201  # nothing of the first attempt stayed
+
+
+def test_the_shops_connections_carry_the_timeouts_unless_the_url_sets_its_own():
+    url = "postgresql+psycopg://postgres@127.0.0.1:5432/x"
+    serving = connect_args(url, serving=True)
+    assert f"statement_timeout={PG_STATEMENT_TIMEOUT_MS}" in serving["options"]
+    assert serving["tcp_user_timeout"] > 0 and serving["keepalives"] == 1
+    assert "options" not in connect_args(url)  # migrations may run long
+    own = connect_args(url + "?options=-c%20statement_timeout%3D0&tcp_user_timeout=1000",
+                       serving=True)
+    assert "options" not in own and "tcp_user_timeout" not in own
+    assert connect_args("sqlite:///x.db", serving=True) == {}
