@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import LockError, LockLost, LockNotOwned, LockTimeout
+from .poolfull import MaxConnectionsError, patiently, pause
 from .waiting import A_YEAR_MS, Waiter, make_waiter, signal_release
 
 logger = logging.getLogger(__name__)
@@ -308,6 +309,7 @@ class DistributedLock(ABC):
 
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         self._check_acquire(blocking, timeout)
+        self.fencing_token = None  # a failed acquire shows none, not the last hold's
         deadline = None if timeout is None else self.clock.monotonic() + timeout
         attempt, token, acquired = 0, "", False
         if blocking and self.queue_first and timeout != 0:
@@ -316,7 +318,7 @@ class DistributedLock(ABC):
         else:
             token = new_token()
             logger.debug("trying %s lock %r", self.strategy, self.name)
-            acquired = self._try_acquire(token)
+            acquired = self._attempt(token)
         self.queue_first = False
         while not acquired:
             if not blocking:
@@ -330,17 +332,30 @@ class DistributedLock(ABC):
                 return False
             # A waiter may make the next attempt itself (notify: in the same round trip
             # as its BLPOP); otherwise the wait is over and we try again here.
-            tried = self.waiter.wait(self, remaining, attempt)
+            try:
+                tried = self.waiter.wait(self, remaining, attempt)
+            except MaxConnectionsError:  # nothing sent (poolfull.py): the wait is over
+                pause()
+                tried = None
             attempt += 1
             if tried is None:
                 token = new_token()
                 logger.debug("trying %s lock %r (attempt %d)", self.strategy, self.name,
                              attempt)
-                acquired = self._try_acquire(token)
+                acquired = self._attempt(token)
             else:
                 token, acquired = tried
         self._on_acquired(token)
         return True
+
+    def _attempt(self, token: str) -> bool:
+        """``_try_acquire``; a pool with no free connection is a try that did not take
+        the lock (nothing was sent: ``poolfull.py``)."""
+        try:
+            return self._try_acquire(token)
+        except MaxConnectionsError:
+            pause()
+            return False
 
     def release(self) -> None:
         """Give the lock up. Raises ``LockNotOwned`` if this handle no longer holds it."""
@@ -350,11 +365,11 @@ class DistributedLock(ABC):
             if token is None:  # (another thread may be acquiring with it: stays occupied)
                 raise LockNotOwned("release of a lock this handle does not hold", self.name)
             try:
-                self._release(token)
+                patiently(lambda: self._release(token))  # a full pool: wait for one
             finally:
                 try:
                     if not self.signals_on_release:
-                        signal_release(self)  # Redis I/O: it may raise too
+                        patiently(lambda: signal_release(self))  # Redis I/O: may raise
                 finally:
                     self._vacate()
             logger.debug("released %s lock %r", self.strategy, self.name)

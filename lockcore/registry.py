@@ -8,6 +8,8 @@ switched between strategies by name.
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 from typing import Any, NamedTuple
 
 from .base import DistributedLock
@@ -70,4 +72,27 @@ def create(strategy: str, backend: Any, resource: Any, **options: Any) -> Distri
         ``watchdog``, ``on_lost``, ``timeout`` (for ``with``), ``clock``, and
         strategy-specific ones documented on each class.
     """
-    return lock_class(strategy)(backend, resource, **options)
+    cls = lock_class(strategy)
+    try:
+        return cls(backend, resource, **options)
+    except TypeError as error:
+        unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+        if unexpected is None:
+            raise
+        # it named a constructor (``DistributedLock.__init__()``), not the strategy
+        known = sorted(_option_names(cls))
+        raise TypeError(f"{strategy!r} lock: unknown option {unexpected[1]!r}; its options: "
+                        f"{', '.join(known)}") from None
+
+
+def _option_names(cls: type) -> set[str]:
+    """The keyword options of ``cls`` and of every class its constructor passes them to."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        for parameter in inspect.signature(init).parameters.values():
+            if parameter.kind is parameter.KEYWORD_ONLY:
+                names.add(parameter.name)
+    return names

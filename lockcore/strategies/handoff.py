@@ -29,6 +29,7 @@ from .. import scripts
 from ..base import DistributedLock, acquire_arguments, new_token, whole_ms
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
+from ..poolfull import patiently
 from ..wire import round_trip
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class HandOffLock(DistributedLock):
     def _leave_queue(self) -> None:
         """Giving up: leave the queue, or pass the lock on if it was handed to us meanwhile."""
         try:
-            self._queue_release(self._uuid)
+            patiently(lambda: self._queue_release(self._uuid))  # a full pool: wait for one
         except Exception as exc:  # our lease runs out anyway
             logger.warning("%s lock %r: could not leave the queue: %s", self.strategy,
                            self.name, exc)

@@ -134,6 +134,7 @@ class ZooKeeperLock(DistributedLock):
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         """Queue in ZooKeeper and wait for our turn (kazoo does the waiting)."""
         self._check_acquire(blocking, timeout)
+        self.fencing_token = None  # a failed acquire shows none, not the last hold's
         self._own_client()
         if not self.client.connected:
             # kazoo queues every call until the connection is back and waits for it with

@@ -57,6 +57,17 @@ def test_non_blocking_acquire_of_a_held_lock_returns_false(pair):
     assert rival.token is None
 
 
+def test_a_failed_acquire_shows_no_fencing_token_not_the_last_holds(pair):
+    # after a failed acquire the handle still showed the token of its previous hold,
+    # one that another holder's had since passed (a lockcore audit)
+    first, second = pair
+    assert first.acquire(blocking=False)
+    first.release()
+    assert second.acquire(blocking=False)
+    assert first.acquire(blocking=False) is False
+    assert first.fencing_token is None
+
+
 def test_acquire_with_timeout_gives_up_after_about_that_long(pair):
     holder, rival = pair
     assert holder.acquire()
@@ -269,6 +280,16 @@ def test_a_strategys_bad_option_is_refused_at_create_naming_it(make_lock, strate
     lock_class_or_skip(strategy)
     with pytest.raises(error, match=named):
         make_lock(strategy, **options)
+
+
+def test_an_unknown_option_names_the_strategy_and_its_options(redis_client):
+    # it said "DistributedLock.__init__() got an unexpected keyword argument 'ttl'",
+    # naming neither the strategy nor what it takes (a lockcore audit)
+    with pytest.raises(TypeError) as raised:
+        lockcore.create("token", redis_client, "typo", ttl=5_000)
+    said = str(raised.value)
+    assert said.startswith("'token' lock: unknown option 'ttl'"), said
+    assert "ttl_ms" in said and "handoff_after_ms" in said and "__init__" not in said
 
 
 def test_a_tiny_redlock_ttl_above_the_drift_allowance_is_accepted(make_lock):

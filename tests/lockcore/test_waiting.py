@@ -345,3 +345,56 @@ def test_notify_waiters_leave_a_small_pool_a_connection_for_the_holders_release(
     finally:
         client.close()
         pool.disconnect()
+
+
+@pytest.mark.parametrize("strategy, wait", [
+    ("token", "notify"), ("fair", "notify"), ("multi", "notify"),
+    ("token", "poll"), ("setnx", "poll"),
+])
+def test_more_threads_than_a_plain_pools_connections_wait_for_one_and_count_exactly(
+        redis_server, strategy, wait):
+    """Sixteen threads on one client whose pool holds four connections: their tries used
+    the connections up, so acquires raised ``MaxConnectionsError`` instead of waiting,
+    and a holder's release now and then raised too, leaving the lock held for its TTL
+    (``setnx``: for good) (a lockcore audit). A full pool is a try that did not take
+    the lock, and a release waits for a connection."""
+    import redis
+
+    pool = redis.ConnectionPool.from_url(redis_server.url, max_connections=4)
+    client = redis.Redis(connection_pool=pool)
+    counter = redis.Redis.from_url(redis_server.url)  # the guarded work, on its own pool
+    resource = f"crowded-pool-{strategy}-{wait}"
+    key = f"{resource}:count"
+    counter.delete(key)
+    errors: list[BaseException] = []
+    timeouts: list[int] = []
+
+    def work() -> None:
+        lock = lockcore.create(strategy, client, resource, ttl_ms=10_000, wait=wait)
+        for _ in range(25):
+            try:
+                if not lock.acquire(timeout=10.0):
+                    timeouts.append(1)
+                    continue
+                try:
+                    value = int(counter.get(key) or 0)  # read, then write: the lock's job
+                    counter.set(key, value + 1)
+                finally:
+                    lock.release()
+            except BaseException as exc:  # noqa: BLE001 - judged below
+                errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=work) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not errors, errors[:3]
+        assert not timeouts
+        assert int(counter.get(key) or 0) == 16 * 25
+    finally:
+        counter.delete(key)
+        counter.close()
+        client.close()
+        pool.disconnect()
