@@ -453,7 +453,11 @@ class DistributedLock(ABC):
             raise LockLost(f"lock lost while held: {reason or 'it expired or was taken'}",
                            self.name) from None
         except Exception as error:  # the backend is down too, say
-            if reason is None or exc_type is not None:
+            if exc_type is not None:  # the body's exception is the news; it propagates
+                logger.warning("%s lock %r: release failed while an exception was raised: "
+                               "%r", self.strategy, self.name, error)
+                return
+            if reason is None:
                 raise
             # The watchdog already found the lock gone: that is the news, not the
             # release that could not reach the backend to make sure.

@@ -140,3 +140,21 @@ def test_leaving_with_while_the_backend_is_down_reports_the_lost_lock():
     finally:
         client.close()
         server.cleanup()
+
+
+def test_the_bodys_exception_survives_a_release_that_cannot_reach_the_backend(caplog):
+    """The body raised, Redis was down, and leaving ``with`` replaced the body's
+    exception with the release's ConnectionError (a lockcore audit): the cause of the
+    trouble was only in the context chain. The release's failure is logged instead."""
+    server = RedisServer().start()  # our own: this one gets killed
+    client = redis.Redis.from_url(server.url, socket_timeout=0.2, socket_connect_timeout=0.2)
+    try:
+        lock = lockcore.create("token", client, "res", ttl_ms=TTL_MS)
+        with pytest.raises(ZeroDivisionError), caplog.at_level("WARNING", logger="lockcore"):
+            with lock:
+                server.stop()
+                1 / 0  # noqa: B018 - the body's own failure
+        assert "release failed while an exception was raised" in caplog.text
+    finally:
+        client.close()
+        server.cleanup()
