@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: --quick: enough to exercise every code path in a few seconds, not to measure anything
 QUICK = {"duration": 1.0, "uncontended": 0.3, "processes": 4}
+#: rounds of every contender: the plan is built up front (a huge number filled memory)
+MAX_ROUNDS = 100
 
 
 def contender_names(text: str) -> list[str]:
@@ -66,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=at_least(1, MAX_PROCESSES), default=8,
                         help=f"worker processes on the hot lock (default 8, at most "
                              f"{MAX_PROCESSES})")
-    parser.add_argument("--rounds", type=at_least(1), default=1,
+    parser.add_argument("--rounds", type=at_least(1, MAX_ROUNDS), default=1,
                         help="measure each contender this many times, round-robin, and add "
                              "the rounds up (steadier figures on a busy machine)")
     parser.add_argument("--only", type=contender_names, default=[],

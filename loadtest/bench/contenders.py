@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -50,7 +51,8 @@ class Contender:
         try:
             importlib.import_module(self.needs)
         except ImportError as exc:
-            return f"{self.needs} not importable ({exc})"
+            return (f"{self.needs} not importable ({exc}); the peer libraries come with "
+                    f"pip install -e '.[bench]'")
         return None
 
 
@@ -84,8 +86,19 @@ def _python_redis_lock(conns: Connections, name: str) -> Handle:
 
     lock = redis_lock.Lock(conns.redis(), name, expire=TTL_S)
     # It truncates timeout to whole seconds and reads 0 as "wait up to expire", so
-    # round up: near the end of a run a worker may overstay by < 1 s, never by 10.
-    return Adapter(lock, lambda t: bool(lock.acquire(timeout=max(1, math.ceil(t)))))
+    # round up: near the end of a run a worker may overstay by < 1 s, never by 10. And
+    # it refuses a timeout above ``expire`` (TimeoutTooLarge: every worker of a run
+    # longer than 10 s failed): a longer wait is several waits of at most ``expire``.
+    def acquire(timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if lock.acquire(timeout=min(TTL_S, max(1, math.ceil(left)))):
+                return True
+            if deadline - time.monotonic() <= 0:
+                return False
+
+    return Adapter(lock, acquire)
 
 
 def _pottery(conns: Connections, name: str) -> Handle:
@@ -132,7 +145,7 @@ CONTENDERS: list[Contender] = [
     Contender("pottery", "pottery", "redlock", "pottery.Redlock 5 masters",
               _pottery, "pottery"),
     Contender("zookeeper", "lockcore", "zookeeper", "wraps kazoo Lock",
-              _lockcore("zookeeper", "zookeeper"), "lockcore.strategies.zookeeper"),
+              _lockcore("zookeeper", "zookeeper"), "kazoo.recipe.lock"),  # lockcore's wraps it
     Contender("kazoo", "kazoo", "zookeeper", "kazoo.recipe.lock.Lock",
               _kazoo, "kazoo.recipe.lock"),
     Contender("atomic", "webapp", "redis", "no lock: the storefront's atomic_purchase.lua",
