@@ -48,6 +48,10 @@ from .problems import lock_not_taken
 from .section import release_after_section
 from .services import Checkout, PurchaseRequest, SaleInfo
 
+#: the attribute of a shop's lock that bounds one section's simulated work
+#: (``locks._new_lock``): its TTL, or for a lock without one the TTL it would have
+SECTION_MS = "section_ms"
+
 
 class CombinableLock:
     """The lock handle ``locks.lock_for`` gives with ``LOCK_COMBINE``: the lock's own
@@ -108,7 +112,9 @@ class Combiner:
             raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
         served: list[Buyer] = []
         try:
-            ttl_ms = getattr(lock, "ttl_ms", None)  # caps a batch with simulated work
+            # caps a batch with simulated work: the lock's TTL, or for a lock without one
+            # (zookeeper) the TTL the shop gives the others (uncapped: 256 x work_ms)
+            ttl_ms = getattr(lock, "ttl_ms", None) or getattr(lock, SECTION_MS, None)
             while batch := self._take_batch(ttl_ms):  # empty: the queued ones timed out
                 self.batches, self.served = self.batches + 1, self.served + len(batch)
                 served += batch
