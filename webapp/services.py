@@ -329,7 +329,10 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
             raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
         # the same user has a purchase in flight, maybe with this very key: wait for it
         if deps.monotonic() > deadline:
-            raise Busy("an earlier request with this Idempotency-Key is still running")
+            # (with this key or another: it said "with this Idempotency-Key" to a buyer
+            # whose six purchases had six keys)
+            raise Busy(f"an earlier purchase of {sale.sku} by {request.user_id!r} is still "
+                       "running; try again with the same Idempotency-Key")
         deps.sleep(0.02)
 
 
