@@ -106,6 +106,13 @@ def znode_name(name: str) -> str:
                    if _znode_unsafe(ch) else ch for ch in name)
 
 
+#: the longest lock path we send. ZooKeeper takes a packet of up to ``jute.maxbuffer``
+#: (about 1 MB); a name near that made every create fail and the shared session drop
+#: again and again, so acquire said "held" and other locks on that session were lost
+#: (a lockcore audit). Far above any real name.
+MAX_PATH_BYTES = 16_384
+
+
 class ZooKeeperLock(DistributedLock):
     needs_redis = False
     strategy = "zookeeper"
@@ -129,6 +136,10 @@ class ZooKeeperLock(DistributedLock):
         super().__init__(backend, name, **options)
         self.ttl_ms = None  # the ZooKeeper session is the lease
         self.path = f"{ROOT}/{znode_name(name)}"
+        size = len(self.path.encode("utf-8", "surrogatepass"))
+        if size > MAX_PATH_BYTES:
+            raise ValueError(f"a zookeeper lock name must make a path of at most "
+                             f"{MAX_PATH_BYTES} bytes; this one makes {size}")
         self._recipe: KazooLock | None = None
 
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:

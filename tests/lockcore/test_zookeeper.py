@@ -493,3 +493,11 @@ def test_a_client_never_started_is_named_as_such() -> None:
         lock.acquire(timeout=1)
     with pytest.raises(ConnectionLoss, match="not started"):
         lock.locked()
+
+
+def test_a_name_too_long_for_zookeeper_is_refused_at_create(zookeeper_hosts):
+    # a 1.1 MB name: every create failed, the shared session dropped again and again,
+    # acquire said "held", and another lock on that session was lost (a lockcore audit)
+    with pytest.raises(ValueError, match="at most 16384 bytes"):
+        lockcore.create("zookeeper", zookeeper_hosts, "x" * 20_000)
+    assert lockcore.create("zookeeper", zookeeper_hosts, "x" * 10_000).path.endswith("x")
