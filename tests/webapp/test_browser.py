@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -257,9 +258,10 @@ def test_the_pages_run_under_their_content_security_policy(page):
     assert refused == []
 
 
-def test_a_redis_outage_is_named_on_the_page_and_in_the_buyers_answer(page):
-    # the products come from the database, so the page looked normal while every
-    # purchase failed with a bare "Too busy" (the shop's own reason was dropped)
+@contextlib.contextmanager
+def shop_on_its_own_redis(page) -> Iterator[tuple[object, object]]:
+    """The storefront open on a shop whose Redis is ours to stop or freeze: (server,
+    sku-1's card), the card showing its 5 units and no "Not selling" banner."""
     from playwright.sync_api import expect
 
     from lockcore.embedded import RedisServer
@@ -272,18 +274,27 @@ def test_a_redis_outage_is_named_on_the_page_and_in_the_buyers_answer(page):
             card = page.locator('.card[data-sku="sku-1"]')
             expect(card.locator(".stock")).to_have_text("5")
             expect(page.locator("#degraded")).to_be_hidden()
-            server.stop()
-            expect(page.locator("#degraded")).to_contain_text("Not selling: redis down",
-                                                              timeout=10_000)
-            page.fill("#user-name", "alice")
-            card.locator(".buy").click()
-            expect(card.locator(".message")).to_contain_text("Not sold: redis")
-            said = card.locator(".message").inner_text()
-            assert said.count("try again") == 1, said  # the shop's reason says it already
-            server.start()
-            expect(page.locator("#degraded")).to_be_hidden(timeout=10_000)
+            yield server, card
     finally:
         server.cleanup()
+
+
+def test_a_redis_outage_is_named_on_the_page_and_in_the_buyers_answer(page):
+    # the products come from the database, so the page looked normal while every
+    # purchase failed with a bare "Too busy" (the shop's own reason was dropped)
+    from playwright.sync_api import expect
+
+    with shop_on_its_own_redis(page) as (server, card):
+        server.stop()
+        expect(page.locator("#degraded")).to_contain_text("Not selling: redis down",
+                                                          timeout=10_000)
+        page.fill("#user-name", "alice")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Not sold: redis")
+        said = card.locator(".message").inner_text()
+        assert said.count("try again") == 1, said  # the shop's reason says it already
+        server.start()
+        expect(page.locator("#degraded")).to_be_hidden(timeout=10_000)
 
 
 def test_a_frozen_redis_is_named_on_the_page_within_seconds(page):
@@ -292,24 +303,14 @@ def test_a_frozen_redis_is_named_on_the_page_within_seconds(page):
     # poll, so the page said nothing for half a minute while every purchase hung
     from playwright.sync_api import expect
 
-    from lockcore.embedded import RedisServer
-
-    server = RedisServer().start()
-    try:
-        with ServedApp(workers=1, redis_url=server.url) as app:
-            reset_sale(app, "sku-1", stock=5, strategy="token")
-            page.goto(app.url + "/")
-            expect(page.locator('.card[data-sku="sku-1"] .stock')).to_have_text("5")
-            expect(page.locator("#degraded")).to_be_hidden()
-            server.pause()
-            try:
-                expect(page.locator("#degraded")).to_contain_text("Not selling: redis",
-                                                                  timeout=8_000)
-            finally:
-                server.resume()
-            expect(page.locator("#degraded")).to_be_hidden(timeout=15_000)
-    finally:
-        server.cleanup()
+    with shop_on_its_own_redis(page) as (server, _):
+        server.pause()
+        try:
+            expect(page.locator("#degraded")).to_contain_text("Not selling: redis",
+                                                              timeout=8_000)
+        finally:
+            server.resume()
+        expect(page.locator("#degraded")).to_be_hidden(timeout=15_000)
 
 
 def test_units_taken_whose_orders_are_not_written_yet_show_as_in_checkout(page):
