@@ -58,6 +58,24 @@ def four_letter_word(port: int, word: str = "ruok", timeout: float = 0.5) -> str
         return ""
 
 
+def any_answers(hosts: str, timeout: float = 0.5) -> bool:
+    """Whether any server of a ZooKeeper hosts string (``host:port,...[/chroot]``, read
+    by kazoo's own ``collect_hosts``) accepts a connection; False for a bad string."""
+    from kazoo.hosts import collect_hosts
+
+    try:
+        servers, _chroot = collect_hosts(hosts)
+    except ValueError:
+        return False
+    for host, port in servers:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def classpath() -> str:
     """zookeeper.jar (its manifest pulls in netty, jute, ...) plus a quiet slf4j binding."""
     java = shutil.which("java")

@@ -31,6 +31,7 @@ from types import TracebackType
 
 from lockcore.embedded import EmbeddedRedis, RedisServer, free_port
 from lockcore.lifeline import tied_to_parent
+from lockcore.zkserver import any_answers
 
 from . import config as settings
 from . import db, demo, locks
@@ -85,8 +86,6 @@ def unreachable_lock_servers(redlock_urls: list[str] | None,
     """Notes on the lock servers that do not answer now: not refused (RedLock outlives a
     minority of its nodes, and a lab may start them later), but the redlock and
     zookeeper sales would be refused (503) with nothing said where the shop started."""
-    import socket
-
     notes = []
     nodes = redlock_urls or []
     down = [u for u in nodes if _redis_problem(u, NOTE_TIMEOUT_S) is not None]
@@ -99,22 +98,10 @@ def unreachable_lock_servers(redlock_urls: list[str] | None,
                      f"({shown}): {fate}")
     if zookeeper_hosts:
         try:
-            from kazoo.hosts import collect_hosts  # kazoo's own reading of the string
+            import kazoo.hosts  # noqa: F401 - ``any_answers`` reads the string with it
         except ImportError:  # no kazoo: the zookeeper strategy says so itself
             return notes
-        try:
-            hosts, _chroot = collect_hosts(zookeeper_hosts)
-        except ValueError:
-            hosts = []
-
-        def answers(host: str, port: int) -> bool:
-            try:
-                with socket.create_connection((host, port), timeout=NOTE_TIMEOUT_S):
-                    return True
-            except OSError:
-                return False
-
-        if not any(answers(host, port) for host, port in hosts):
+        if not any_answers(zookeeper_hosts, NOTE_TIMEOUT_S):
             notes.append(f"ZOOKEEPER_HOSTS: no server answers at {zookeeper_hosts}: "
                          "zookeeper purchases are refused (503) until one does")
     return notes

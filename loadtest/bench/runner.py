@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import socket
 import sys
 import time
 from contextlib import ExitStack
@@ -22,6 +21,7 @@ from typing import Any
 import redis
 
 from lockcore.embedded import EmbeddedRedis
+from lockcore.zkserver import any_answers
 
 from . import stats
 from .contenders import Contender, by_name
@@ -145,7 +145,7 @@ def _snapshot(lock_servers: list[redis.Redis], every: list[redis.Redis],
 def _zookeeper(stack: ExitStack) -> tuple[str | None, str, int | None]:
     if os.environ.get("ZOOKEEPER_HOSTS"):  # not ours: its CPU is not ours to count
         hosts = os.environ["ZOOKEEPER_HOSTS"]
-        if not _any_answers(hosts):  # each window waited out kazoo's 30 s start, then
+        if not any_answers(hosts, 2.0):  # each window waited out kazoo's 30 s start, then
             return None, f"ZOOKEEPER_HOSTS={hosts}: nothing listens there", None  # failed
         return hosts, "", None
     try:
@@ -156,20 +156,6 @@ def _zookeeper(stack: ExitStack) -> tuple[str | None, str, int | None]:
         return None, f"ZooKeeper unavailable: {type(exc).__name__}: {exc}", None
     stack.callback(server.stop)
     return str(server.hosts), "", server.pid
-
-
-def _any_answers(hosts: str, timeout: float = 2.0) -> bool:
-    """Whether any of ZooKeeper's ``host:port[,host:port][/chroot]`` accepts a connection."""
-    for entry in hosts.split("/", 1)[0].split(","):
-        host, _, port = entry.strip().rpartition(":")
-        if not host:
-            host, port = port, "2181"
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-                return True
-        except (OSError, ValueError):
-            continue
-    return False
 
 
 def _machine(redis_version: str, load_before: tuple[float, float, float],

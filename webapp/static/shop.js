@@ -99,12 +99,18 @@ function render(product) {
 }
 
 let failedPolls = 0;
+// this many failed polls in a row: the shop is not answering (the banner, slower polls)
+const OFFLINE_AFTER = 3;
+
+function offline() {
+  return failedPolls >= OFFLINE_AFTER;
+}
 
 function connection(ok) {
   // after a few failed polls in a row, say the numbers are stale (they are kept)
   failedPolls = ok ? 0 : failedPolls + 1;
   const banner = document.getElementById("offline");
-  if (banner) banner.hidden = failedPolls < 3;
+  if (banner) banner.hidden = !offline();
 }
 
 // A fetch that gives up after `ms`: a shop that answers late (a frozen Redis makes
@@ -166,7 +172,7 @@ const OFFLINE_POLL_MS = 2000;
 let pollTimer = null;
 
 function nextPollMs() {
-  const base = document.hidden ? HIDDEN_POLL_MS : failedPolls >= 3 ? OFFLINE_POLL_MS : POLL_MS;
+  const base = document.hidden ? HIDDEN_POLL_MS : offline() ? OFFLINE_POLL_MS : POLL_MS;
   return base * (0.8 + 0.4 * Math.random());
 }
 
