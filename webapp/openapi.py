@@ -68,6 +68,8 @@ def document() -> dict[str, Any]:
             "/api/products/{sku}/purchase": {"post": {
                 "summary": "Buy; one order per user per sale",
                 "parameters": [_SKU, {"name": "Idempotency-Key", "in": "header",
+                                      "description": "1-128 printable characters, sent "
+                                                     "as UTF-8, no commas",
                                       "schema": {"type": "string", "maxLength": 128,
                                                  "pattern": "^[^,]+$"}}],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {

@@ -129,7 +129,9 @@ def idempotency_key(request: Request) -> str | None:
     try:  # WSGI hands headers over as latin-1; clients send UTF-8
         key = key.encode("latin-1").decode("utf-8")
     except UnicodeError:
-        pass  # not UTF-8: judged as it came
+        # read as latin-1 instead, b"caf\xe9" would be the key b"caf\xc3\xa9" (both
+        # "café"): one buyer's retry answered with another request's order
+        raise InvalidRequest("Idempotency-Key must be UTF-8 text") from None
     if not key.strip() or len(key) > MAX_KEY_LENGTH or not is_clean_text(key):
         raise InvalidRequest(f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} printable characters")
     if "," in key:  # the server joins a header sent twice with commas: which one was meant?

@@ -176,6 +176,16 @@ def test_a_key_in_any_bytes_replays_or_is_refused_never_a_500(shop, raw_key):
         assert again.json == first.json
 
 
+def test_keys_whose_bytes_differ_are_never_one_key(shop):
+    # latin-1 "café" and UTF-8 "café" are two byte strings: the second must not replay
+    # the first's order (a key not in UTF-8 is refused rather than read as latin-1)
+    user = "cafe-bytes"
+    latin = shop.buy(user, SKU, key=b"caf\xe9-twin".decode("latin-1"))
+    assert "UTF-8" in assert_error(latin, 400, "invalid_request")["detail"]
+    utf8 = shop.buy(user, SKU, key=b"caf\xc3\xa9-twin".decode("latin-1"))
+    assert utf8.status == 201, utf8.body
+
+
 def _purchase_bytes(sku: str, body: bytes, headers: str, length: int | None = None) -> bytes:
     return (f"POST /api/products/{sku}/purchase HTTP/1.1\r\nHost: x\r\n"
             f"Content-Type: application/json\r\n{headers}"
