@@ -3,9 +3,14 @@ polling ``/api/products`` (short polling is robust under gevent and through prox
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 from flask import Blueprint, Response, render_template
 
 from . import sales
+from .db import PG_STATEMENT_TIMEOUT_MS
 from .extensions import get_backends
 
 bp = Blueprint("shop", __name__)
@@ -28,8 +33,21 @@ def page(html: str) -> Response:
     return Response(html, mimetype="text/html", headers=PAGE_HEADERS)
 
 
+def purchase_timeout_s(config: Mapping[str, Any]) -> int:
+    """How long the page waits for a purchase's answer before it says "no answer": past
+    the shop's own worst case, lock wait + the longest simulated work + the order write
+    (PostgreSQL's statement timeout). A fixed 20 s was shorter than 10 + 10 + a write:
+    a buyer heard "no answer" for a purchase that was still going through."""
+    from .admin import MAX_WORK_MS  # (admin imports this module for ``page``)
+
+    worst = (float(config["LOCK_TIMEOUT_S"]) + MAX_WORK_MS / 1000
+             + PG_STATEMENT_TIMEOUT_MS / 1000)
+    return math.ceil(worst) + 5
+
+
 @bp.get("/")
 def index() -> Response:
     backends = get_backends()
     return page(render_template("shop.html",
-                                products=sales.list_products(backends.sessions, backends.redis)))
+                                products=sales.list_products(backends.sessions, backends.redis),
+                                purchase_timeout_s=purchase_timeout_s(backends.config)))

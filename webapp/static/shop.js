@@ -3,8 +3,10 @@
 
 const POLL_MS = 500;
 // a purchase that has had no answer by then is reported, and its retry is the same
-// purchase (same Idempotency-Key): longer than the shop's own lock wait and timeouts
-const PURCHASE_TIMEOUT_MS = 20000;
+// purchase (same Idempotency-Key): the server renders it past its own worst case
+// (lock wait + longest work + order write; webapp/shop.py)
+const PURCHASE_TIMEOUT_MS =
+  1000 * (Number(document.querySelector(".cards").dataset.purchaseTimeoutS) || 35);
 
 function newKey() {
   // randomUUID needs a secure context; 127.0.0.1 is one, a LAN address is not
@@ -213,7 +215,9 @@ async function buy(el) {
       show(el, `The shop did not answer (HTTP ${response.status}) — try again.`, "error");
       return;
     }
-    if (response.status !== 503) pendingKeys.delete(`${sku}\n${user}`);  // a final answer
+    // a 4xx or a 2xx is final; a 5xx (the shop's 503, a proxy's 502 or 504) may come
+    // from a purchase that went through: the retry keeps its key, the same purchase
+    if (response.status < 500) pendingKeys.delete(`${sku}\n${user}`);
     if (response.status === 201 || response.status === 200) {
       show(el, `Confirmed! Order #${body.order_id} for ${body.user_id}.`, "ok");
     } else if (body.error === "sold_out") {

@@ -1,0 +1,227 @@
+"""deploy/nginx.conf run by a real nginx (Debian's), in front of a stub of the shop.
+
+No Docker runs here, so the shipped file is changed only where the compose network
+would differ: the port it listens on, the upstream's address (``web:8000`` becomes a
+loopback port), the pid file and temp dirs, and, for the 504 test alone, a 1 s read
+timeout. What is checked is what the file itself decides: the shop's own answers pass
+through untouched (status, JSON, ``Retry-After``), and nginx's own errors (a body or URL
+too large for it, a replica not answering or too slow) come in the API's shape
+``{"error", "detail"}`` too, never nginx's HTML page.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.support import missing_system_part, pid_alive
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "deploy" / "nginx.conf"
+
+
+class StubShop(BaseHTTPRequestHandler):
+    """``/status/<code>`` answers that status with a JSON error (and ``Retry-After`` on
+    503); ``/slow`` answers after 3 s; anything else 200 with the body's length."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        found = re.fullmatch(r"/status/(\d+)", self.path)
+        status = int(found.group(1)) if found else 200
+        if self.path == "/slow":
+            time.sleep(3)
+        body = json.dumps({"error": "stub", "detail": f"status {status}",
+                           "received": length}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        if status == 503:
+            self.send_header("Retry-After", "1")
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def adapted(conf: str, workdir: Path, scratch: Path, port: int, upstream: int,
+            read_timeout: str | None) -> str:
+    """The shipped file with only the compose-network parts swapped for loopback ones."""
+    swaps = [("listen 80;", f"listen 127.0.0.1:{port};"),
+             ("http://web:8000", f"http://127.0.0.1:{upstream}"),
+             ("resolver 127.0.0.11 valid=5s ipv6=off;", "resolver 127.0.0.1;")]
+    if read_timeout:
+        swaps.append(("proxy_read_timeout 45s;", f"proxy_read_timeout {read_timeout};"))
+    for old, new in swaps:
+        assert old in conf, f"deploy/nginx.conf no longer has {old!r}: update this test"
+        conf = conf.replace(old, new)
+    temp = " ".join(f"{kind}_temp_path {scratch / kind};"
+                    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    conf = conf.replace("http {", "http {\n    " + temp, 1)
+    return f"pid {workdir / 'nginx.pid'};\nerror_log {workdir / 'error.log'};\n" + conf
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StubShop)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@contextmanager
+def run_nginx(tmp_path: Path, upstream: int, read_timeout: str | None = None) -> Iterator[int]:
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.access(binary, os.X_OK):
+        missing_system_part("nginx is not installed (Debian package nginx; make sysdeps)")
+    # the workers (user nobody when we are root) buffer bodies in the temp dirs: a dir
+    # they can reach (pytest's tmp_path sits under a 0700 dir), removed afterwards
+    scratch = Path(tempfile.mkdtemp(prefix="seckill-nginx-"))
+    scratch.chmod(0o777)
+    try:
+        with _nginx(binary, tmp_path, scratch, upstream, read_timeout) as port:
+            yield port
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextmanager
+def _nginx(binary: str, tmp_path: Path, scratch: Path, upstream: int,
+           read_timeout: str | None) -> Iterator[int]:
+    port = free_port()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(adapted(CONF.read_text(), tmp_path, scratch, port, upstream,
+                             read_timeout))
+    checked = subprocess.run([binary, "-t", "-q", "-c", str(conf), "-p", str(tmp_path)],
+                             capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    # -g "daemon off;": the master stays our child, stopped by its pid
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr:
+        master = subprocess.Popen([binary, "-c", str(conf), "-p", str(tmp_path),
+                                   "-g", "daemon off;"], stderr=stderr)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert master.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "nginx did not listen within 10 s"
+                time.sleep(0.05)
+        yield port
+    finally:
+        master.send_signal(signal.SIGQUIT)
+        try:
+            master.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            master.kill()
+            master.wait()
+        assert not pid_alive(master.pid)
+
+
+@pytest.fixture
+def nginx(tmp_path: Path, stub: int) -> Iterator[int]:
+    with run_nginx(tmp_path, stub) as port:
+        yield port
+
+
+def request(port: int, method: str, path: str, body: bytes | None = None,
+            timeout: float = 15) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        connection.request(method, path, body=body, headers=headers)
+        answer = connection.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        connection.close()
+
+
+def assert_api_error(answer: tuple[int, dict[str, str], bytes], status: int) -> dict[str, str]:
+    got, headers, body = answer
+    assert got == status, body[:200]
+    assert headers["content-type"].startswith("application/json"), body[:200]
+    error: dict[str, str] = json.loads(body)
+    assert set(error) >= {"error", "detail"} and error["detail"]
+    return error
+
+
+@pytest.mark.parametrize("status", [201, 400, 404, 409, 503])
+def test_the_shops_answers_pass_through_untouched(nginx, status):
+    answer = request(nginx, "POST", f"/status/{status}", b'{"user_id": "u"}')
+    assert assert_api_error(answer, status)["error"] == "stub"
+    if status == 503:
+        assert answer[1]["retry-after"] == "1"
+
+
+def test_a_body_the_shop_may_refuse_reaches_the_shop(nginx):
+    # the shop's own limit is 64 KiB (413 JSON from the app): nginx lets 100 KB through
+    status, _, body = request(nginx, "POST", "/api/products/sku-1/purchase", b"x" * 100_000)
+    assert (status, json.loads(body)["received"]) == (200, 100_000)
+
+
+def test_a_body_too_large_for_nginx_is_413_json(nginx):
+    answer = request(nginx, "POST", "/api/products/sku-1/purchase", b"x" * 2_000_000)
+    assert assert_api_error(answer, 413)["error"] == "request_entity_too_large"
+
+
+def test_a_url_too_long_for_nginx_is_414_json(nginx):
+    answer = request(nginx, "GET", "/api/products/" + "x" * 10_000)
+    assert assert_api_error(answer, 414)["error"] == "request_uri_too_long"
+
+
+def test_a_request_nginx_cannot_read_is_400_json(nginx):
+    with socket.create_connection(("127.0.0.1", nginx), timeout=10) as raw:
+        raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nBroken header line\r\n\r\n")
+        reply = b""
+        while chunk := raw.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply[:200]
+    assert b"application/json" in head and json.loads(body)["error"] == "bad_request"
+
+
+def test_a_replica_not_answering_is_502_json_with_retry_after(tmp_path):
+    with run_nginx(tmp_path, free_port()) as port:  # nothing listens upstream
+        answer = request(port, "POST", "/api/products/sku-1/purchase", b'{"user_id": "u"}')
+        assert assert_api_error(answer, 502)["error"] == "bad_gateway"
+        assert answer[1]["retry-after"] == "1"
+
+
+def test_a_replica_too_slow_is_504_json_with_retry_after(tmp_path, stub):
+    with run_nginx(tmp_path, stub, read_timeout="1s") as port:
+        answer = request(port, "POST", "/slow", b'{"user_id": "u"}')
+        assert assert_api_error(answer, 504)["error"] == "gateway_timeout"
+        assert answer[1]["retry-after"] == "1"
