@@ -163,6 +163,19 @@ def test_a_newcomer_cannot_jump_the_queue(redis_client) -> None:
     assert redis_client.get(holder.key) == b"first-in-line"
 
 
+def test_a_newcomer_cannot_jump_a_live_queue_once_a_crashed_holders_ttl_ran_out(
+        redis_client) -> None:
+    # after a release the key is handed to the head at once (above); after a crash the
+    # key is simply free while a live waiter is queued: the newcomer must not take it
+    crashed = fair(redis_client, "fair-barge", ttl_ms=200)
+    assert crashed.acquire(blocking=False)  # and never releases
+    enqueue(crashed, "first-in-line")  # a live waiter (lease 10 s)
+    time.sleep(0.4)  # the crashed holder's key expires
+    newcomer = fair(redis_client, "fair-barge")
+    assert not newcomer.acquire(blocking=False)
+    assert redis_client.get(crashed.key) == b"first-in-line"
+
+
 def test_a_crashed_holder_frees_the_lock_after_its_ttl(redis_client) -> None:
     crashed = fair(redis_client, ttl_ms=200)
     crashed.acquire()  # and never releases

@@ -48,6 +48,20 @@ def test_quorum_is_a_strict_majority() -> None:
     assert [quorum(n) for n in (1, 2, 3, 4, 5, 7)] == [1, 2, 2, 3, 3, 4]
 
 
+def test_releasing_an_expired_redlock_does_not_free_the_next_holders(redlock_clients):
+    # token's test of the same name, for redlock's own release script: without its owner
+    # check only the 8-process contest noticed (as overlapping sections)
+    late = lockcore.create("redlock", redlock_clients, "rl-expiry", ttl_ms=200)
+    assert late.acquire(blocking=False)
+    time.sleep(0.35)  # its keys expire on every node
+    following = lockcore.create("redlock", redlock_clients, "rl-expiry", ttl_ms=10_000)
+    assert following.acquire(blocking=False)
+    with pytest.raises(LockNotOwned):
+        late.release()
+    assert following.held()
+    following.release()
+
+
 def test_validity_is_ttl_minus_elapsed_minus_drift() -> None:
     assert drift_ms(10_000) == 102
     assert validity_ms(10_000, 500) == 10_000 - 500 - 102

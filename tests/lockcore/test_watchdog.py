@@ -13,6 +13,7 @@ import lockcore
 from lockcore import LockLost, LockNotOwned
 from lockcore.embedded import RedisServer
 from tests.lockcore.processes import holders
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,6 +96,29 @@ def test_renewals_failing_for_a_whole_ttl_mark_the_lock_lost():
         server.resume()
         with pytest.raises(LockNotOwned):
             lock.release()
+    finally:
+        client.close()
+        server.cleanup()
+
+
+def test_the_loss_is_reported_one_ttl_after_the_last_renewal_not_later():
+    # the timeline: "last successful renewal + ttl has passed ... lock.lost becomes True".
+    # The watchdog reads the lock's clock: a fake one says exactly when a ttl has passed,
+    # however slow the machine (a loss reported 3 ttls late passed the test above)
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, socket_timeout=0.05)
+    clock = FakeClock()
+    lost = threading.Event()
+    try:
+        lock = lockcore.create("token", client, "res", ttl_ms=TTL_MS, watchdog=True,
+                               clock=clock, on_lost=lambda lock, reason: lost.set())
+        assert lock.acquire(blocking=False)
+        server.pause()  # every renewal from here on fails
+        clock.now += TTL_MS / 1000 - 0.01
+        assert not lost.wait(1.0), "lost before a whole ttl without a renewal had passed"
+        clock.now += 0.02
+        assert lost.wait(5), "a whole ttl without a renewal passed and the lock is not lost"
+        server.resume()
     finally:
         client.close()
         server.cleanup()

@@ -140,6 +140,34 @@ def test_waiters_are_granted_the_lock_in_arrival_order(zk, request) -> None:
     assert grants == list(range(6))
 
 
+def test_each_waiter_watches_only_its_own_predecessor(zk, request) -> None:
+    # the docstring's "no thundering herd": kazoo's recipe does this, and a kazoo that
+    # stopped doing it would pass every order and exclusion test. The watches are read
+    # from the client's own table of data watchers (kazoo's, not a public API)
+    holder = lockcore.create("zookeeper", zk, request.node.name)
+    assert holder.acquire()
+
+    def watched() -> dict[str, int]:
+        return {path: len(watchers) for path, watchers in list(zk._data_watchers.items())
+                if path.startswith(holder.path + "/") and watchers}
+
+    waiters = [lockcore.create("zookeeper", zk, request.node.name) for _ in range(3)]
+    threads = [threading.Thread(target=waiter.acquire, kwargs={"timeout": 30})
+               for waiter in waiters]
+    try:
+        for queued, thread in enumerate(threads, start=2):
+            thread.start()  # one at a time: each queues behind the one before
+            assert _wait_until(lambda n=queued: len(zk.get_children(holder.path)) == n)
+        assert _wait_until(lambda: sum(watched().values()) == 3)
+        assert sorted(watched().values()) == [1, 1, 1], watched()  # three znodes, one each
+    finally:  # each waiter in turn gets the lock and gives it up
+        holder.release()
+        for waiter, thread in zip(waiters, threads, strict=True):
+            if thread.ident is not None:  # started
+                thread.join(30)
+                waiter.release()
+
+
 def test_releasing_a_lock_not_held_raises(zk, request) -> None:
     lock = lockcore.create("zookeeper", zk, request.node.name)
     with pytest.raises(LockNotOwned):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import update
 
 import lockcore
 from tests.webapp.conftest import SKU, auth, backends, buy, buy_after_holdoff, make_app, reset
+from webapp.models import Sale
 
 
 def test_healthz_reports_redis_and_database_ok(client):
@@ -112,6 +114,28 @@ def test_the_audit_notices_redis_stock_that_disagrees_with_the_orders(client, re
     redis_client.set("sale:{sku-1}:stock", 10)  # a lost update looks like this
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert audit["consistent"] is False
+
+
+def test_the_audit_notices_a_database_count_that_disagrees_with_redis(app, client):
+    # Redis and the orders add up; only the database's own count is off (a lost
+    # decrement): "consistent" also means Redis agrees with the database (CONTRACT)
+    assert buy(client, "ann").status_code == 201
+    with backends(app).sessions.begin() as session:
+        session.execute(update(Sale).where(Sale.sku == SKU).values(remaining=10))
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["units_sold"], audit["database_remaining"]) == (9, 1, 10)
+    assert audit["consistent"] is False
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "sql", "token"])
+def test_a_buyer_of_more_than_is_left_is_sold_out_and_takes_nothing(client, strategy):
+    # the crowd tests hit this only when their last buyer happens to ask for too much
+    reset(client, stock=3, strategy=strategy, limit=5)
+    answer = buy(client, "ann", quantity=5)
+    assert (answer.status_code, answer.get_json()["error"]) == (409, "sold_out")
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["units_sold"], audit["oversold"]) == (3, 0, 0), audit
+    assert audit["consistent"] is True
 
 
 def test_an_admin_reset_deletes_orders_and_sets_stock_and_strategy(client):

@@ -127,6 +127,26 @@ def test_a_failed_order_write_returns_the_unit_to_stock(deps, lock, monkeypatch)
     assert checkout(deps, PurchaseRequest(SKU, "ann")).created  # and the buyer may retry
 
 
+class WorkerStopped(BaseException):
+    """What gevent raises in a request stopped mid-work (GreenletExit is one)."""
+
+
+def _stopped(seconds: float) -> None:
+    raise WorkerStopped
+
+
+@pytest.mark.parametrize("key", [None, "k-1"], ids=["script-path", "keyed-path"])
+def test_an_atomic_purchase_stopped_in_its_work_gives_its_units_back(sessions, redis_client, key):
+    sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=5, strategy="atomic")
+    sales.reset_sale(sessions, redis_client, SKU, stock=5, strategy="atomic", work_ms=5)
+    stopped = Checkout(sessions=sessions, redis=redis_client, lock_for=lambda sale, user: None,
+                       sleep=_stopped)
+    with pytest.raises(WorkerStopped):
+        checkout(stopped, PurchaseRequest(SKU, "ann", idempotency_key=key))
+    result = sales.audit(sessions, redis_client, SKU)
+    assert (result["remaining"], result["orders"], result["consistent"]) == (5, 0, True), result
+
+
 def test_the_simulated_work_happens_inside_the_lock(deps, lock):
     slept: list[float] = []
     deps.sleep = lambda seconds: slept.append(seconds) or lock.calls.append("work")
