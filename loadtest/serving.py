@@ -82,6 +82,17 @@ def _shop_env(args: argparse.Namespace) -> dict[str, str]:
     return {"LOCK_TIMEOUT_S": str(timeout)} if timeout else {}
 
 
+#: what a shop lacks when it cannot run a strategy it names
+NEEDS = {"zookeeper": "it has no ZOOKEEPER_HOSTS", "redlock": "it has no REDLOCK_URLS"}
+
+
+def unusable_at(shop: ShopClient, strategies: list[str]) -> list[str]:
+    """The strategies in ``strategies`` that a running shop cannot run (no ZooKeeper,
+    no RedLock nodes, or a shop too old to know the name)."""
+    usable = set(shop.usable_strategies())
+    return [name for name in strategies if name not in usable]
+
+
 @contextlib.contextmanager
 def serve_target(args: argparse.Namespace, wanted: list[str],
                  named: bool = False) -> Iterator[Target]:
@@ -101,6 +112,13 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
             problem = shop.unusable(Plan.sku)
             if problem is not None:
                 raise ShopUnreachable(problem)
+            for name in unusable_at(shop, strategies):  # (a reset would be refused: 400)
+                why = NEEDS.get(name, "it does not offer it")
+                if named:
+                    raise ShopUnreachable(f"the shop at {shop.url} cannot run {name}: {why}")
+                strategies.remove(name)
+                notes.append(f"{name} skipped: the shop at {shop.url} cannot run it ({why})")
+                print(notes[-1], flush=True)
             redis_urls = [u for u in [os.environ.get("REDIS_URL"), *redlock] if u]
         else:
             from webapp import config as settings

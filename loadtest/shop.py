@@ -101,6 +101,12 @@ class ShopClient:
             return str(getattr(exc, "reason", None) or exc)
         return None
 
+    def usable_strategies(self) -> list[str]:
+        """The strategies this shop has the servers for (``GET /api/strategies?usable=
+        true``; a shop that ignores the parameter answers with all of them)."""
+        names = self._call("GET", "/api/strategies?usable=true")
+        return [str(name) for name in names] if isinstance(names, list) else []
+
     def unusable(self, sku: str) -> str | None:
         """Why a showdown could not run against this shop, found before the first phase
         rather than as every phase's error: nothing answers, what answers is not a

@@ -39,7 +39,7 @@ from .compare import (
 )
 from .phase import Plan, run_phase
 from .serving import Target, serve_target, strategy_names, strategy_safety
-from .shop import ShopUnreachable
+from .shop import ShopError, ShopUnreachable
 from .verdict import ANSWER_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
@@ -178,6 +178,10 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
         try:
             result = run_phase(target.shop, target.redis_clients, name, safe, phase_plan,
                                raw_dir, round_no)
+        except ShopError as exc:  # the shop said why (a refused reset): no traceback
+            logger.error("phase %s failed: %s", shown, str(exc).splitlines()[0])
+            result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc),
+                                    round_no=round_no)
         except Exception as exc:  # noqa: BLE001 - one broken phase must not hide the rest
             logger.exception("phase %s failed", shown)
             result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc),

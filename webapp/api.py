@@ -152,9 +152,19 @@ def audit(sku: str) -> Response:
 
 @bp.get("/api/strategies")
 def strategies() -> Response:
+    """Every strategy a sale may name; ``?usable=true``: only those this shop has the
+    servers for (``zookeeper`` needs ZOOKEEPER_HOSTS, ``redlock`` REDLOCK_URLS), so a
+    showdown against it (``--url``) skips the others up front instead of failing them."""
     from .paths import names
+    from .problems import InvalidRequest
 
-    return jsonify(names())
+    usable = request.args.get("usable")
+    if usable is None:
+        return jsonify(names())
+    if usable != "true":
+        raise InvalidRequest("usable must be 'true' (or left out for every strategy)")
+    config = get_backends().config
+    return jsonify([name for name in names() if locks.configured(name, config)])
 
 
 @bp.get("/api/openapi.json")

@@ -106,8 +106,13 @@ def document() -> dict[str, Any]:
                               **_errors((404, "unknown_sku"), (503, "busy: Redis is down"))}}},
             "/api/strategies": {"get": {
                 "summary": "The strategies a sale may be reset to",
+                "parameters": [{"name": "usable", "in": "query", "required": False,
+                                "description": "true: only those this shop has the "
+                                               "servers for (ZooKeeper, RedLock nodes)",
+                                "schema": {"type": "string", "enum": ["true"]}}],
                 "responses": {"200": _json({"type": "array", "items": {"type": "string"}},
-                                           "their names")}}},
+                                           "their names"),
+                              **_errors((400, "invalid_request"))}}},
         },
         "components": {
             "schemas": {"Error": {"type": "object", "required": ["error", "detail"],

@@ -21,8 +21,12 @@ from werkzeug.wrappers import Request, Response
 class StubShop:
     def __init__(self, stock: int = 10, oversell: int = 0, failing_resets: int = 0,
                  token: str = "t", busy_after: int | None = None,
-                 section_s: float = 0.0, answers_lost_after: int | None = None) -> None:
+                 section_s: float = 0.0, answers_lost_after: int | None = None,
+                 strategies: tuple[str, ...] = ("naive", "token", "stub"),
+                 unusable: tuple[str, ...] = ()) -> None:
         self.lock = threading.Lock()
+        #: what ``GET /api/strategies`` names; ``?usable=true`` leaves out ``unusable``
+        self.strategies, self.unusable = strategies, unusable
         self.token = token
         #: how long a purchase that takes a unit holds the lock (simulated work)
         self.section_s = section_s
@@ -71,7 +75,9 @@ class StubShop:
         elif path == "/api/noop":
             status, body = 200, ({"ok": True} if method == "POST" else {})
         elif path == "/api/strategies":
-            status, body = 200, ["naive", "token", "stub"]
+            usable = request.args.get("usable") == "true"
+            status, body = 200, [name for name in self.strategies
+                                 if not (usable and name in self.unusable)]
         elif method == "PUT" and request.headers.get("Authorization") != f"Bearer {self.token}":
             status, body = 401, {"error": "unauthorized", "detail": "the admin token"}
         elif method == "PUT" and int((request.get_json() or {}).get("stock", 0)) < 0:

@@ -7,6 +7,7 @@ without the web app; ``test_showdown_app.py`` runs the real thing.
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -203,3 +204,30 @@ def test_workers_and_lock_timeout_with_url_are_refused_not_ignored(capsys):
 def test_duration_without_sustained_is_refused_not_ignored(capsys):
     code = main(["showdown", "--duration", "30"])
     assert code == 2 and "--duration is for --sustained runs" in capsys.readouterr().err
+
+
+def _url_args(url: str) -> argparse.Namespace:
+    return argparse.Namespace(url=url, admin_token="t")
+
+
+def test_url_leaves_out_of_the_default_list_what_the_shop_cannot_run(capsys):
+    # a plain `seckill serve` has no ZOOKEEPER_HOSTS: the default run reset sku-1 to
+    # zookeeper, got 400, printed a traceback and exited 1
+    from loadtest.serving import serve_target
+
+    shop = StubShop(strategies=("naive", "token", "zookeeper"), unusable=("zookeeper",))
+    with serve(shop) as url, serve_target(_url_args(url), ["token", "zookeeper"]) as target:
+        assert target.strategies == ["token"]
+        assert target.notes == [f"zookeeper skipped: the shop at {url} cannot run it "
+                                "(it has no ZOOKEEPER_HOSTS)"]
+
+
+def test_url_with_a_named_strategy_the_shop_cannot_run_is_one_line_before_any_phase(
+        tmp_path, capsys):
+    shop = StubShop(strategies=("naive", "token", "zookeeper"), unusable=("zookeeper",))
+    with serve(shop) as url:
+        code = showdown(url, tmp_path, "token,zookeeper")
+    out, err = capsys.readouterr()
+    assert code == 1 and "[1/" not in out and "Traceback" not in out + err
+    assert f"error: the shop at {url} cannot run zookeeper: it has no ZOOKEEPER_HOSTS" in err
+    assert shop.initial == 10  # nothing was reset

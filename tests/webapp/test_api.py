@@ -157,6 +157,15 @@ def test_every_strategy_the_shop_offers_can_be_selected_and_sells(client):
         assert (audit["units_sold"], audit["consistent"]) == (1, True), strategy
 
 
+def test_usable_strategies_leave_out_those_whose_servers_this_shop_lacks(client):
+    every = client.get("/api/strategies").get_json()
+    usable = client.get("/api/strategies?usable=true").get_json()
+    assert {"redlock", "zookeeper"} <= set(every)  # this app has neither server
+    assert usable == [name for name in every if name not in ("redlock", "zookeeper")]
+    answer = client.get("/api/strategies?usable=yes")
+    assert (answer.status_code, answer.get_json()["error"]) == (400, "invalid_request")
+
+
 def test_a_strategy_without_its_servers_is_a_clear_400(client):
     response = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
                           json={"stock": 5, "strategy": "zookeeper"})
