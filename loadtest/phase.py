@@ -131,7 +131,9 @@ def _read_locust(result: StrategyResult, prefix: Path, plan: Plan) -> None:
     result.p50, result.p95, result.p99 = timed.p50, timed.p95, timed.p99
     history = locust_csv.read_history(prefix)
     result.throughput = locust_csv.throughput(history)
-    if plan.mode in NOOP_MODES:  # a baseline counts its steady window, as purchases do
+    if plan.mode != "flash":  # a sustained phase's steady window, as its purchases/s:
+        # Locust's whole-run average counts the ramp (and its CSV misses the last
+        # second), so req/s came out below purchases/s in the same row
         result.rps = sustained.requests_per_s(history, total.rps)
 
 

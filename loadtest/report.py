@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from . import svg
 from .compare import FAIL, NOTHING_SOLD, OK, StrategyResult, format_rounds, table_rows
@@ -68,9 +69,31 @@ def _raw_links(raw_files: list[str]) -> str:
     """One link per raw file (a browser lists a ``file://`` folder, a web server may not)."""
     if not raw_files:
         return ""
-    items = "".join(f"<li><a href='{escape(name, quote=True)}'>{escape(name)}</a></li>"
+    # a round's files are named "atomic #2_stats.csv": unquoted, "#" began a fragment
+    items = "".join(f"<li><a href='{escape(quote(name), quote=True)}'>{escape(name)}</a></li>"
                     for name in raw_files)
     return f"<details><summary>{len(raw_files)} raw files</summary><ul>{items}</ul></details>"
+
+
+def _explained(results: list[StrategyResult]) -> str:
+    """What the table's columns mean: a flash sale's, or a sustained run's."""
+    verdicts = ("<p>A strategy marked safe that oversold, lost an order or left the sale "
+                "inconsistent is a FAIL; unsafe ones are expected to break (the lesson). ")
+    if any(r.mode != "flash" for r in results):
+        return (verdicts + "<em>purchases/s</em> and <em>req/s</em> are counted over the "
+                "phase's steady window (its first seconds of ramp and its last second "
+                "left out); <em>% POST no-op</em> is purchases/s as a share of the no-op "
+                "baselines run beside it, the purchase's own client code against an "
+                "endpoint that does nothing; <em>% GET no-op</em> the same against the "
+                "old bare GET. <em>redis/purchase</em> counts every Redis command of the "
+                "run per purchase.</p>")
+    return (verdicts + "<em>sell-out s</em> is from the first purchase attempt to the "
+            "answer that sold the last unit; a dash means the buyers' answers did not "
+            "account for every unit: fewer buyers than units, or a phase that ended first "
+            "(locks timing out under the spike answer <code>503 busy</code>). "
+            "<em>fairness</em> is the share of the first buyers to arrive, one per unit, "
+            "who got one. <em>redis/purchase</em> counts every Redis command of the run "
+            "(browsing included) per purchase attempt.</p>")
 
 
 def render(results: list[StrategyResult], summary: dict[str, Any],
@@ -87,15 +110,7 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
         f"({summary.get('elapsed_s', '?')} s)</p>",
         _table(results),
         *(f"<p>{escape(line)}</p>" for line in format_rounds(results).splitlines()),
-        "<p>A strategy marked safe that oversold, lost an order or left the sale "
-        "inconsistent is a FAIL; unsafe ones are expected to break (the lesson). "
-        "<em>sell-out s</em> is from the first purchase attempt to the answer that sold "
-        "the last unit; a dash means the buyers' answers did not account for every unit: "
-        "fewer buyers than units, or a phase that ended first (locks timing out under "
-        "the spike answer <code>503 busy</code>). <em>fairness</em> is the share of the "
-        "first buyers to arrive, one per unit, who got one. <em>redis/purchase</em> "
-        "counts every Redis command of the run (browsing included) per purchase "
-        "attempt.</p>",
+        _explained(results),
         *charts(results),
         f"<h2>Machine and settings</h2><ul>{facts}</ul>",
         "<p>Raw data: <a href='summary.json'>summary.json</a>, Locust CSVs, logs and "

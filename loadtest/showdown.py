@@ -29,6 +29,7 @@ from .cliargs import (
     write_results,
 )
 from .compare import (
+    NOOP_MODES,
     NOTHING_SOLD,
     StrategyResult,
     failed,
@@ -173,8 +174,10 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
     results = []
     for i, (name, safe, phase_plan, round_no) in enumerate(phases, 1):
         shown = phase_label(name, phase_plan.mode, round_no)
-        print(f"[{i}/{len(phases)}] {shown}: reset, {phase_plan.users} buyers "
-              f"({phase_plan.mode}), audit ...", flush=True)
+        steps = (f"{phase_plan.users} buyers ({phase_plan.mode})"
+                 if phase_plan.mode in NOOP_MODES  # a baseline resets and audits nothing
+                 else f"reset, {phase_plan.users} buyers ({phase_plan.mode}), audit")
+        print(f"[{i}/{len(phases)}] {shown}: {steps} ...", flush=True)
         try:
             result = run_phase(target.shop, target.redis_clients, name, safe, phase_plan,
                                raw_dir, round_no)
@@ -211,6 +214,14 @@ def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
             return f"--report {report_dir}: {exc.strerror or exc}"
         if not os.access(report_dir, os.W_OK):
             return f"--report {report_dir}: not writable"
+        # what the run writes into it: a file where raw/ goes, or a directory where a
+        # page goes, failed after the shop was served or after the whole run
+        raw = report_dir / "raw"
+        if raw.exists() and not raw.is_dir():
+            return f"--report {report_dir}: {raw} is not a directory"
+        for name in ("index.html", "summary.json"):
+            if (report_dir / name).is_dir():
+                return f"--report {report_dir}: {report_dir / name} is a directory"
     problem = None if json_file is None else unwritable_file(Path(json_file), make_parent=True)
     return None if problem is None else f"--json {json_file}: {problem}"
 

@@ -75,7 +75,7 @@ def test_a_reset_that_fails_once_is_retried_and_one_that_keeps_failing_is_an_err
         ShopClient(url, "t").reset_sale("sku-1", 5, "token", 0, attempts=2)
 
 
-def test_paired_puts_a_post_no_op_after_every_strategy_phase(tmp_path, monkeypatch):
+def test_paired_puts_a_post_no_op_after_every_strategy_phase(tmp_path, monkeypatch, capsys):
     from loadtest import showdown as module
     from loadtest.compare import StrategyResult
     from loadtest.phase import Plan
@@ -90,6 +90,10 @@ def test_paired_puts_a_post_no_op_after_every_strategy_phase(tmp_path, monkeypat
     target = type("Target", (), {"shop": None, "redis_clients": []})()
     module.run_showdown(target, ["token", "atomic"], Plan(mode="sustained"), tmp_path,
                         rounds=2, paired=True)
+    progress = capsys.readouterr().out.splitlines()
+    # a baseline resets and audits nothing: its progress line said it did
+    assert "[1/10] no-op baseline: 1000 buyers (noop) ..." in progress
+    assert "[3/10] token: reset, 1000 buyers (sustained), audit ..." in progress
     assert ran == [
         ("no-op baseline", "noop", 0), ("no-op GET (old)", "noop-get", 0),
         ("token", "sustained", 1), ("no-op baseline (after token)", "noop", 1),
@@ -231,3 +235,31 @@ def test_url_with_a_named_strategy_the_shop_cannot_run_is_one_line_before_any_ph
     assert code == 1 and "[1/" not in out and "Traceback" not in out + err
     assert f"error: the shop at {url} cannot run zookeeper: it has no ZOOKEEPER_HOSTS" in err
     assert shop.initial == 10  # nothing was reset
+
+
+def test_a_phase_the_shop_refuses_is_one_line_not_a_traceback(tmp_path, caplog):
+    with serve(StubShop(failing_resets=99)) as url:
+        assert showdown(url, tmp_path, "token") == 1
+    failed = [r for r in caplog.records if "phase token failed" in r.getMessage()]
+    assert failed and all(r.exc_info is None for r in failed)
+    assert "HTTP 500" in failed[0].getMessage()
+
+
+@pytest.mark.parametrize("blocker", ["raw", "index.html", "summary.json"])
+def test_a_report_dir_the_run_could_not_write_into_is_refused_before_the_run(
+        tmp_path, capsys, blocker):
+    # raw/ as a file failed with a traceback once the shop was served; index.html as a
+    # directory failed after the whole run
+    report = tmp_path / "report"
+    report.mkdir()
+    if blocker == "raw":
+        (report / "raw").write_text("")
+    else:
+        (report / blocker).mkdir()
+    shop = StubShop()
+    with serve(shop) as url:
+        code = main(["showdown", "--url", url, "--admin-token", "t", "--users", "5",
+                     "--stock", "2", "--strategies", "token", "--report", str(report)])
+    out, err = capsys.readouterr()
+    assert code == 2 and f"--report {report}: {report / blocker}" in err
+    assert "[1/" not in out and shop.initial == 10

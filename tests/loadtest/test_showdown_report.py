@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -95,6 +96,17 @@ def test_the_report_links_every_raw_file_of_its_phases_and_no_other(tmp_path):
     assert {f"raw/{name}" for name in ours} <= urls
     assert not {f"raw/{name}" for name in theirs} & urls
     assert all((tmp_path / url).exists() for url in urls - {"raw/", "summary.json"})
+
+
+def test_a_rounds_raw_files_are_linked_by_urls_a_browser_resolves(tmp_path):
+    # "token #2_stats.csv" linked unquoted: the browser read "#2_stats.csv" as a fragment
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "token #2_stats.csv").write_text("x")
+    second = result("token", True, mode="sustained", round_no=2)
+    html = write_report(tmp_path, [second], {}).read_text()
+    urls = set(re.findall(r"href='([^']+)'", html)) - {"raw/", "summary.json"}
+    assert urls == {"raw/token%20%232_stats.csv"}
+    assert all((tmp_path / unquote(url)).exists() for url in urls)
 
 
 def test_sustained_results_chart_purchases_per_second_against_the_baseline():
@@ -191,3 +203,28 @@ def test_a_paired_phase_is_a_share_of_the_baselines_right_beside_it():
     # 720 / 900 (1000 before, past the broken one, and 800 after)
     assert [cells[name][post_at] for name in ("token", "fair", "atomic")] == \
         ["95%", "90%", "80%"]
+
+
+@pytest.mark.parametrize("mode", ["sustained", "noop"])
+def test_a_sustained_phases_req_s_is_its_steady_window_like_its_purchases(tmp_path, mode):
+    # a ramp of 3 slow seconds, then 1000 requests a second: Locust's whole-run average
+    # is not the rate the purchases/s beside it is measured over
+    from loadtest.phase import Plan, _read_locust
+
+    header = (FIXTURES / "flash_stats_history.csv").read_text().splitlines()[0]
+    counts = [0, 10, 20, 30, 1030, 2030, 3030, 4030, 5030, 6030]
+    rows = [f"{1_800_000_000 + i},100,,Aggregated,0,0,1,1,1,1,1,1,1,1,1,1,1,{n},0,1,1,1,1,1"
+            for i, n in enumerate(counts)]
+    (tmp_path / "x_stats_history.csv").write_text("\n".join([header, *rows]) + "\n")
+    # the totals of another run (its whole-run average: 1096 requests/s)
+    (tmp_path / "x_stats.csv").write_text((FIXTURES / "flash_stats.csv").read_text())
+    phase = result("token", True, mode=mode)
+    _read_locust(phase, tmp_path / "x", Plan(mode=mode))
+    assert phase.rps == pytest.approx(1000, rel=0.01)
+
+
+def test_a_sustained_report_explains_its_own_columns_not_the_flash_sales():
+    flash = render([result("token", True)], {})
+    sustained = render([result("token", True, mode="sustained")], {})
+    assert "sell-out s" in flash and "% POST no-op" not in flash
+    assert "% POST no-op</em>" in sustained and "sell-out s" not in sustained
