@@ -167,7 +167,10 @@ class Backends:
         hosts = self.config["ZOOKEEPER_HOSTS"]
         if not hosts:
             raise Busy("the zookeeper strategy needs ZOOKEEPER_HOSTS")
-        from kazoo.client import KazooClient
+        try:  # a sale left on zookeeper by a shop that had kazoo: 503, and a reset moves it
+            from kazoo.client import KazooClient
+        except ImportError:
+            raise Busy("the zookeeper strategy needs kazoo, which is not installed") from None
         from kazoo.handlers.threading import SequentialThreadingHandler
 
         handler: Any = SequentialThreadingHandler()

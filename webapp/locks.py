@@ -51,7 +51,22 @@ def _missing_backend(strategy: str, config: dict[str, Any]) -> str | None:
         return "strategy 'redlock' needs REDLOCK_URLS (five Redis servers)"
     if strategy == "zookeeper" and not config["ZOOKEEPER_HOSTS"]:
         return "strategy 'zookeeper' needs ZOOKEEPER_HOSTS"
+    if strategy == "zookeeper" and not kazoo_installed():
+        return KAZOO_MISSING
     return None
+
+
+#: the shop has ZOOKEEPER_HOSTS but not the client library (a base install)
+KAZOO_MISSING = ("strategy 'zookeeper' needs kazoo, which is not installed "
+                 "(pip install 'seckill[zookeeper]', or kazoo)")
+
+
+def kazoo_installed() -> bool:
+    try:
+        import kazoo.client  # noqa: F401  (imported once, then a dict lookup)
+    except ImportError:
+        return False
+    return True
 
 
 def check_configured(strategy: str, config: dict[str, Any]) -> None:

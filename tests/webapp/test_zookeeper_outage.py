@@ -4,6 +4,7 @@ once ZooKeeper is back."""
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from lockcore.strategies.zookeeper import RELEASE_WAIT_S
 from lockcore.zkserver import ZooKeeperServer
-from webapp import admin, extensions, sales
+from webapp import admin, extensions, locks, sales
 from webapp.keys import SaleKeys
 from webapp.serve import ServedApp
 
@@ -141,3 +142,40 @@ def test_a_sale_on_redlock_can_be_switched_away_while_its_majority_is_down(
     app = make_app(sqlite_url, redis_url, REDLOCK_URLS=urls, LOCK_TTL_MS=300,
                    LOCK_TIMEOUT_S=0.5)
     switch_away_while_its_lock_is_down(app, "redlock", monkeypatch)
+
+
+def test_a_sale_on_zookeeper_can_be_switched_away_once_kazoo_is_gone(
+        sqlite_url: str, redis_url: str, redis_client: Any, monkeypatch) -> None:
+    # a shop with ZOOKEEPER_HOSTS and no kazoo (a base install): every purchase and every
+    # reset of a zookeeper sale was a 500 (ModuleNotFoundError); the sale was stuck
+    app = make_app(sqlite_url, redis_url, ZOOKEEPER_HOSTS="127.0.0.1:1", LOCK_TTL_MS=300)
+    b = backends(app)
+    try:
+        empty_shop(app)  # a sale put on zookeeper while kazoo was there
+        sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=5, strategy="zookeeper")
+        sales.reset_sale(b.sessions, b.redis, SKU, stock=5, strategy="zookeeper")
+        monkeypatch.setitem(sys.modules, "kazoo.client", None)  # importing it fails
+        client = app.test_client()
+        refused = buy(client, "ann")
+        assert refused.status_code == 503 and "kazoo" in refused.get_json()["detail"]
+        away = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                          json={"stock": 5, "strategy": "token"})
+        assert away.status_code == 200, away.get_json()
+        assert buy(client, "ann").status_code == 201
+    finally:
+        b.close()
+
+
+def test_zookeeper_without_kazoo_is_a_400_naming_it(sqlite_url: str, redis_url: str,
+                                                    redis_client: Any, monkeypatch) -> None:
+    monkeypatch.setattr(locks, "kazoo_installed", lambda: False)
+    app = make_app(sqlite_url, redis_url, ZOOKEEPER_HOSTS="127.0.0.1:1")
+    try:
+        answer = app.test_client().put(f"/api/admin/sales/{SKU}", headers=auth(),
+                                       json={"stock": 5, "strategy": "zookeeper"})
+        assert answer.status_code == 400
+        assert "needs kazoo" in answer.get_json()["detail"]
+        usable = app.test_client().get("/api/strategies?usable=true").get_json()
+        assert "zookeeper" not in usable and "token" in usable
+    finally:
+        backends(app).close()
