@@ -145,7 +145,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                   "DATABASE_URL) ...", flush=True)
             try:
                 app = stack.enter_context(ServedApp(
-                    workers=args.workers or 2, redis_url=os.environ.get("REDIS_URL"),
+                    workers=args.workers or 2, redis_url=os.environ.get("REDIS_URL") or None,
                     database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
                     zookeeper_hosts=zk_hosts, env=_shop_env(args)))
             except StartupError:

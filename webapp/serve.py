@@ -79,7 +79,10 @@ def main(args: argparse.Namespace) -> int:
     # here: ``webapp.cli.stop_like_ctrl_c`` set that up for every command
     # the shop's log outlives it: warnings for an operator to settle (an order in doubt,
     # units that could not go back) were in a temp dir removed on exit
-    served = ServedApp(args.host, args.port or None, args.workers, os.environ.get("REDIS_URL"),
+    # an empty REDIS_URL is unset, as for DATABASE_URL (it was "Redis URL must specify
+    # one of the following schemes", naming no variable)
+    served = ServedApp(args.host, args.port or None, args.workers,
+                       os.environ.get("REDIS_URL") or None,
                        database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"),
                        log_path=Path.cwd() / "instance" / "seckill-serve.log")
     try:

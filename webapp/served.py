@@ -156,6 +156,19 @@ def check_port_free(host: str, port: int) -> None:
                                f"{exc.strerror or exc}{hint}") from None
 
 
+def absolute_sqlite(url: str) -> str:
+    """A SQLite URL with a relative path made absolute (from the working dir it was given
+    in): gunicorn's workers run in a scratch dir."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    name = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not name or name == ":memory:" \
+            or name.startswith("file:") or os.path.isabs(name):
+        return url
+    return parsed.set(database=os.path.abspath(name)).render_as_string(hide_password=False)
+
+
 class ServedApp:
     """The shop served by gunicorn; ``url``, ``admin_token``, ``redis_url``,
     ``redlock_urls``, ``database_url`` and ``pid`` (gunicorn's master) once started.
@@ -251,6 +264,7 @@ class ServedApp:
             self.port = free_port()
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
+        self.database_url = absolute_sqlite(self.database_url)  # gunicorn runs elsewhere
         reachable_database(self.database_url)
         with db.migration_lock(self.database_url):  # another serve may be starting too
             db.upgrade(self.database_url)
@@ -262,13 +276,16 @@ class ServedApp:
         if self.zookeeper_hosts:
             env["ZOOKEEPER_HOSTS"] = self.zookeeper_hosts
         config = str(resources.files("webapp").joinpath("gunicorn_conf.py"))
-        cmd = [sys.executable, "-m", "gunicorn", "-c", config, "--bind",
-               netloc(self.host, self.port), "--workers", str(self.workers)]
+        # run in the scratch dir: ``-m`` and gunicorn's ``chdir`` put the working dir
+        # first on sys.path, and a ``webapp/`` or ``lockcore/`` folder where the user
+        # typed the command was imported instead of the installed shop
+        cmd = [sys.executable, "-m", "gunicorn", "-c", config, "--chdir", str(self.workdir),
+               "--bind", netloc(self.host, self.port), "--workers", str(self.workers)]
         self.logfile.parent.mkdir(parents=True, exist_ok=True)
         with open(self.logfile, "ab" if self.log_path is not None else "wb") as log:
             self.proc = subprocess.Popen(tied_to_parent(cmd), env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, cwd=self.workdir)
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:
@@ -276,8 +293,7 @@ class ServedApp:
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise StartupError(f"gunicorn did not become healthy at {self.url}:\n"
-                                   f"{self.logfile.read_text(errors='replace')[-2000:]}")
+                raise StartupError(self._unhealthy())
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=2) as response:
                     if response.status == 200:
@@ -285,6 +301,17 @@ class ServedApp:
             except OSError:
                 pass
             time.sleep(0.1)
+
+    def _unhealthy(self) -> str:
+        """Why gunicorn did not come up, in one line (the log's last: the exception),
+        then the log's last lines, whole (2,000 characters began mid-word) unless the
+        log is kept (``log_path``), where it is named instead."""
+        lines = self.logfile.read_text(errors="replace").splitlines()
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "no log")
+        why = f"gunicorn did not become healthy at {self.url}: {last}"
+        if self.log_path is not None:
+            return f"{why} (the whole log: {self.log_path})"
+        return why + "\n" + "\n".join(lines[-20:])
 
     def stop(self) -> None:
         """Stop gunicorn, the servers started for it, and remove the scratch dir.

@@ -551,3 +551,27 @@ def test_serve_refuses_a_host_that_is_no_address(capsys, host):
 def test_serve_takes_an_ipv6_address_as_written_in_a_url():
     args = build_parser().parse_args(["serve", "--host", "[::1]"])
     assert args.host == "::1"
+
+
+def test_serve_in_a_folder_with_its_own_webapp_and_an_empty_redis_url_serves_the_shop(
+        tmp_path):
+    # gunicorn ran in the user's folder: its `webapp/` was imported instead of the shop
+    # (a traceback cut mid-word); an empty REDIS_URL was "Redis URL must specify one of
+    # the following schemes"; a relative SQLite path must still mean the user's folder
+    for package in ("webapp", "lockcore"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("raise SystemExit('not the shop')\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDLOCK_URLS", "SECKILL_ADMIN_TOKEN")}
+    env.update(REDIS_URL="", DATABASE_URL="sqlite:///orders/shop.sqlite")
+    with _serving(tmp_path, env) as (proc, printed):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        url = printed["storefront"].rstrip("/")
+        assert request(url, "GET", "/healthz").status == 200
+        assert request(url, "POST", "/api/products/sku-1/purchase",
+                       {"user_id": "here"}).status == 201
+        assert printed["database"] == f"sqlite:///{tmp_path / 'orders' / 'shop.sqlite'}"
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert (tmp_path / "orders" / "shop.sqlite").stat().st_size > 0
+    assert not printed["survivors"], printed["survivors"]
