@@ -575,3 +575,69 @@ def test_serve_in_a_folder_with_its_own_webapp_and_an_empty_redis_url_serves_the
         proc.communicate(timeout=60)
     assert (tmp_path / "orders" / "shop.sqlite").stat().st_size > 0
     assert not printed["survivors"], printed["survivors"]
+
+
+def _second_serve(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return seckill("serve", "--port", str(free_port()), "--workers", "1", cwd=tmp_path,
+                   env=env, timeout=90)
+
+
+def _env(**settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "DATABASE_URL", "REDLOCK_URLS", "SECKILL_ADMIN_TOKEN")}
+    return {**env, **settings}
+
+
+def test_a_second_serve_on_the_same_database_with_its_own_redis_is_refused(tmp_path):
+    # two serves in one folder shared ./instance/seckill.sqlite, each with its own
+    # embedded Redis and so its own stock and lock: `token` sold 199 of 100 units
+    with _serving(tmp_path, _env()) as (first, printed):
+        second = _second_serve(tmp_path, _env())
+        assert second.returncode == 1, second
+        assert f"another seckill serve (pid {first.pid})" in second.stderr, second.stderr
+        assert "sell the stock twice" in second.stderr and "admin token" not in second.stdout
+        url = printed["storefront"].rstrip("/")
+        assert request(url, "POST", "/api/products/sku-1/purchase",
+                       {"user_id": "still-one-shop"}).status == 201
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert not printed["survivors"], printed["survivors"]
+
+
+def test_serves_sharing_one_redis_url_may_share_the_database(tmp_path, redis_url):
+    # the several-hosts layout: one Redis, one database, any number of shops
+    with _serving(tmp_path, _env(REDIS_URL=redis_url)) as (first, printed):
+        with _serving(tmp_path, _env(REDIS_URL=redis_url)) as (second, also):
+            assert "storefront" in also, second.stderr.read() if second.stderr else ""
+            second.send_signal(signal.SIGINT)
+            second.communicate(timeout=60)
+        # but a serve with its own Redis may not join them
+        alone = _second_serve(tmp_path, _env())
+        assert alone.returncode == 1 and "with its own embedded Redis" in alone.stderr, alone
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert not printed["survivors"] and not also["survivors"]
+
+
+@pytest.mark.postgres
+def test_a_second_serve_on_one_postgres_database_with_its_own_redis_is_refused(tmp_path):
+    from tests.support import scratch_postgres
+
+    with scratch_postgres("seckill_claim") as (_, _, url):
+        with _serving(tmp_path, _env(DATABASE_URL=url)) as (first, printed):
+            other = tmp_path / "elsewhere"  # another folder: the database is what counts
+            other.mkdir()
+            second = _second_serve(other, _env(DATABASE_URL=url))
+            assert second.returncode == 1 and "sell the stock twice" in second.stderr, second
+            first.send_signal(signal.SIGINT)
+            first.communicate(timeout=60)
+        # the claim ends with the serve that held it
+        assert _serving_starts(tmp_path, _env(DATABASE_URL=url))
+
+
+def _serving_starts(tmp_path: Path, env: dict[str, str]) -> bool:
+    with _serving(tmp_path, env) as (proc, printed):
+        started = "storefront" in printed
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    return started
