@@ -92,6 +92,11 @@ def check_urls(config: dict[str, Any]) -> None:
             except ValueError as exc:
                 raise ConfigError(f"{name}: {without_password(url)!r} is not a Redis URL "
                                   f"({exc})") from None
+            path = urllib.parse.urlsplit(url).path.strip("/")
+            if not url.startswith("unix:") and path and not path.isdigit():
+                # redis-py reads ".../abc" as db 0: a mistyped db number wrote into db 0
+                raise ConfigError(f"{name}: {without_password(url)!r}: the path must be a "
+                                  f"database number (like /0), not {path!r}")
     try:  # every purchase on such a list failed: one server never wins two votes
         check_independent([Redis(connection_pool=pool) for pool in pools["REDLOCK_URLS"]])
     except ValueError as exc:

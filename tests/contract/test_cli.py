@@ -449,6 +449,7 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     ("LOCK_TIMEOUT_S=-5", "LOCK_TIMEOUT_S"),    # was: served, then every reset 500
     ("LOCK_TIMEOUT_S=abc", "LOCK_TIMEOUT_S"),   # was: gunicorn's HaltServer traceback
     ("REDIS_URL=garbage", "REDIS_URL"),
+    ("REDIS_URL=redis://127.0.0.1:1/abc", "REDIS_URL"),  # was db 0 of that server
     ("DATABASE_URL=garbage", "DATABASE_URL"),
     # these were tracebacks or an unnamed "could not start", exit 1
     ("DATABASE_URL=postgresql+psycopg://root:pw@127.0.0.1:notaport/db", "DATABASE_URL"),
