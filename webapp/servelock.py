@@ -70,14 +70,28 @@ def _sqlite_claim(database: Path, embedded_redis: bool) -> Iterator[None]:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            raise DatabaseInUse(_why(embedded_redis, str(database), pid)) from None
+            raise DatabaseInUse(_why(embedded_redis, str(database), _holder(fd))) from None
         if embedded_redis:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # the flock goes with it
+
+
+def _holder(fd: int) -> str:
+    """The pid an embedded-Redis serve wrote, if that process is still there (a serve
+    sharing the file writes none: the pid left may be an old one's)."""
+    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    if not text.isdigit():
+        return ""
+    try:
+        os.kill(int(text), 0)
+    except ProcessLookupError:
+        return ""
+    except PermissionError:  # someone else's process: it exists
+        pass
+    return text
 
 
 @contextlib.contextmanager
