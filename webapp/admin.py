@@ -202,10 +202,14 @@ def _unreachable() -> tuple[type[BaseException], ...]:
 @bp.get("/admin")
 def page() -> Response:
     strategies = []
+    config = get_backends().config
     for name in paths.names():
         try:
             safe = paths.path_for(name).safe
         except (ImportError, AttributeError):  # a strategy module still being written
             safe = False
-        strategies.append((name, safe))
+        # one this shop has no server for is shown, greyed, with what it needs (picked,
+        # it was a 400 the page showed only after the reset)
+        missing = locks.missing_backend(name, config)
+        strategies.append((name, safe, missing.split(" needs ", 1)[-1] if missing else None))
     return shop.page(render_template("admin.html", strategies=strategies))

@@ -45,7 +45,7 @@ def backend_for(strategy: str, backends: Backends) -> Any:
     return backends.redis
 
 
-def _missing_backend(strategy: str, config: dict[str, Any]) -> str | None:
+def missing_backend(strategy: str, config: dict[str, Any]) -> str | None:
     """Why this server cannot lock for ``strategy``; None if it can."""
     if strategy == "redlock" and not config["REDLOCK_URLS"]:
         return "strategy 'redlock' needs REDLOCK_URLS (five Redis servers)"
@@ -71,14 +71,14 @@ def kazoo_installed() -> bool:
 
 def check_configured(strategy: str, config: dict[str, Any]) -> None:
     """Refuse (400) to select a strategy whose backend this server does not have."""
-    missing = _missing_backend(strategy, config)
+    missing = missing_backend(strategy, config)
     if missing is not None:
         raise InvalidRequest(missing)
 
 
 def configured(strategy: str, config: dict[str, Any]) -> bool:
     """Whether this server has the backend ``strategy`` locks on."""
-    return _missing_backend(strategy, config) is None
+    return missing_backend(strategy, config) is None
 
 
 def stock_resource(sku: str, strategy: str) -> str:

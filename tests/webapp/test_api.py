@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlalchemy import update
 
@@ -164,6 +166,14 @@ def test_usable_strategies_leave_out_those_whose_servers_this_shop_lacks(client)
     assert usable == [name for name in every if name not in ("redlock", "zookeeper")]
     answer = client.get("/api/strategies?usable=yes")
     assert (answer.status_code, answer.get_json()["error"]) == (400, "invalid_request")
+
+
+def test_the_admin_page_greys_out_strategies_this_shop_has_no_server_for(client):
+    page = client.get("/admin").get_data(as_text=True)
+    options = dict(re.findall(r'<option value="([^"]+)"([^>]*)>', page))
+    assert "disabled" in options["zookeeper"] and "disabled" in options["redlock"]
+    assert "disabled" not in options["token"] and "selected" in options["token"]
+    assert "zookeeper (needs ZOOKEEPER_HOSTS)" in page
 
 
 def test_a_strategy_without_its_servers_is_a_clear_400(client):
