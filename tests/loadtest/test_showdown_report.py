@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from urllib.parse import unquote
@@ -228,3 +229,34 @@ def test_a_sustained_report_explains_its_own_columns_not_the_flash_sales():
     sustained = render([result("token", True, mode="sustained")], {})
     assert "sell-out s" in flash and "% POST no-op" not in flash
     assert "% POST no-op</em>" in sustained and "sell-out s" not in sustained
+
+
+@pytest.mark.parametrize("largest, top", [(4800.0, 6000.0), (1.0, 1.0), (0.98, 1.0),
+                                          (37.0, 40.0), (101.0, 120.0), (0.0, 1.0)])
+def test_an_axis_is_four_round_steps_at_or_above_the_largest_value(largest, top):
+    # the ticks were the largest value x 1.1 in quarters: 5,280 / 3,960 / 2,640 / 1,320
+    assert svg._top([largest]) == pytest.approx(top)
+
+
+def test_a_line_chart_names_its_x_axis_steps_and_lays_long_names_out_without_overlap():
+    names = [f"no-op baseline (after strategy-{i} #2)" for i in range(8)]
+    chart = svg.lines("t", {name: [(0.0, 1.0), (61.0, 5.0)] for name in names})
+    ticks = re.findall(r'text-anchor="middle" font-size="11">([^<]+)</text>', chart)
+    assert ticks == ["0", "20", "40", "60", "80 s"]
+    legend = [(float(x), float(y)) for x, y in
+              re.findall(r'<text x="([\d.]+)" y="([\d.]+)" font-size="11">no-op', chart)]
+    assert len(legend) == len(names)
+    height = float(re.search(r'<svg [^>]*height="(\d+)"', chart)[1])
+    assert all(y <= height - 4 for _, y in legend)  # every row inside the picture
+    for (x1, y1), (x2, y2) in zip(legend, legend[1:], strict=False):
+        if y1 == y2:  # neighbours on one row are a whole name apart
+            assert x2 - x1 >= len(names[0]) * 6.5
+
+
+def test_a_bar_charts_slanted_labels_fit_inside_the_picture():
+    label = "no-op baseline (after atomic #3)"
+    chart = svg.bars("t", [label, "token"], {"v": [1.0, 2.0]})
+    height = float(re.search(r'<svg [^>]*height="(\d+)"', chart)[1])
+    y = float(re.search(r'transform="rotate\(-35 [\d.]+ ([\d.]+)\)"', chart)[1])
+    assert y + len(label) * 6.2 * math.sin(math.radians(35)) <= height
+    assert f">{label}</text>" in chart  # whole, not cut
