@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import urllib.error
 import urllib.request
@@ -118,8 +119,9 @@ class ShopClient:
         try:
             names = self._call("GET", "/api/strategies")
         except (ShopError, OSError, ValueError) as exc:  # 404, an HTML page, a reset
-            return (f"{self.url} does not look like a seckill shop (GET /api/strategies: "
-                    f"{str(exc).splitlines()[0][:120]})")
+            return (f"{self.url} does not look like a seckill shop (GET "
+                    f"{self.url}/api/strategies: {_first_line(exc)}); give the shop's "
+                    "root URL, as seckill serve prints it")
         if not isinstance(names, list):
             return f"{self.url} does not look like a seckill shop (GET /api/strategies)"
         if not self.admin_token:
@@ -141,3 +143,9 @@ class ShopClient:
         except (ShopError, OSError):
             return False
         return True
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's first line, without the method and path it repeats."""
+    line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return re.sub(r"^GET /api/strategies -> ", "", line)[:120]

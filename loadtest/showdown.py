@@ -80,6 +80,9 @@ def _shop_url(text: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(f"not an http(s) URL: {text!r} "
                                          "(like http://127.0.0.1:8000)")
+    if parts.query or parts.fragment:  # the paths are appended: "?x=1/api/..." broke
+        raise argparse.ArgumentTypeError(f"give the shop's root URL, without a query or "
+                                         f"fragment: {text!r} (like http://127.0.0.1:8000)")
     return text
 
 

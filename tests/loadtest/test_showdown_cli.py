@@ -136,6 +136,23 @@ def test_a_url_that_is_not_a_seckill_shop_is_named_before_any_phase(capsys):
                      "--stock", "2", "--strategies", "token"])
     err = capsys.readouterr().err
     assert code == 1 and f"{url} does not look like a seckill shop" in err
+    assert f"GET {url}/api/strategies" in err and "root URL" in err  # where it asked
+
+
+def test_a_shop_url_below_its_root_names_the_url_it_asked(capsys):
+    # "/shop" was reported as "GET /api/strategies -> HTTP 404", though /shop/api/... it was
+    with serve(StubShop()) as url:
+        code = main(["showdown", "--url", url + "/shop", "--admin-token", "t", "--users", "5",
+                     "--stock", "2", "--strategies", "token"])
+    err = capsys.readouterr().err
+    assert code == 1 and f"GET {url}/shop/api/strategies: HTTP 404" in err, err
+
+
+@pytest.mark.parametrize("suffix", ["/?x=1", "/#top"])
+def test_a_shop_url_with_a_query_or_fragment_is_a_usage_error(capsys, suffix):
+    with pytest.raises(SystemExit) as stopped:
+        main(["showdown", "--url", "http://127.0.0.1:9" + suffix, "--users", "5"])
+    assert stopped.value.code == 2 and "give the shop's root URL" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, why", [
