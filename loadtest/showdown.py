@@ -91,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stock", type=at_least(1, SHOP_MAX_STOCK), default=100,
                         help="units on sale (default 100)")
     parser.add_argument("--strategies", type=_strategy_list, default=None,
-                        help="comma-separated (default: every strategy the shop offers)")
+                        help="comma-separated, each run once however often named "
+                             "(default: every strategy the shop offers)")
     parser.add_argument("--report", metavar="DIR", help="write DIR/index.html and raw data")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--work-ms", type=at_least(0, SHOP_MAX_WORK_MS), default=None,
