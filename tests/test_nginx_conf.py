@@ -199,7 +199,24 @@ def test_a_body_too_large_for_nginx_is_413_json(nginx):
 
 def test_a_url_too_long_for_nginx_is_414_json(nginx):
     answer = request(nginx, "GET", "/api/products/" + "x" * 10_000)
-    assert assert_api_error(answer, 414)["error"] == "request_uri_too_long"
+    # the code the shop itself gives a URL too long (gunicorn's "URI Too Long")
+    assert assert_api_error(answer, 414)["error"] == "uri_too_long"
+
+
+@pytest.mark.parametrize("header", ["X-Big: " + "x" * 9_000, "Cookie: c=" + "x" * 9_000],
+                         ids=["header", "cookie"])
+def test_a_header_too_large_for_nginx_is_400_json(nginx, header):
+    # nginx's "Request Header Or Cookie Too Large" is its own 494, which error_page 400
+    # did not catch: an HTML page
+    with socket.create_connection(("127.0.0.1", nginx), timeout=10) as raw:
+        raw.sendall(f"GET /api/products HTTP/1.1\r\nHost: x\r\n{header}\r\n"
+                    "Connection: close\r\n\r\n".encode())
+        reply = b""
+        while chunk := raw.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply[:200]
+    assert b"application/json" in head and json.loads(body)["error"] == "bad_request"
 
 
 def test_a_request_nginx_cannot_read_is_400_json(nginx):

@@ -10,7 +10,6 @@ SQLite lives in ``./instance/`` here, so the shop survives a restart; ``ServedAp
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -18,14 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import config as settings
-from . import servelock
-from .served import (
-    ServedApp,
-    StartupError,
-    absolute_sqlite,
-    check_port_free,
-    unreachable_lock_servers,
-)
+from .served import ServedApp, StartupError, unreachable_lock_servers
 
 __all__ = ["ServedApp", "add_arguments", "main"]
 
@@ -93,22 +85,7 @@ def main(args: argparse.Namespace) -> int:
                        os.environ.get("REDIS_URL") or None,
                        database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"),
                        log_path=Path.cwd() / "instance" / "seckill-serve.log")
-    try:  # a port in use: said before anything is claimed, created or started
-        if args.port:
-            check_port_free(args.host, args.port)
-    except StartupError as exc:
-        print(f"seckill serve: {exc}", file=sys.stderr)
-        return 1
-    with contextlib.ExitStack() as claim:
-        try:  # one database, one Redis: a second serve here must not sell the stock twice
-            claim.enter_context(servelock.claimed(absolute_sqlite(database_url),
-                                                  served.redis_url is None))
-        except servelock.DatabaseInUse as exc:
-            print(f"seckill serve: {exc}", file=sys.stderr)
-            return 1
-        except Exception:  # noqa: BLE001 - a database not reachable: start says so next
-            pass
-        return _serve(served)
+    return _serve(served)
 
 
 def _serve(served: ServedApp) -> int:

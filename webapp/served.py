@@ -34,7 +34,7 @@ from lockcore.lifeline import tied_to_parent
 from lockcore.zkserver import any_answers
 
 from . import config as settings
-from . import db, demo, locks
+from . import db, demo, locks, servelock
 from .extensions import Backends
 
 #: started and not yet stopped; stopped at interpreter exit if the owner forgot
@@ -250,6 +250,16 @@ class ServedApp:
             check_port_free(self.host, self.port)
         self.workdir = Path(tempfile.mkdtemp(prefix="seckill-serve-"))
         _live.add(self)  # from here on, the exit hook stops what is started and cleans up
+        if self.database_url is not None:  # (a scratch SQLite file is this shop's alone)
+            self.database_url = absolute_sqlite(self.database_url)
+            servers = servelock.Servers(self.redis_url, self.redlock_urls,
+                                        self.zookeeper_hosts)
+            try:  # one database, one set of lock servers: two would sell the stock twice
+                self._stack.enter_context(servelock.claimed(self.database_url, servers))
+            except servelock.DatabaseInUse as exc:
+                raise StartupError(str(exc)) from None
+            except Exception:  # noqa: BLE001 - a database not reachable: said just below
+                pass
         if self.redis_url is None:
             shop_redis = self._stack.enter_context(EmbeddedRedis(1))
             self.embedded += shop_redis.servers
@@ -264,7 +274,6 @@ class ServedApp:
             self.port = free_port()
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
-        self.database_url = absolute_sqlite(self.database_url)  # gunicorn runs elsewhere
         reachable_database(self.database_url)
         with db.migration_lock(self.database_url):  # another serve may be starting too
             db.upgrade(self.database_url)

@@ -1,117 +1,248 @@
-"""One database, one Redis: ``seckill serve`` claims its database for as long as it runs.
+"""One database, one set of lock servers: a served shop claims its database while it runs.
 
-Two serves started in one folder share ``./instance/seckill.sqlite`` but each starts
-its own embedded Redis: each sells the whole stock under its own lock, and the orders
-land in one database (an audit found 199 orders for 100 units under ``token``). A serve
-with an embedded Redis therefore claims its database alone; serves given a
-``REDIS_URL`` share it (they share that Redis too, as the several-hosts layout in
-docs/deployment.md does), but not with an embedded one.
+Two serves started in one folder shared ``./instance/seckill.sqlite`` but each started
+its own embedded Redis: each sold the whole stock under its own lock, and the orders
+landed in one database (an audit found 199 orders for 100 units under ``token``). The
+same happens to serves given *different* ``REDIS_URL``\\ s, or each starting its own five
+RedLock nodes (``redlock`` sold 20 of 10 units that way). So:
 
-SQLite: an ``flock`` on ``<database>.serving`` beside the file (exclusive or shared),
-with the holder's pid written in it for the message. PostgreSQL: a session-level
-advisory lock (``pg_try_advisory_lock`` / ``_shared``) on a connection kept open. The
-kernel and the server drop both when the process ends, however it ends. Other
+* a shop that starts any of its servers itself (no ``REDIS_URL``, or no
+  ``REDLOCK_URLS``) claims its database alone;
+* shops given all of them (the several-hosts layout of docs/deployment.md) share it,
+  but only with shops given the same ones: the claim carries a fingerprint of
+  ``REDIS_URL``, ``REDLOCK_URLS`` and ``ZOOKEEPER_HOSTS``, and a different one is refused.
+
+SQLite: an ``flock`` on ``<database>.serving`` beside the file, exclusive or shared,
+with a JSON record in it (who holds it alone, or the sharers' fingerprint). PostgreSQL:
+session-level advisory locks on a connection kept open, the fingerprint as a second
+shared lock the others can see in ``pg_locks``; the connection's ``application_name``
+names the serve's pid. The kernel drops an ``flock`` when the process ends, however it
+ends; PostgreSQL drops the session's locks when it notices the session is gone (at
+once on a clean exit, after its TCP keepalive time if the client host vanished; and a
+session ended by the server, ``pg_terminate_backend``, ends the claim silently). Other
 databases: no claim.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
+import json
 import os
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: the advisory lock's key: "seckill serve" in 63 bits
+#: the database claim's advisory key ("seckserv" in 63 bits); the fingerprints' space
 PG_KEY = int.from_bytes(b"seckserv", "big") & 0x7FFF_FFFF_FFFF_FFFF
+PG_FINGERPRINTS = int.from_bytes(b"fpr", "big")
+#: how long a claim retries while another one is being set up
+SETTLE_S = 2.0
 
 
 class DatabaseInUse(RuntimeError):
-    """Another serve holds the database in a way this one cannot share."""
+    """Another served shop holds the database in a way this one cannot share."""
 
 
-def _why(embedded: bool, where: str, pid: str = "") -> str:
+@dataclass(frozen=True)
+class Servers:
+    """What a shop sells through besides its database. ``None``: started by the shop
+    itself (embedded), so no other shop can share it."""
+
+    redis_url: str | None
+    redlock_urls: list[str] | None
+    zookeeper_hosts: str | None = None
+
+    @property
+    def alone(self) -> bool:
+        return self.redis_url is None or self.redlock_urls is None
+
+    def fingerprint(self) -> str:
+        text = json.dumps([self.redis_url, sorted(self.redlock_urls or []),
+                           self.zookeeper_hosts or ""])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _embedded_why(where: str, pid: str) -> str:
     other = f"another seckill serve{f' (pid {pid})' if pid else ''}"
-    if embedded:
-        return (f"{other} is using {where}: a second one with its own embedded Redis "
-                "would sell the stock twice (each under its own lock). Stop it, or give "
-                "both the same REDIS_URL")
-    return (f"{other} is using {where} with its own embedded Redis: sharing it would sell "
-            "the stock twice. Stop it, or serve it with this REDIS_URL too")
+    return (f"{other} is using {where} with Redis servers it started itself: a second shop "
+            "on it would sell the stock twice, each under its own lock. Stop it, or give "
+            "both the same REDIS_URL and REDLOCK_URLS")
+
+
+def _alone_why(where: str, pid: str) -> str:
+    other = f"another seckill serve{f' (pid {pid})' if pid else ''}"
+    return (f"{other} is using {where}, and this one would start Redis servers of its "
+            "own: the two would sell the stock twice, each under its own lock. Stop it, "
+            "or give both the same REDIS_URL and REDLOCK_URLS")
+
+
+def _other_servers_why(where: str, pid: str) -> str:
+    other = f"another seckill serve{f' (pid {pid})' if pid else ''}"
+    return (f"{other} is using {where} with other lock servers (REDIS_URL, REDLOCK_URLS "
+            "or ZOOKEEPER_HOSTS differ): the two would sell the stock twice. Give both "
+            "the same ones")
 
 
 @contextlib.contextmanager
-def claimed(database_url: str, embedded_redis: bool) -> Iterator[None]:
-    """Hold ``database_url`` for the ``with`` block: alone when this serve's Redis is
-    embedded, shared otherwise. :raises DatabaseInUse: naming the other serve."""
+def claimed(database_url: str, servers: Servers) -> Iterator[None]:
+    """Hold ``database_url`` for the ``with`` block: alone when ``servers`` are the
+    shop's own, shared with shops of the same ``servers`` otherwise.
+
+    :raises DatabaseInUse: naming the other shop.
+    """
     from sqlalchemy.engine import make_url
 
     url = make_url(database_url)
     backend = url.get_backend_name()
     if backend == "sqlite" and url.database and url.database != ":memory:" \
             and not url.database.startswith("file:"):
-        with _sqlite_claim(Path(url.database), embedded_redis):
+        with _sqlite_claim(Path(url.database), servers):
             yield
     elif backend == "postgresql":
-        with _postgres_claim(database_url, embedded_redis):
+        with _postgres_claim(database_url, servers):
             yield
     else:
         yield
 
 
+# --- SQLite: an flock beside the file --------------------------------------------------
+
+def _read(fd: int) -> dict[str, Any]:
+    try:
+        record = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _write(fd: int, record: dict[str, Any]) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(record).encode(), 0)
+
+
+def _try(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
+    return True
+
+
 @contextlib.contextmanager
-def _sqlite_claim(database: Path, embedded_redis: bool) -> Iterator[None]:
+def _sqlite_claim(database: Path, servers: Servers) -> Iterator[None]:
     marker = database.with_name(database.name + ".serving")
     marker.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(marker, os.O_RDWR | os.O_CREAT, 0o644)
+    where, mine = str(database), servers.fingerprint()
     try:
-        mode = fcntl.LOCK_EX if embedded_redis else fcntl.LOCK_SH
+        _take_sqlite(fd, where, servers, mine)
         try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DatabaseInUse(_why(embedded_redis, str(database), _holder(fd))) from None
-        if embedded_redis:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
+            yield
+        finally:
+            if servers.alone:
+                os.ftruncate(fd, 0)  # its pid would name a stranger once reused
     finally:
         os.close(fd)  # the flock goes with it
 
 
-def _holder(fd: int) -> str:
-    """The pid an embedded-Redis serve wrote, if that process is still there (a serve
-    sharing the file writes none: the pid left may be an old one's)."""
-    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-    if not text.isdigit():
+def _take_sqlite(fd: int, where: str, servers: Servers, mine: str) -> None:
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        if _try(fd, fcntl.LOCK_EX):  # nobody else: this shop writes the record
+            if servers.alone:
+                _write(fd, {"alone": True, "pid": os.getpid()})
+                return
+            _write(fd, {"alone": False, "fingerprint": mine, "pid": os.getpid()})
+            fcntl.flock(fd, fcntl.LOCK_UN)  # (not atomic: the record is read again)
+        if not servers.alone and _try(fd, fcntl.LOCK_SH):
+            record = _read(fd)
+            if record.get("fingerprint") == mine and not record.get("alone"):
+                return
+            if record and not record.get("alone"):  # sharers with other servers
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                raise DatabaseInUse(_other_servers_why(where, _alive(record)))
+            fcntl.flock(fd, fcntl.LOCK_UN)  # a record being written: look again
+        record = _read(fd)
+        if record.get("alone"):
+            raise DatabaseInUse(_embedded_why(where, _alive(record)))
+        if servers.alone and record.get("fingerprint"):  # shops sharing it hold it
+            raise DatabaseInUse(_alone_why(where, _alive(record)))
+        if time.monotonic() > deadline:  # a claim being set up all along: give up
+            why = _alone_why if servers.alone else _embedded_why
+            raise DatabaseInUse(why(where, _alive(record)))
+        time.sleep(0.05)
+
+
+def _alive(record: dict[str, Any]) -> str:
+    """The record's pid if that process still exists (else "": a stranger may have it)."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
         return ""
     try:
-        os.kill(int(text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return ""
     except PermissionError:  # someone else's process: it exists
         pass
-    return text
+    return str(pid)
 
+
+# --- PostgreSQL: advisory locks on a session kept open ------------------------------
 
 @contextlib.contextmanager
-def _postgres_claim(database_url: str, embedded_redis: bool) -> Iterator[None]:
-    from sqlalchemy import create_engine, text
+def _postgres_claim(database_url: str, servers: Servers) -> Iterator[None]:
+    from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
     from .config import without_password
     from .db import connect_args
 
-    engine = create_engine(database_url, poolclass=NullPool, connect_args=connect_args(
-        database_url))
+    engine = create_engine(database_url, poolclass=NullPool, connect_args={
+        **connect_args(database_url), "application_name": f"seckill serve {os.getpid()}"})
+    where = without_password(database_url)
     try:
         with engine.connect() as connection:
-            which = "pg_try_advisory_lock" if embedded_redis else "pg_try_advisory_lock_shared"
-            got: Any = connection.execute(text(f"SELECT {which}(:key)"),
-                                          {"key": PG_KEY}).scalar()
-            connection.commit()  # the lock is the session's: no transaction kept open
-            if not got:
-                raise DatabaseInUse(_why(embedded_redis, without_password(database_url)))
-            yield  # the connection stays open: the lock lasts as long as it
+            _take_postgres(connection, where, servers)
+            yield  # the connection stays open: the locks last as long as it
     finally:
         engine.dispose()
+
+
+def _take_postgres(connection: Any, where: str, servers: Servers) -> None:
+    from sqlalchemy import text
+
+    def scalar(sql: str, **params: Any) -> Any:
+        value = connection.execute(text(sql), params).scalar()
+        connection.commit()  # session locks: no transaction is kept open
+        return value
+
+    if servers.alone:
+        if not scalar("SELECT pg_try_advisory_lock(:key)", key=PG_KEY):
+            raise DatabaseInUse(_alone_why(where, _postgres_holders(scalar)))
+        return
+    if not scalar("SELECT pg_try_advisory_lock_shared(:key)", key=PG_KEY):
+        raise DatabaseInUse(_embedded_why(where, _postgres_holders(scalar)))
+    mine = int(servers.fingerprint(), 16) & 0x7FFF_FFFF
+    scalar("SELECT pg_try_advisory_lock_shared(:space, :fp)", space=PG_FINGERPRINTS, fp=mine)
+    other = scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                   "AND database = (SELECT oid FROM pg_database "
+                   "WHERE datname = current_database()) "
+                   "AND classid = :space AND objsubid = 2 AND objid::bigint <> :fp",
+                   space=PG_FINGERPRINTS, fp=mine)
+    if other:
+        raise DatabaseInUse(_other_servers_why(where, _postgres_holders(scalar)))
+
+
+def _postgres_holders(scalar: Any) -> str:
+    """The pid of another serve's claim session, from its ``application_name``."""
+    name = scalar("SELECT application_name FROM pg_stat_activity "
+                  "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                  "AND application_name LIKE 'seckill serve %' LIMIT 1")
+    return str(name).rsplit(" ", 1)[-1] if name else ""

@@ -605,40 +605,22 @@ def test_a_second_serve_on_the_same_database_with_its_own_redis_is_refused(tmp_p
     assert not printed["survivors"], printed["survivors"]
 
 
-def test_serves_sharing_one_redis_url_may_share_the_database(tmp_path, redis_url):
-    # the several-hosts layout: one Redis, one database, any number of shops
-    with _serving(tmp_path, _env(REDIS_URL=redis_url)) as (first, printed):
-        with _serving(tmp_path, _env(REDIS_URL=redis_url)) as (second, also):
+def test_serves_given_the_same_lock_servers_may_share_the_database(tmp_path, redis_url,
+                                                                   redlock_cluster):
+    # the several-hosts layout: one Redis, one set of RedLock nodes, any number of shops
+    shared = _env(REDIS_URL=redis_url, REDLOCK_URLS=",".join(redlock_cluster.urls))
+    with _serving(tmp_path, shared) as (first, printed):
+        with _serving(tmp_path, shared) as (second, also):
             assert "storefront" in also, second.stderr.read() if second.stderr else ""
             second.send_signal(signal.SIGINT)
             second.communicate(timeout=60)
-        # but a serve with its own Redis may not join them
-        alone = _second_serve(tmp_path, _env())
-        assert alone.returncode == 1 and "with its own embedded Redis" in alone.stderr, alone
+        # not a shop starting RedLock nodes of its own (redlock sold 20 of 10 that way),
+        # nor one given another Redis (token sold 20 of 10)
+        own_nodes = _second_serve(tmp_path, _env(REDIS_URL=redis_url))
+        assert own_nodes.returncode == 1, own_nodes
+        assert "Redis servers of its own" in own_nodes.stderr, own_nodes.stderr
+        other = _second_serve(tmp_path, {**shared, "REDIS_URL": redis_url[:-1] + "1"})
+        assert other.returncode == 1 and "other lock servers" in other.stderr, other
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=60)
     assert not printed["survivors"] and not also["survivors"]
-
-
-@pytest.mark.postgres
-def test_a_second_serve_on_one_postgres_database_with_its_own_redis_is_refused(tmp_path):
-    from tests.support import scratch_postgres
-
-    with scratch_postgres("seckill_claim") as (_, _, url):
-        with _serving(tmp_path, _env(DATABASE_URL=url)) as (first, printed):
-            other = tmp_path / "elsewhere"  # another folder: the database is what counts
-            other.mkdir()
-            second = _second_serve(other, _env(DATABASE_URL=url))
-            assert second.returncode == 1 and "sell the stock twice" in second.stderr, second
-            first.send_signal(signal.SIGINT)
-            first.communicate(timeout=60)
-        # the claim ends with the serve that held it
-        assert _serving_starts(tmp_path, _env(DATABASE_URL=url))
-
-
-def _serving_starts(tmp_path: Path, env: dict[str, str]) -> bool:
-    with _serving(tmp_path, env) as (proc, printed):
-        started = "storefront" in printed
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
-    return started

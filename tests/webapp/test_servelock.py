@@ -1,0 +1,96 @@
+"""A served shop's claim on its database (``webapp/servelock.py``), on SQLite and on
+PostgreSQL, taken twice in this one process: an ``flock`` is per open file and an
+advisory lock per session, so two claims here conflict as two serves would."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from webapp.servelock import DatabaseInUse, Servers, claimed
+
+REDIS = "redis://127.0.0.1:1/0"
+NODES = [f"redis://127.0.0.1:{port}/0" for port in range(2, 7)]
+#: a shop that starts its own Redis; shops given the same servers; one given others
+ALONE = Servers(None, None)
+OWN_NODES = Servers(REDIS, None)
+SHARED = Servers(REDIS, NODES, "zk:2181")
+OTHER_REDIS = Servers("redis://127.0.0.1:1/1", NODES, "zk:2181")
+OTHER_ZK = Servers(REDIS, NODES, "other-zk:2181")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request, tmp_path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shop.sqlite'}"
+        return
+    from tests.support import scratch_postgres
+
+    with scratch_postgres("seckill_claim") as (_, _, url):
+        yield url
+
+
+@contextlib.contextmanager
+def held(database: str, servers: Servers) -> Iterator[None]:
+    with claimed(database, servers):
+        yield
+
+
+@pytest.mark.parametrize("first, second", [(ALONE, ALONE), (ALONE, SHARED),
+                                           (SHARED, ALONE), (SHARED, OWN_NODES),
+                                           (SHARED, OTHER_REDIS), (SHARED, OTHER_ZK)],
+                         ids=["own-own", "own-then-shared", "shared-then-own",
+                              "shared-then-own-nodes", "other-redis", "other-zookeeper"])
+def test_a_second_shop_that_would_sell_the_stock_twice_is_refused(database, first, second):
+    with held(database, first):
+        with pytest.raises(DatabaseInUse, match="sell the stock twice"):
+            with held(database, second):
+                pass
+    with held(database, second):  # and the claim ended with the shop that held it
+        pass
+
+
+def test_shops_given_the_same_servers_share_it(database):
+    with held(database, SHARED), held(database, SHARED), held(database, SHARED):
+        with pytest.raises(DatabaseInUse, match="other lock servers"):
+            with held(database, OTHER_REDIS):
+                pass
+
+
+def test_the_last_sharer_leaving_lets_shops_with_other_servers_in(database):
+    with held(database, SHARED):
+        pass
+    with held(database, OTHER_REDIS):  # a record left behind must not refuse it
+        pass
+
+
+def test_the_refusal_names_the_holders_pid_while_it_lives(database):
+    with held(database, ALONE):
+        with pytest.raises(DatabaseInUse, match=f"another seckill serve \\(pid {os.getpid()}\\)"):
+            with held(database, ALONE):
+                pass
+
+
+def test_a_pid_left_behind_names_nobody(tmp_path):
+    # the pid in the file is its writer's: an alone holder's stayed after a clean stop,
+    # and a sharer's after it left while others share on; once reused, the refusal named
+    # a stranger
+    database = tmp_path / "shop.sqlite"
+    url = f"sqlite:///{database}"
+    marker = Path(f"{database}.serving")
+    with held(url, ALONE):
+        pass
+    assert marker.read_text() == ""  # cleared on the way out
+    with contextlib.ExitStack() as writer, held(url, SHARED):  # two shops share it
+        writer.enter_context(held(url, SHARED))
+        record = json.loads(marker.read_text())
+        marker.write_text(json.dumps({**record, "pid": 2 ** 22 + 7}))  # a writer now gone
+        with pytest.raises(DatabaseInUse) as refused:
+            with held(url, ALONE):
+                pass
+    assert "(pid" not in str(refused.value)
