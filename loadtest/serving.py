@@ -82,15 +82,19 @@ def _shop_env(args: argparse.Namespace) -> dict[str, str]:
     return {"LOCK_TIMEOUT_S": str(timeout)} if timeout else {}
 
 
-#: what a shop lacks when it cannot run a strategy it names
-NEEDS = {"zookeeper": "it has no ZOOKEEPER_HOSTS", "redlock": "it has no REDLOCK_URLS"}
-
-
-def unusable_at(shop: ShopClient, strategies: list[str]) -> list[str]:
-    """The strategies in ``strategies`` that a running shop cannot run (no ZooKeeper,
-    no RedLock nodes, or a shop too old to know the name)."""
-    usable = set(shop.usable_strategies())
-    return [name for name in strategies if name not in usable]
+def leave_out_unusable(shop: ShopClient, strategies: list[str], notes: list[str],
+                       named: bool) -> None:
+    """Drop from ``strategies`` (with a note) what the running shop says it cannot run
+    (no ZooKeeper hosts or no kazoo, no RedLock nodes): a reset to it would be refused
+    in its phase. :raises ShopUnreachable: one of them was ``named`` by the user."""
+    lacking = shop.unusable_strategies()
+    for name in [n for n in strategies if n in lacking]:
+        if named:
+            raise ShopUnreachable(f"the shop at {shop.url} cannot run {name}: {lacking[name]}")
+        strategies.remove(name)
+        notes.append(f"{name} skipped: the shop at {shop.url} cannot run it "
+                     f"({lacking[name]})")
+        print(notes[-1], flush=True)
 
 
 @contextlib.contextmanager
@@ -112,13 +116,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
             problem = shop.unusable(Plan.sku)
             if problem is not None:
                 raise ShopUnreachable(problem)
-            for name in unusable_at(shop, strategies):  # (a reset would be refused: 400)
-                why = NEEDS.get(name, "it does not offer it")
-                if named:
-                    raise ShopUnreachable(f"the shop at {shop.url} cannot run {name}: {why}")
-                strategies.remove(name)
-                notes.append(f"{name} skipped: the shop at {shop.url} cannot run it ({why})")
-                print(notes[-1], flush=True)
+            leave_out_unusable(shop, strategies, notes, named)
             redis_urls = [u for u in [os.environ.get("REDIS_URL"), *redlock] if u]
         else:
             from webapp import config as settings
@@ -156,6 +154,10 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                                    f"{first}") from exc
             shop = ShopClient(app.url, app.admin_token)
             print(f"the shop is at {app.url}/ (open it to watch the stock go)", flush=True)
+            try:  # what it cannot run after all (ZOOKEEPER_HOSTS, but no kazoo)
+                leave_out_unusable(shop, strategies, notes, named)
+            except ShopUnreachable as exc:
+                raise StartupError(str(exc)) from None
             redis_urls = [str(app.redis_url), *(getattr(app, "redlock_urls", None) or [])]
         clients = [redis.Redis.from_url(u, socket_timeout=5) for u in redis_urls]
         for client in clients:

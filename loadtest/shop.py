@@ -102,11 +102,12 @@ class ShopClient:
             return str(getattr(exc, "reason", None) or exc)
         return None
 
-    def usable_strategies(self) -> list[str]:
-        """The strategies this shop has the servers for (``GET /api/strategies?usable=
-        true``; a shop that ignores the parameter answers with all of them)."""
-        names = self._call("GET", "/api/strategies?usable=true")
-        return [str(name) for name in names] if isinstance(names, list) else []
+    def unusable_strategies(self) -> dict[str, str]:
+        """The strategies this shop cannot run, each with what it lacks (``GET
+        /api/strategies?unusable=true``; a shop that ignores the parameter answers with
+        its list, and is taken to run them all)."""
+        found = self._call("GET", "/api/strategies?unusable=true")
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
     def unusable(self, sku: str) -> str | None:
         """Why a showdown could not run against this shop, found before the first phase

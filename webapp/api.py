@@ -153,18 +153,24 @@ def audit(sku: str) -> Response:
 @bp.get("/api/strategies")
 def strategies() -> Response:
     """Every strategy a sale may name; ``?usable=true``: only those this shop has the
-    servers for (``zookeeper`` needs ZOOKEEPER_HOSTS, ``redlock`` REDLOCK_URLS), so a
-    showdown against it (``--url``) skips the others up front instead of failing them."""
+    servers for (``zookeeper`` needs ZOOKEEPER_HOSTS and kazoo, ``redlock``
+    REDLOCK_URLS); ``?unusable=true``: the others, each with what it lacks, so that a
+    showdown skips them up front instead of failing them."""
     from .paths import names
     from .problems import InvalidRequest
 
-    usable = request.args.get("usable")
-    if usable is None:
+    usable, unusable = request.args.get("usable"), request.args.get("unusable")
+    if usable is None and unusable is None:
         return jsonify(names())
-    if usable != "true":
-        raise InvalidRequest("usable must be 'true' (or left out for every strategy)")
+    if (usable or unusable) != "true" or (usable and unusable):
+        raise InvalidRequest("give usable=true or unusable=true (or neither, for every "
+                             "strategy)")
     config = get_backends().config
-    return jsonify([name for name in names() if locks.configured(name, config)])
+    if usable:
+        return jsonify([name for name in names() if locks.configured(name, config)])
+    # {name: why}: what the shop lacks for each strategy it cannot run
+    return jsonify({name: why for name in names()
+                    if (why := locks.missing_backend(name, config)) is not None})
 
 
 @bp.get("/api/openapi.json")

@@ -109,9 +109,15 @@ def document() -> dict[str, Any]:
                 "parameters": [{"name": "usable", "in": "query", "required": False,
                                 "description": "true: only those this shop has the "
                                                "servers for (ZooKeeper, RedLock nodes)",
+                                "schema": {"type": "string", "enum": ["true"]}},
+                               {"name": "unusable", "in": "query", "required": False,
+                                "description": "true: the others, as {name: what it "
+                                               "lacks}",
                                 "schema": {"type": "string", "enum": ["true"]}}],
-                "responses": {"200": _json({"type": "array", "items": {"type": "string"}},
-                                           "their names"),
+                "responses": {"200": _json({"oneOf": [
+                    {"type": "array", "items": {"type": "string"}},
+                    {"type": "object", "additionalProperties": {"type": "string"}}]},
+                    "their names (unusable=true: name -> what it lacks)"),
                               **_errors((400, "invalid_request"))}}},
         },
         "components": {

@@ -23,10 +23,10 @@ class StubShop:
                  token: str = "t", busy_after: int | None = None,
                  section_s: float = 0.0, answers_lost_after: int | None = None,
                  strategies: tuple[str, ...] = ("naive", "token", "stub"),
-                 unusable: tuple[str, ...] = ()) -> None:
+                 unusable: dict[str, str] | None = None) -> None:
         self.lock = threading.Lock()
-        #: what ``GET /api/strategies`` names; ``?usable=true`` leaves out ``unusable``
-        self.strategies, self.unusable = strategies, unusable
+        #: what ``GET /api/strategies`` names; ``unusable``: {name: what it lacks}
+        self.strategies, self.unusable = strategies, dict(unusable or {})
         self.token = token
         #: how long a purchase that takes a unit holds the lock (simulated work)
         self.section_s = section_s
@@ -74,6 +74,8 @@ class StubShop:
             status, body = 200, {"redis": "ok", "database": "ok"}
         elif path == "/api/noop":
             status, body = 200, ({"ok": True} if method == "POST" else {})
+        elif path == "/api/strategies" and request.args.get("unusable") == "true":
+            status, body = 200, self.unusable
         elif path == "/api/strategies":
             usable = request.args.get("usable") == "true"
             status, body = 200, [name for name in self.strategies

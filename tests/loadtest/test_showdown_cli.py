@@ -227,6 +227,10 @@ def test_duration_without_sustained_is_refused_not_ignored(capsys):
     assert code == 2 and "--duration is for --sustained runs" in capsys.readouterr().err
 
 
+#: what a shop with no ZOOKEEPER_HOSTS says it lacks (GET /api/strategies?unusable=true)
+NO_ZOOKEEPER = {"zookeeper": "strategy 'zookeeper' needs ZOOKEEPER_HOSTS"}
+
+
 def _url_args(url: str) -> argparse.Namespace:
     return argparse.Namespace(url=url, admin_token="t")
 
@@ -236,21 +240,22 @@ def test_url_leaves_out_of_the_default_list_what_the_shop_cannot_run(capsys):
     # zookeeper, got 400, printed a traceback and exited 1
     from loadtest.serving import serve_target
 
-    shop = StubShop(strategies=("naive", "token", "zookeeper"), unusable=("zookeeper",))
+    shop = StubShop(strategies=("naive", "token", "zookeeper"), unusable=NO_ZOOKEEPER)
     with serve(shop) as url, serve_target(_url_args(url), ["token", "zookeeper"]) as target:
         assert target.strategies == ["token"]
         assert target.notes == [f"zookeeper skipped: the shop at {url} cannot run it "
-                                "(it has no ZOOKEEPER_HOSTS)"]
+                                "(strategy 'zookeeper' needs ZOOKEEPER_HOSTS)"]
 
 
 def test_url_with_a_named_strategy_the_shop_cannot_run_is_one_line_before_any_phase(
         tmp_path, capsys):
-    shop = StubShop(strategies=("naive", "token", "zookeeper"), unusable=("zookeeper",))
+    shop = StubShop(strategies=("naive", "token", "zookeeper"), unusable=NO_ZOOKEEPER)
     with serve(shop) as url:
         code = showdown(url, tmp_path, "token,zookeeper")
     out, err = capsys.readouterr()
     assert code == 1 and "[1/" not in out and "Traceback" not in out + err
-    assert f"error: the shop at {url} cannot run zookeeper: it has no ZOOKEEPER_HOSTS" in err
+    assert (f"error: the shop at {url} cannot run zookeeper: strategy 'zookeeper' needs "
+            "ZOOKEEPER_HOSTS") in err
     assert shop.initial == 10  # nothing was reset
 
 
@@ -280,3 +285,17 @@ def test_a_report_dir_the_run_could_not_write_into_is_refused_before_the_run(
     out, err = capsys.readouterr()
     assert code == 2 and f"--report {report}: {report / blocker}" in err
     assert "[1/" not in out and shop.initial == 10
+
+
+def test_a_served_shop_that_cannot_run_zookeeper_after_all_skips_it(monkeypatch, capsys):
+    # ZOOKEEPER_HOSTS set but no kazoo: the default run reset sku-1 to zookeeper, got 400
+    # ("needs kazoo") and exited 1; the shop it serves is asked, as one at --url is
+    from loadtest import serving
+
+    lacking = {"zookeeper": "strategy 'zookeeper' needs kazoo, which is not installed"}
+    monkeypatch.setattr(serving.ShopClient, "unusable_strategies", lambda self: lacking)
+    monkeypatch.setenv("ZOOKEEPER_HOSTS", "127.0.0.1:1")
+    args = argparse.Namespace(url=None, admin_token=None, workers=1, lock_timeout=None)
+    with serving.serve_target(args, ["token", "zookeeper"]) as target:
+        assert target.strategies == ["token"]
+        assert "zookeeper skipped" in target.notes[-1] and "kazoo" in target.notes[-1]

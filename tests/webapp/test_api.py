@@ -164,8 +164,12 @@ def test_usable_strategies_leave_out_those_whose_servers_this_shop_lacks(client)
     usable = client.get("/api/strategies?usable=true").get_json()
     assert {"redlock", "zookeeper"} <= set(every)  # this app has neither server
     assert usable == [name for name in every if name not in ("redlock", "zookeeper")]
-    answer = client.get("/api/strategies?usable=yes")
-    assert (answer.status_code, answer.get_json()["error"]) == (400, "invalid_request")
+    lacking = client.get("/api/strategies?unusable=true").get_json()
+    assert lacking == {"redlock": "strategy 'redlock' needs REDLOCK_URLS (five Redis servers)",
+                       "zookeeper": "strategy 'zookeeper' needs ZOOKEEPER_HOSTS"}
+    for query in ("usable=yes", "unusable=1", "usable=true&unusable=true"):
+        answer = client.get(f"/api/strategies?{query}")
+        assert (answer.status_code, answer.get_json()["error"]) == (400, "invalid_request")
 
 
 def test_the_admin_page_greys_out_strategies_this_shop_has_no_server_for(client):

@@ -177,5 +177,7 @@ def test_zookeeper_without_kazoo_is_a_400_naming_it(sqlite_url: str, redis_url: 
         assert "needs kazoo" in answer.get_json()["detail"]
         usable = app.test_client().get("/api/strategies?usable=true").get_json()
         assert "zookeeper" not in usable and "token" in usable
+        lacking = app.test_client().get("/api/strategies?unusable=true").get_json()
+        assert "needs kazoo" in lacking["zookeeper"]
     finally:
         backends(app).close()
