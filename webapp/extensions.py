@@ -170,7 +170,9 @@ class Backends:
         try:  # a sale left on zookeeper by a shop that had kazoo: 503, and a reset moves it
             from kazoo.client import KazooClient
         except ImportError:
-            raise Busy("the zookeeper strategy needs kazoo, which is not installed") from None
+            from .locks import KAZOO_MISSING  # (locks imports this module)
+
+            raise Busy(KAZOO_MISSING) from None
         from kazoo.handlers.threading import SequentialThreadingHandler
 
         handler: Any = SequentialThreadingHandler()

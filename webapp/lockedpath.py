@@ -17,6 +17,7 @@ section (``combining.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -50,8 +51,15 @@ class LockedPath(StockPath):
         combined = isinstance(lock, CombinableLock)
         slots = (deps.combined_slots if combined and deps.combined_slots is not None
                  else deps.lock_slots)
-        if slots is not None and not slots.acquire(timeout=deps.lock_timeout_s):
-            raise Busy("too many purchases in progress, try again shortly")
+        if slots is not None:
+            started = deps.monotonic()
+            if not slots.acquire(timeout=deps.lock_timeout_s):
+                raise Busy("too many purchases in progress, try again shortly")
+            waited = deps.monotonic() - started
+            if waited > 0.001:  # one LOCK_TIMEOUT_S for the slot and the lock together:
+                # waited in full twice, a buyer outwaited the page's "no answer" (35 s)
+                deps = dataclasses.replace(
+                    deps, lock_timeout_s=max(deps.lock_timeout_s - waited, 0.0))
         try:
             if combined:  # LOCK_COMBINE: one section for the batch
                 return lock.combiner.purchase(deps, sale, request, lock)

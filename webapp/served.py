@@ -156,6 +156,16 @@ def check_port_free(host: str, port: int) -> None:
                                f"{exc.strerror or exc}{hint}") from None
 
 
+def _the_exception(lines: list[str]) -> str:
+    """The log's last line that is no gunicorn status line ("[date] [pid] [INFO] ...",
+    "Reason: Worker failed to boot." after a worker's traceback) and no traceback frame:
+    the exception itself. The log's last line if there is none."""
+    for line in reversed(lines):
+        if line.strip() and not line.startswith(("[", " ", "\t", "Traceback")):
+            return line.strip()
+    return next((line.strip() for line in reversed(lines) if line.strip()), "no log")
+
+
 def absolute_sqlite(url: str) -> str:
     """A SQLite URL with a relative path made absolute (from the working dir it was given
     in): gunicorn's workers run in a scratch dir."""
@@ -316,7 +326,7 @@ class ServedApp:
         then the log's last lines, whole (2,000 characters began mid-word) unless the
         log is kept (``log_path``), where it is named instead."""
         lines = self.logfile.read_text(errors="replace").splitlines()
-        last = next((line.strip() for line in reversed(lines) if line.strip()), "no log")
+        last = _the_exception(lines)
         why = f"gunicorn did not become healthy at {self.url}: {last}"
         if self.log_path is not None:
             return f"{why} (the whole log: {self.log_path})"

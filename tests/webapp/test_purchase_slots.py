@@ -61,3 +61,39 @@ def test_the_combined_slots_are_as_many_as_one_section_serves(app):
     for _ in range(taken):
         slots.release()
     assert taken == app.config["LOCK_COMBINE_MAX_BATCH"] == 256
+
+
+def test_the_slot_and_the_lock_share_one_lock_timeout(deps):
+    # a buyer waited LOCK_TIMEOUT_S for a slot and then LOCK_TIMEOUT_S again for the
+    # lock: 20 s by default, past what the page and nginx allow for a whole purchase
+    import threading
+
+    from webapp import sales
+    from webapp.lockedpath import LockedPath
+    from webapp.problems import Busy
+    from webapp.saleinfo import load_sale
+    from webapp.services import PurchaseRequest
+
+    asked: list[float] = []
+
+    class Held:  # a lock some other buyer holds for ever
+        fencing_token = None
+
+        def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+            asked.append(timeout if timeout is not None else -1.0)
+            return False
+
+        def release(self) -> None:
+            pass
+
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=5, strategy="token")
+    deps.lock_timeout_s, deps.lock_for = 1.0, lambda sale, user: Held()
+    deps.lock_slots = threading.BoundedSemaphore(1)
+    deps.lock_slots.acquire()  # every slot taken, for 0.6 s
+    threading.Timer(0.6, deps.lock_slots.release).start()
+    sale = load_sale(deps.sessions, SKU)
+    try:
+        LockedPath("token").purchase(deps, sale, PurchaseRequest(SKU, "ann"))
+    except Busy:
+        pass
+    assert len(asked) == 1 and asked[0] <= 0.4 + 0.05, asked  # what was left of 1 s

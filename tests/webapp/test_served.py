@@ -190,3 +190,21 @@ def test_a_worker_freezes_the_apps_objects_and_collects_young_ones_less_often():
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+def test_a_shop_that_cannot_start_names_the_exception_not_gunicorns_last_words(tmp_path):
+    # a worker that fails to boot ends gunicorn's log with "Reason: Worker failed to
+    # boot."; the one line said that and hid the exception four lines above
+    from webapp.served import _the_exception
+
+    log = ["[2026-11-27 10:00:00 +0000] [7] [INFO] Booting worker with pid: 8",
+           "Traceback (most recent call last):",
+           '  File "webapp/app.py", line 3, in create_app',
+           "RuntimeError: the shop cannot start",
+           "[2026-11-27 10:00:01 +0000] [8] [INFO] Worker exiting (pid: 8)",
+           "[2026-11-27 10:00:01 +0000] [7] [ERROR] Worker (pid:8) exited with code 3",
+           "[2026-11-27 10:00:01 +0000] [7] [ERROR] Shutting down: Master",
+           "[2026-11-27 10:00:01 +0000] [7] [ERROR] Reason: Worker failed to boot."]
+    assert _the_exception(log) == "RuntimeError: the shop cannot start"
+    assert _the_exception(log[-2:]) == log[-1]  # no exception: the last line
+    assert _the_exception([]) == "no log"
