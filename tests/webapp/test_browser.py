@@ -194,7 +194,8 @@ def test_a_reset_clears_the_old_sales_message_and_a_new_product_gets_a_card(page
 
         reset_sale(app, "sku-1", stock=5, strategy="token")
         expect(card.locator(".sold")).to_have_text("0")
-        expect(card.locator(".message")).to_have_text("")
+        # the confirmation was heard: it is taken back in words, not just wiped
+        expect(card.locator(".message")).to_have_text("An admin reset this sale: its orders, yours too, were deleted.")
         expect(meter).to_have_attribute("aria-valuenow", "5")
 
         engine = create_engine(app.database_url)
@@ -208,6 +209,40 @@ def test_a_reset_clears_the_old_sales_message_and_a_new_product_gets_a_card(page
         expect(late.locator(".price")).to_have_text("$12.50")
         expect(late.locator(".stock")).to_have_text("7")
         expect(late.get_by_role("button", name="Buy now – Late Lamp")).to_be_enabled()
+
+
+def test_a_purchase_answered_after_a_reset_it_straddled_does_not_just_say_confirmed(page):
+    # a lock path's section ends (201) and then the admin reset that waited for it
+    # deletes the order: the poll saw the reset while the purchase was out, the reset
+    # was used up, and "Confirmed! Order #N" stayed for an order that no longer exists
+    import threading
+
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token", work_ms=1500)
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        answered = threading.Event()
+
+        def late_reply(route):  # the answer reaches the page after the reset shows
+            reply = route.fetch()
+            answered.set()
+            page.wait_for_timeout(1_500)  # (runs in the page's event loop)
+            route.fulfill(response=reply)
+
+        page.route("**/purchase", late_reply)
+        page.fill("#user-name", "hal")
+        card.locator(".buy").click()
+        page.wait_for_timeout(500)  # the purchase is in its section
+        resetter = threading.Thread(target=reset_sale, args=(app, "sku-1"),
+                                    kwargs={"stock": 5, "strategy": "token"})
+        resetter.start()  # waits for the section, then deletes the order
+        expect(card.locator(".message")).to_contain_text("reset this sale meanwhile",
+                                                         timeout=15_000)
+        resetter.join(30)
+        assert answered.is_set()
+        expect(card.locator(".message")).not_to_contain_text("Confirmed!")
 
 
 def test_a_reset_that_sells_more_before_the_next_poll_still_clears_the_message(page):
@@ -235,7 +270,7 @@ def test_a_reset_that_sells_more_before_the_next_poll_still_clears_the_message(p
             assert status == 201
         page.unroute("**/api/products")
         expect(card.locator(".sold")).to_have_text("2")
-        expect(card.locator(".message")).to_have_text("")
+        expect(card.locator(".message")).to_have_text("An admin reset this sale: its orders, yours too, were deleted.")
 
 
 def test_a_purchase_with_no_answer_is_reported_and_its_retry_is_the_same_purchase(page):

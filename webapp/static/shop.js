@@ -90,13 +90,22 @@ function render(product) {
   el.classList.toggle("sold-out", soldOut);
   const button = el.querySelector(".buy");
   const reset = newSale(product);
-  if (!button.dataset.busy) {  // a purchase under way answers for the new sale itself
+  // a purchase under way when the reset shows answers itself, and says the reset came
+  // (a lock path's section finishes first and answers 201; the reset then deletes it)
+  if (reset && button.dataset.busy) el.dataset.resetWhileBuying = "1";
+  if (!button.dataset.busy) {
     const focused = document.activeElement === button;
     button.disabled = soldOut;
     // a disabled button loses the keyboard's focus (to <body>): on to the name field
     if (focused && soldOut) document.getElementById("user-name").focus();
     button.querySelector(".label").textContent = soldOut ? "Sold out" : "Buy now";
-    if (reset) show(el, "", "");
+    // the old sale's message goes; a confirmation is taken back in words (it was
+    // heard, and the reset deleted that order)
+    if (reset && el.querySelector(".message").classList.contains("ok")) {
+      show(el, "An admin reset this sale: its orders, yours too, were deleted.", "warn");
+    } else if (reset) {
+      show(el, "", "");
+    }
   }
 }
 
@@ -218,7 +227,11 @@ async function buy(el) {
     // a 4xx or a 2xx is final; a 5xx (the shop's 503, a proxy's 502 or 504) may come
     // from a purchase that went through: the retry keeps its key, the same purchase
     if (response.status < 500) pendingKeys.delete(`${sku}\n${user}`);
-    if (response.status === 201 || response.status === 200) {
+    if ((response.status === 201 || response.status === 200) && el.dataset.resetWhileBuying) {
+      // which sale the order was in cannot be told from here: say both
+      show(el, `Order #${body.order_id} for ${body.user_id} was confirmed, but an admin ` +
+               "reset this sale meanwhile: if the reset came after it, it was deleted.", "warn");
+    } else if (response.status === 201 || response.status === 200) {
       show(el, `Confirmed! Order #${body.order_id} for ${body.user_id}.`, "ok");
     } else if (body.error === "sold_out") {
       show(el, "Sold out — better luck next sale.", "sold");
@@ -243,6 +256,7 @@ async function buy(el) {
   } finally {
     clearTimeout(timer);
     delete button.dataset.busy;
+    delete el.dataset.resetWhileBuying;
     button.disabled = el.classList.contains("sold-out");
     // disabling the button while buying dropped the keyboard's focus to <body>
     if (focused && document.activeElement === document.body) {
