@@ -172,6 +172,28 @@ def test_the_page_says_so_when_the_shop_stops_answering(page):
         expect(page.locator("#offline")).to_be_hidden(timeout=5_000)
 
 
+def test_a_link_slower_than_the_poll_timeout_still_shows_new_stock(page):
+    # every poll was given up at 3 s: on a link that slow the page never showed new
+    # stock, and said the shop was not answering while it answered every poll
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+
+        def slow(route):
+            reply = route.fetch()
+            page.wait_for_timeout(3_500)
+            route.fulfill(response=reply)
+
+        page.route("**/api/products", slow)
+        reset_sale(app, "sku-1", stock=77, strategy="token")
+        expect(card.locator(".stock")).to_have_text("77", timeout=15_000)
+        page.wait_for_timeout(8_000)  # a few slow polls more
+        expect(page.locator("#offline")).to_be_hidden()
+
+
 def test_a_reset_clears_the_old_sales_message_and_a_new_product_gets_a_card(page):
     # the card said "Confirmed!" about a sale the admin has since reset; and a product
     # seeded after the page loaded had no card until a reload

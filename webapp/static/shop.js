@@ -136,6 +136,10 @@ async function fetchWithin(url, ms) {
   }
 }
 const POLL_TIMEOUT_MS = 3000;
+// a poll slower than POLL_TIMEOUT_MS counts as failed, but its answer is still shown
+// when it comes (a link that slow never showed new stock, and the banner said the shop
+// was not answering); past this it is given up
+const POLL_GIVE_UP_MS = 15000;
 
 // The products come from the database when Redis is down, so the page looked fine
 // while every purchase failed: ask /healthz on a timer of its own (not after a poll,
@@ -157,7 +161,7 @@ async function health() {
       "are refused until it is back; the stock shown may be out of date.";
     banner.hidden = false;
   } catch (err) {
-    // not answering at all is the #offline banner's news
+    connection(false);  // not answering at all: the #offline banner's news
   } finally {
     setTimeout(health, HEALTH_MS);
   }
@@ -165,12 +169,15 @@ async function health() {
 
 async function poll() {
   pollTimer = null;  // in flight: a visibility change leaves this one be
+  const late = setTimeout(() => connection(false), POLL_TIMEOUT_MS);
   try {
-    const response = await fetchWithin("/api/products", POLL_TIMEOUT_MS);
+    const response = await fetchWithin("/api/products", POLL_GIVE_UP_MS);
     if (response.ok) (await response.json()).forEach(render);
     connection(response.ok);
   } catch (err) {
-    connection(false);  // restarting, gone or too slow: keep the last numbers
+    connection(false);  // restarting, gone or given up: keep the last numbers
+  } finally {
+    clearTimeout(late);
   }
   pollTimer = setTimeout(poll, nextPollMs());
 }
