@@ -16,6 +16,8 @@ from webapp.serve import ServedApp
 pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
+#: what a card says of a confirmation a reset deleted
+TAKEN_BACK = "An admin reset this sale: its orders, yours too, were deleted."
 
 
 @pytest.fixture
@@ -217,7 +219,7 @@ def test_a_reset_clears_the_old_sales_message_and_a_new_product_gets_a_card(page
         reset_sale(app, "sku-1", stock=5, strategy="token")
         expect(card.locator(".sold")).to_have_text("0")
         # the confirmation was heard: it is taken back in words, not just wiped
-        expect(card.locator(".message")).to_have_text("An admin reset this sale: its orders, yours too, were deleted.")
+        expect(card.locator(".message")).to_have_text(TAKEN_BACK)
         expect(meter).to_have_attribute("aria-valuenow", "5")
 
         engine = create_engine(app.database_url)
@@ -292,7 +294,7 @@ def test_a_reset_that_sells_more_before_the_next_poll_still_clears_the_message(p
             assert status == 201
         page.unroute("**/api/products")
         expect(card.locator(".sold")).to_have_text("2")
-        expect(card.locator(".message")).to_have_text("An admin reset this sale: its orders, yours too, were deleted.")
+        expect(card.locator(".message")).to_have_text(TAKEN_BACK)
 
 
 def test_a_purchase_with_no_answer_is_reported_and_its_retry_is_the_same_purchase(page):
@@ -540,3 +542,49 @@ def test_an_admin_token_with_letters_past_ascii_resets_from_the_page(page):
         page.fill("#stock", "8")
         page.click("#reset-form button")
         expect(page.locator("#reset-message")).to_contain_text("unauthorized")
+
+
+def test_the_pages_small_courtesies(page):
+    # a pages audit: after "Reset sale" by keyboard the focus fell to <body>; the audit's
+    # live region was rewritten with the same words every 500 ms (read out again and
+    # again); the pages said nothing with JavaScript off; the stock bar slid under
+    # prefers-reduced-motion; a buyer's own "sold out" left the Buy button until a poll
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        page.goto(app.url + "/admin")
+        page.fill("#token", app.admin_token)
+        page.fill("#sku", "no-such-sku")
+        expect(page.locator("#audit-message")).to_contain_text("No audit of no-such-sku")
+        page.evaluate("""() => { window.rewrites = 0;
+            new MutationObserver(() => window.rewrites++).observe(
+                document.getElementById("audit-message"),
+                {childList: true, characterData: true, subtree: true}); }""")
+        page.wait_for_timeout(2_000)  # four refreshes
+        assert page.evaluate("window.rewrites") == 0
+        page.fill("#sku", "sku-1")
+        page.focus("#reset-form button")
+        page.keyboard.press("Enter")
+        expect(page.locator("#reset-message")).to_contain_text("Reset sku-1")
+        assert page.evaluate("document.activeElement.tagName") == "BUTTON"
+
+        page.emulate_media(reduced_motion="reduce")
+        page.goto(app.url + "/")
+        assert page.evaluate("getComputedStyle(document.querySelector('.fill'))"
+                             ".transitionDuration") == "0s"
+        card = page.locator('.card[data-sku="sku-1"]')
+        page.route("**/api/products", lambda route: route.abort())  # no poll helps
+        page.route("**/purchase", lambda route: route.fulfill(
+            status=409, json={"error": "sold_out", "detail": "sku-1 is sold out"}))
+        page.fill("#user-name", "ivy")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Sold out")
+        expect(card.locator(".buy")).to_be_disabled()
+        expect(card.locator(".buy .label")).to_have_text("Sold out")
+
+        # (Playwright's "JavaScript off" still parses <noscript> as a script-on browser
+        # does, so its words are looked for in the page as served)
+        for path in ("/", "/admin"):
+            served = page.request.get(app.url + path).text()
+            assert re.search(r"<noscript>.*needs JavaScript.*</noscript>", served, re.S), path

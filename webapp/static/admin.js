@@ -16,7 +16,8 @@ function asHeader(text) {
 }
 
 function say(id, text, kind) {
-  $(id).textContent = text;
+  // a live region rewritten with the same text (every 500 ms) may be read out again
+  if ($(id).textContent !== text) $(id).textContent = text;
   $(id).className = "message " + kind;
 }
 
@@ -32,6 +33,7 @@ $("reset-form").addEventListener("submit", async (event) => {
   const sku = $("sku").value.trim();
   const message = $("reset-message");
   const button = event.submitter || $("reset-form").querySelector("button");
+  const focused = document.activeElement === button;
   if (button) button.disabled = true;  // a reset deletes orders: never send it twice
   message.className = "message pending";
   message.textContent = "Resetting…";
@@ -52,6 +54,8 @@ $("reset-form").addEventListener("submit", async (event) => {
     message.textContent = "Network error (or not the shop's answer).";
   } finally {
     if (button) button.disabled = false;
+    // disabling it dropped the keyboard's focus to <body>: back to the button
+    if (button && focused && document.activeElement === document.body) button.focus();
   }
 });
 

@@ -157,8 +157,10 @@ async function health() {
       return;
     }
     const body = await response.json();
-    banner.textContent = `Not selling: ${body.detail || "a backend is down"}. Purchases ` +
+    const text = `Not selling: ${body.detail || "a backend is down"}. Purchases ` +
       "are refused until it is back; the stock shown may be out of date.";
+    // the same alert rewritten every 2 s may be read out again each time
+    if (banner.textContent !== text) banner.textContent = text;
     banner.hidden = false;
   } catch (err) {
     connection(false);  // not answering at all: the #offline banner's news
@@ -242,6 +244,8 @@ async function buy(el) {
       show(el, `Confirmed! Order #${body.order_id} for ${body.user_id}.`, "ok");
     } else if (body.error === "sold_out") {
       show(el, "Sold out — better luck next sale.", "sold");
+      el.classList.add("sold-out");  // now, not at the next poll: the button goes with it
+      button.querySelector(".label").textContent = "Sold out";
     } else if (body.error === "already_purchased") {
       show(el, "You already have one: one per person.", "warn");
     } else if (body.error === "busy") {
