@@ -395,3 +395,19 @@ def test_the_html_pages_send_a_content_security_policy(client, path):
     assert "default-src 'self'" in answer.headers["Content-Security-Policy"]
     assert "object-src 'none'" in answer.headers["Content-Security-Policy"]
     assert answer.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_a_reset_waits_for_another_reset_of_the_sale_and_gives_up_with_503(client,
+                                                                           redis_client):
+    # resets of one sale must not interleave: only a crowd test caught it, by chance
+    other = lockcore.create("token", redis_client, f"reset:{SKU}", ttl_ms=60_000)
+    assert other.acquire(blocking=False)  # another reset of sku-1 is under way
+    try:
+        response = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                              json={"stock": 3, "strategy": "atomic"})
+    finally:
+        other.release()
+    assert response.status_code == 503, response.get_json()
+    assert response.get_json()["error"] == "busy"
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["initial_stock"], audit["strategy"]) == (10, "token"), audit

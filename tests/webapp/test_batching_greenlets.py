@@ -112,3 +112,29 @@ def test_a_batcher_waits_on_greenlet_signals_only_in_a_gevent_patched_process():
          "print(Batcher(1)._signal is GreenletSignal)"],
         capture_output=True, text=True, timeout=60, check=True)
     assert patched.stdout.strip() == "True"
+
+
+class _KilledOnFirstWake(GreenletSignal):
+    """The first follower woken is killed right there (as a gevent worker's timeout or
+    a client gone would kill it): deterministically just after the lead was handed to it."""
+
+    killed: list[int] = []
+
+    def wait(self) -> None:
+        super().wait()
+        if not _KilledOnFirstWake.killed:
+            _KilledOnFirstWake.killed.append(1)
+            raise gevent.GreenletExit()
+
+
+def test_a_follower_killed_just_as_it_is_handed_the_lead_passes_it_on():
+    _KilledOnFirstWake.killed = []
+    batcher = Doubler()
+    batcher._signal = _KilledOnFirstWake
+    callers = submit_all(batcher, [0, 1, 2, 3])
+    batcher.release.set()  # 0 serves [0] and hands the lead to 1, which is killed
+    gevent.joinall(callers, timeout=5)
+    assert _KilledOnFirstWake.killed == [1]
+    assert [c.ready() for c in callers] == [True, True, True, True], batcher.served
+    assert [callers[0].value, callers[2].value, callers[3].value] == [0, 4, 6]
+    assert batcher.served[1:] == [[0], [2, 3]]  # 1 was never served: it left

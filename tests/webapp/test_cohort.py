@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from tests.webapp.conftest import ADMIN_TOKEN, SKU, empty_shop, make_app
 from tests.webapp.twoprocesses import sell_in_two_processes
 from webapp import sales
 from webapp.cohort import CohortLock
+from webapp.holdbound import HoldBound
 from webapp.lockpassing import Cohort
 
 
@@ -243,3 +245,15 @@ def test_a_combined_section_is_smaller_for_the_fifo_lock(sqlite_url, redis_url,
                           "ann")
     assert lock.combiner.max_batch == max_batch
     app.extensions["seckill"].close()
+
+
+def test_a_hold_older_than_a_quarter_of_the_ttl_is_not_passed_on():
+    now = [0.0]
+    bound = HoldBound(max_passes=64, max_hold_s=1.0, monotonic=lambda: now[0])
+    lock = SimpleNamespace(ttl_ms=400, lost=False)  # a quarter: 100 ms
+    bound.start()
+    now[0] = 0.05
+    assert bound.take_pass(lock)  # young: 50 ms of 100
+    now[0] = 0.15
+    assert not bound.take_pass(lock)  # past a quarter of the TTL, under max_hold_s
+    assert bound.take_pass(SimpleNamespace(lost=False))  # no TTL: only max_hold_s bounds

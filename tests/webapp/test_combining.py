@@ -10,6 +10,7 @@ real processes (``twoprocesses.py``).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -331,3 +332,29 @@ def test_two_worker_processes_combining_sell_exactly_the_stock_and_both_sell(
     assert audit["consistent"] and audit["oversold"] == 0, audit
     assert min(sold.values()) > 0, sold
     assert sum(served for *_, served in got) > sum(batches for *_, batches, _ in got)
+
+
+def test_a_buyer_whose_wait_runs_out_inside_its_batch_hears_its_order(sqlite_url, redis_url,
+                                                                      redis_client):
+    # a buyer taken into a batch left the queue anyway when its wait ran out (500, though
+    # the combiner wrote its row; its retry heard 409 already_purchased)
+    # each winner works 600 ms in the section: a batch of two takes 1.2 s, longer than
+    # the second buyer's 1.0 s wait
+    app = combining_shop(sqlite_url, redis_url, stock=5, work_ms=600, timeout_s=1.0)
+    held = lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=10_000)
+    assert held.acquire(blocking=False)  # so both buyers queue before the lead gets it
+    answers: dict[str, tuple[int, dict]] = {}
+    threads = [threading.Thread(target=lambda u=u: answers.__setitem__(u, post(app, u)))
+               for u in ("lead", "second")]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)
+    time.sleep(0.1)
+    held.release()  # the lead takes the lock and serves [lead, second] in one batch
+    for thread in threads:
+        thread.join(10)
+    users = sorted(order.user_id for order in orders_of(app))
+    assert users == ["lead", "second"]  # both rows written in the batch
+    assert answers["second"][0] == 201, answers["second"]  # so its answer is its order
+    assert answers["lead"][0] == 201, answers["lead"]
+    backends(app).close()

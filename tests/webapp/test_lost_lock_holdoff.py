@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 
 from tests.webapp.conftest import SKU, backends, buy, empty_shop, make_app, reset
-from webapp import sales
+from webapp import allocation, lockedpath, sales
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -106,3 +106,40 @@ def test_a_reset_right_after_the_restart_waits_out_a_holder_from_before(shop, re
         buy(client, buyer)
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["units_sold"], audit["remaining"], audit["consistent"]) == (3, 0, True), audit
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_a_row_written_after_the_reload_is_counted_by_the_first_section_after_the_holdoff(
+        shop, redis_client, monkeypatch, strategy):
+    # the restart comes after the holder's SET, while its row is written: the reload
+    # reads 10 from the database, and only the re-read after the hold-off sees the row
+    client = shop.test_client()
+    reset(client, stock=10, strategy=strategy)
+    writing, go_on = threading.Event(), threading.Event()
+
+    def paused(real):
+        def write(*args, **kwargs):
+            writing.set()  # stock already SET to 9 in Redis; the row not yet written
+            assert go_on.wait(10)
+            return real(*args, **kwargs)
+        return write
+
+    monkeypatch.setattr(allocation, "write_batch", paused(allocation.write_batch))
+    monkeypatch.setattr(lockedpath, "record_order", paused(lockedpath.record_order))
+    first: list = []
+    holder = threading.Thread(target=lambda: first.append(buy(shop.test_client(), "before")))
+    holder.start()
+    assert writing.wait(10)
+    redis_client.flushall()  # the restart without persistence, mid-write
+    during = buy(client, "during")  # reloads: the database still says 10
+    assert during.status_code == 503, during.get_json()
+    go_on.set()
+    holder.join(10)
+    assert first[0].status_code == 201, first[0].get_json()
+    deadline = time.monotonic() + 10
+    while (after := buy(client, "after")).status_code == 503:  # the hold-off
+        assert time.monotonic() < deadline, after.get_json()
+        time.sleep(0.2)
+    assert after.status_code == 201, after.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (2, 8, True), audit

@@ -12,6 +12,7 @@ let a chosen script run, then dropped its reply; ``CLIENT KILL`` storms did the 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import redis
 
 from tests.webapp.conftest import SKU, buy, reset
 from webapp import scripts
+from webapp.deadlines import MARGIN_S, deadline
 
 #: how a reply is lost: with its connection, or to the client's socket timeout (Redis
 #: ran the script in time; only the reply came late)
@@ -140,3 +142,13 @@ def test_a_take_whose_reply_was_lost_gives_its_units_back(client, monkeypatch, s
     assert buy(client, "alice", key="key-9").status_code == 201
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (6, 1, True), audit
+
+
+@pytest.mark.parametrize("timeout", [0.5, 5.0])
+def test_the_deadline_comes_a_margin_before_the_client_gives_up(timeout):
+    client = redis.Redis(host="127.0.0.1", port=1, socket_timeout=timeout)  # never connects
+    before = time.time()
+    at = deadline(client)
+    after = time.time()
+    margin = min(MARGIN_S, timeout / 2)
+    assert (before + timeout - margin) * 1000 - 1 <= at <= (after + timeout - margin) * 1000

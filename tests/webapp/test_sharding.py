@@ -152,3 +152,15 @@ def test_after_redis_loses_its_data_the_shards_are_rebuilt_from_the_database(
     report = sales.audit(deps.sessions, deps.redis, SKU)
     assert report["consistent"], report
     assert (report["units_sold"], report["remaining"], report["oversold"]) == (8, 0, 0)
+
+
+def test_the_sold_out_flag_is_not_set_while_a_shard_still_holds_a_unit(deps, monkeypatch):
+    # a give-back can land on a shard behind a buyer's probes: the flag re-reads them
+    path = open_sale(deps, monkeypatch, stock=4)  # one unit per shard
+    sale = load_sale(deps.sessions, "sku-1")
+    deps.redis.set(path.keys(sale)[2], 0)  # shard 2 empties after its probe...
+    deps.redis.set(path.keys(sale)[2], 1)  # ...and a give-back returns its unit
+    path._flag_sold_out(deps.redis, sale)  # a buyer whose probes all saw 0
+    assert not deps.redis.get(sale.keys.soldout)
+    buy(deps, "still-sells")
+    assert sales.audit(deps.sessions, deps.redis, "sku-1")["consistent"]
