@@ -208,20 +208,19 @@ def test_a_url_too_long_for_nginx_is_414_json(nginx):
 def test_a_header_too_large_for_nginx_is_400_json(nginx, header):
     # nginx's "Request Header Or Cookie Too Large" is its own 494, which error_page 400
     # did not catch: an HTML page
-    with socket.create_connection(("127.0.0.1", nginx), timeout=10) as raw:
-        raw.sendall(f"GET /api/products HTTP/1.1\r\nHost: x\r\n{header}\r\n"
-                    "Connection: close\r\n\r\n".encode())
-        reply = b""
-        while chunk := raw.recv(65536):
-            reply += chunk
-    head, _, body = reply.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400"), reply[:200]
-    assert b"application/json" in head and json.loads(body)["error"] == "bad_request"
+    assert_bad_request_json(nginx, f"GET /api/products HTTP/1.1\r\nHost: x\r\n{header}\r\n"
+                                   "Connection: close\r\n\r\n".encode())
 
 
 def test_a_request_nginx_cannot_read_is_400_json(nginx):
-    with socket.create_connection(("127.0.0.1", nginx), timeout=10) as raw:
-        raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nBroken header line\r\n\r\n")
+    assert_bad_request_json(nginx, b"GET / HTTP/1.1\r\nHost: x\r\nBroken header line\r\n\r\n")
+
+
+def assert_bad_request_json(port: int, sent: bytes) -> None:
+    """Send ``sent`` as it is (http.client would refuse it) and expect nginx's own 400,
+    as JSON."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        raw.sendall(sent)
         reply = b""
         while chunk := raw.recv(65536):
             reply += chunk
