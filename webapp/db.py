@@ -87,11 +87,12 @@ def connect_args(database_url: str, *, serving: bool = False) -> dict[str, Any]:
     return {name: value for name, value in wanted.items() if name not in url.query}
 
 
-def scratch_engine(database_url: str) -> Engine:
-    """An engine for one job (migrating, checking): no pool kept, the connect timeout."""
+def scratch_engine(database_url: str, **more_connect_args: Any) -> Engine:
+    """An engine for one job (migrating, checking, a serve's claim): no pool kept, the
+    connect timeout; ``more_connect_args`` go to the driver as well."""
     database_url = database_url_for_sqlalchemy(database_url)
     return create_engine(database_url, poolclass=NullPool,
-                         connect_args=connect_args(database_url))
+                         connect_args={**connect_args(database_url), **more_connect_args})
 
 
 #: ``pg_advisory_lock``'s key for "migrating and seeding": any constant of our own
@@ -102,7 +103,7 @@ class UnversionedSchema(RuntimeError):
     """The database has our tables but no ``alembic_version``: made without migrations."""
 
 
-def _sqlite_file(database_url: str, *, make_folder: bool = False) -> str | None:
+def sqlite_file(database_url: str, *, make_folder: bool = False) -> str | None:
     """The file of a SQLite ``database_url`` (None: not SQLite, or in memory); with
     ``make_folder``, its folder is made if missing."""
     url = make_url(database_url)
@@ -132,7 +133,7 @@ def migration_lock(database_url: str, wait_s: float = MIGRATION_WAIT_S) -> Itera
     database. Both are freed if we die; a peer that hangs costs ``wait_s`` at most.
     """
     database_url = database_url_for_sqlalchemy(database_url)
-    path = _sqlite_file(database_url, make_folder=True)
+    path = sqlite_file(database_url, make_folder=True)
     deadline = time.monotonic() + wait_s
     if path is not None:
         with open(f"{path}.migrating", "a") as held:  # closing the file lets it go
@@ -171,7 +172,7 @@ def _wait_or_give_up(deadline: float, wait_s: float) -> None:
 
 def _refuse_unversioned(database_url: str) -> None:
     """Alembic would try to create tables that exist and fail with the driver's error."""
-    path = _sqlite_file(database_url)
+    path = sqlite_file(database_url)
     if path is not None and not os.path.exists(path):
         return  # a new file: the migrations create it, with our page size
     engine = scratch_engine(database_url)
@@ -193,7 +194,7 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     """Bring the schema at ``database_url`` to ``revision``; a SQLite file's folder is made.
     Callers that may race (several servers on one database) hold ``migration_lock``."""
     database_url = database_url_for_sqlalchemy(database_url)
-    _sqlite_file(database_url, make_folder=True)
+    sqlite_file(database_url, make_folder=True)
     _refuse_unversioned(database_url)
     logger.info("migrating %s to %s", database_url.split("@")[-1], revision)
     command.upgrade(alembic_config(database_url), revision)

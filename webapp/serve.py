@@ -85,11 +85,6 @@ def main(args: argparse.Namespace) -> int:
                        os.environ.get("REDIS_URL") or None,
                        database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"),
                        log_path=Path.cwd() / "instance" / "seckill-serve.log")
-    return _serve(served)
-
-
-def _serve(served: ServedApp) -> int:
-    """Start ``served``, print where it is, and watch it until Ctrl-C or it dies."""
     try:
         served.start()  # stops what it started if it fails
     except StartupError as exc:

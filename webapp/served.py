@@ -171,12 +171,11 @@ def absolute_sqlite(url: str) -> str:
     in): gunicorn's workers run in a scratch dir."""
     from sqlalchemy.engine import make_url
 
-    parsed = make_url(url)
-    name = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not name or name == ":memory:" \
-            or name.startswith("file:") or os.path.isabs(name):
+    name = db.sqlite_file(url)
+    if name is None or name.startswith("file:") or os.path.isabs(name):
         return url
-    return parsed.set(database=os.path.abspath(name)).render_as_string(hide_password=False)
+    return make_url(url).set(database=os.path.abspath(name)).render_as_string(
+        hide_password=False)
 
 
 class ServedApp:

@@ -97,13 +97,13 @@ def claimed(database_url: str, servers: Servers) -> Iterator[None]:
     """
     from sqlalchemy.engine import make_url
 
-    url = make_url(database_url)
-    backend = url.get_backend_name()
-    if backend == "sqlite" and url.database and url.database != ":memory:" \
-            and not url.database.startswith("file:"):
-        with _sqlite_claim(Path(url.database), servers):
+    from .db import sqlite_file
+
+    path = sqlite_file(database_url)
+    if path is not None and not path.startswith("file:"):
+        with _sqlite_claim(Path(path), servers):
             yield
-    elif backend == "postgresql":
+    elif path is None and make_url(database_url).get_backend_name() == "postgresql":
         with _postgres_claim(database_url, servers):
             yield
     else:
@@ -198,14 +198,10 @@ def _alive(record: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def _postgres_claim(database_url: str, servers: Servers) -> Iterator[None]:
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
-
     from .config import without_password
-    from .db import connect_args
+    from .db import scratch_engine
 
-    engine = create_engine(database_url, poolclass=NullPool, connect_args={
-        **connect_args(database_url), "application_name": f"seckill serve {os.getpid()}"})
+    engine = scratch_engine(database_url, application_name=f"seckill serve {os.getpid()}")
     where = without_password(database_url)
     try:
         with engine.connect() as connection:
