@@ -78,6 +78,9 @@ class ShardedPath(StockPath):
     """Lock-free like ``atomic``, over ``shards`` stock keys instead of one."""
 
     stock_elsewhere = True  # its shards live on slots of their own
+    #: no lock holds a reload off, as with ``atomic``: a purchase that took a unit the
+    #: reload then counted as unsold must not write its row (``saleinfo._new_generation``)
+    new_generation_on_reload = True
 
     def __init__(self, shards: int = DEFAULT_SHARDS, probes: int | None = None) -> None:
         if shards < 1:

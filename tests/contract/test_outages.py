@@ -155,7 +155,7 @@ def test_buyers_during_a_redis_restart_get_answers_never_500s(shop):
     shop.assert_books_balance(SKU)
 
 
-@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+@pytest.mark.parametrize("strategy", ["token", "atomic", "atomic-sharded", "sql"])
 def test_after_redis_loses_its_data_the_sale_goes_on_from_the_database(shop, strategy):
     # redis-server here keeps nothing on disk, like a cache restarted after a crash:
     # the stock key is gone, while the database still knows what is left
@@ -170,7 +170,7 @@ def test_after_redis_loses_its_data_the_sale_goes_on_from_the_database(shop, str
     assert (audit["orders"], audit["remaining"]) == (2, 8)
 
 
-@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+@pytest.mark.parametrize("strategy", ["token", "atomic", "atomic-sharded", "sql"])
 def test_after_redis_loses_its_data_an_earlier_buyer_still_hears_already_purchased(
         shop, strategy):
     # the one-order-per-user fast path (the buyers set) went with the data: once the
