@@ -27,11 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from lockcore.embedded import EmbeddedRedis
+from webapp.served import StartupError
 
 from . import arrivals
-from .multihost_db import temporary_database
+from .cliargs import at_least
+from .multihost_db import DatabaseUnavailable, temporary_database
 from .multihost_locust import LocustCluster
-from .shop import ShopClient
+from .serving import strategy_safety
+from .shop import ShopClient, ShopError, ShopUnreachable
+from .showdown import SHOP_MAX_STOCK, strategy_list
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +56,22 @@ class HostRun:
     def exact(self) -> bool:
         first = self.audits[0]
         return all(a == first for a in self.audits) and bool(first["consistent"])
+
+    def problems(self, *, safe: bool) -> list[str]:
+        """Why this run fails, if it does: the hosts disagree, a safe strategy's books do
+        not balance or its buyers heard wrong answers, or nothing sold at all (a run that
+        proved nothing: it printed "exact: True" and exited 0)."""
+        first, found = self.audits[0], []
+        if any(a != first for a in self.audits):
+            found.append("the hosts' audits differ")
+        if safe and not first["consistent"]:
+            found.append("the books do not balance")
+        if safe and self.locust_exit != 0:
+            found.append(f"Locust counted wrong answers (exit {self.locust_exit}): "
+                         f"{dict(self.outcomes)}")
+        if first["initial_stock"] > 0 and first["units_sold"] == 0:
+            found.append(f"nothing sold (the buyers' answers: {dict(self.outcomes) or 'none'})")
+        return found
 
 
 @contextlib.contextmanager
@@ -94,19 +114,25 @@ def run_strategy(hosts: list[Any], strategy: str, *, users: int, stock: int,
 
 
 def main(argv: list[str] | None = None) -> int:
+    from webapp.cli import stop_like_ctrl_c
+
+    stop_like_ctrl_c()  # SIGTERM unwinds like Ctrl-C: the hosts, Locust and the database go
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=int, default=200)
-    parser.add_argument("--stock", type=int, default=50)
-    parser.add_argument("--strategies", default="token,atomic")
-    parser.add_argument("--run-time", type=int, default=30, help="hard cap per strategy (s)")
+    parser.add_argument("--users", type=at_least(1), default=200)
+    parser.add_argument("--stock", type=at_least(1, SHOP_MAX_STOCK), default=50)
+    parser.add_argument("--strategies", type=strategy_list, default="token,atomic",
+                        help="comma-separated (default token,atomic)")
+    parser.add_argument("--run-time", type=at_least(1), default=30,
+                        help="hard cap per strategy, from the buyers' start (s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     workdir = Path(tempfile.mkdtemp(prefix="seckill-multihost-"))
+    logger.info("work dir (Locust's logs, removed at the end): %s", workdir)
     failed = False
     try:
         with two_hosts() as hosts:
             print("hosts: " + "  ".join(h.url for h in hosts), flush=True)
-            for strategy in args.strategies.split(","):
+            for strategy in args.strategies:
                 run = run_strategy(hosts, strategy, users=args.users, stock=args.stock,
                                    run_time_s=args.run_time, workdir=workdir)
                 audit = run.audits[0]
@@ -114,7 +140,18 @@ def main(argv: list[str] | None = None) -> int:
                       f"sold {audit['units_sold']}/{audit['initial_stock']}  "
                       f"remaining {audit['remaining']}  oversold {audit['oversold']}  "
                       f"hosts agree and exact: {run.exact}", flush=True)
-                failed |= not run.exact
+                problems = run.problems(safe=strategy_safety(strategy))
+                if problems:
+                    print(f"{'':>15}  FAIL: {'; '.join(problems)}", flush=True)
+                elif not run.exact:
+                    print(f"{'':>15}  unsafe, as taught", flush=True)
+                failed |= bool(problems)
+    except KeyboardInterrupt:
+        print("interrupted: stopped what this run started", file=sys.stderr)
+        return 130
+    except (DatabaseUnavailable, ShopError, ShopUnreachable, StartupError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failed else 0

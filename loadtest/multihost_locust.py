@@ -10,6 +10,7 @@ Every process is started in its own session and stopped by pid.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 from lockcore.embedded import free_port
+from lockcore.lifeline import tied_to_parent
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +38,11 @@ class LocustCluster:
 
     def _spawn(self, args: list[str], env: dict[str, str], log: str) -> subprocess.Popen[bytes]:
         with open(self.workdir / log, "ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "locust", "-f", self.locustfile,
-                                     *args], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, cwd=self.workdir,
-                                    start_new_session=True)
+            # tied: a run killed with SIGKILL leaves no Locust selling on its own
+            command = [sys.executable, "-m", "locust", "-f", self.locustfile, *args]
+            return subprocess.Popen(tied_to_parent(command), env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=self.workdir, start_new_session=True)
 
     def run(self) -> int:
         """Run the load once; the master's exit code (1 when Locust saw failures)."""
@@ -52,7 +55,10 @@ class LocustCluster:
             ["--master", "--headless", "--master-bind-host", "127.0.0.1",
              "--master-bind-port", str(port), "--expect-workers", str(len(self.targets)),
              "--expect-workers-max-wait", "60", "--host", self.targets[0],
-             "-u", str(self.users), "-r", str(self.users), "-t", f"{self.run_time_s}s",
+             "-u", str(self.users), "-r", str(self.users),
+             # the cap counts from the buyers' start: a --run-time under the delay ended
+             # the test before any buyer was let go, and the run "passed" with 0 sold
+             "-t", f"{self.run_time_s + math.ceil(self.start_delay_s)}s",
              "--seckill-start-at", f"{start_at:.3f}", "--csv", str(self.workdir / "run"),
              "--loglevel", "WARNING", *options], base_env, "master.log")
         workers = [self._spawn(["--worker", "--master-host", "127.0.0.1", "--master-port",

@@ -59,7 +59,7 @@ MAX_LOCK_TIMEOUT_S = 25.0
 MIN_SUSTAINED_S, MAX_SUSTAINED_S = 2, 86_400
 
 
-def _strategy_list(text: str) -> list[str]:
+def strategy_list(text: str) -> list[str]:
     """The names, each once (``comma_names``), checked up front: a typo should be a
     usage error, not a failed phase."""
     known = strategy_names()
@@ -90,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--users", type=at_least(1), default=1000, help="buyers (default 1000)")
     parser.add_argument("--stock", type=at_least(1, SHOP_MAX_STOCK), default=100,
                         help="units on sale (default 100)")
-    parser.add_argument("--strategies", type=_strategy_list, default=None,
+    parser.add_argument("--strategies", type=strategy_list, default=None,
                         help="comma-separated, each run once however often named "
                              "(default: every strategy the shop offers)")
     parser.add_argument("--report", metavar="DIR", help="write DIR/index.html and raw data")
@@ -272,7 +272,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
          started: float) -> int:
-    requested: list[str] = args.strategies or []  # parsed once, by _strategy_list
+    requested: list[str] = args.strategies or []  # parsed once, by strategy_list
     with serve_target(args, requested or strategy_names(), named=bool(requested)) as target:
         names = target.strategies
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"
