@@ -137,7 +137,23 @@ def served_from_env(instance_path: str) -> dict[str, Any]:
     config = from_env(instance_path)
     check_urls(config)
     check_served_database(config)
+    check_served_strategy(config)
+    # gunicorn_conf.py reads these two in the workers' master, where a bad one was a
+    # worker that never came up (a one-minute wait for "no log"), or taken as it was
+    _number("SECKILL_WORKER_CONNECTIONS", "1000", int)
+    _number("SECKILL_GC_GEN0_THRESHOLD", "50000", int)
     return config
+
+
+def check_served_strategy(config: dict[str, Any]) -> None:
+    """``LOCK_STRATEGY`` names a strategy a sale can use. It is read only when ``serve``
+    creates ``sku-1`` (a new database): a typo there was an unnamed "could not start"
+    after Redis had started, and on an existing database it went unnoticed."""
+    from .paths import names
+
+    if config["LOCK_STRATEGY"] not in names():
+        raise ConfigError(f"LOCK_STRATEGY: unknown strategy {config['LOCK_STRATEGY']!r}; "
+                          f"choose one of {', '.join(names())}")
 
 
 def default_database_url(instance_path: str) -> str:

@@ -460,6 +460,11 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     # no Authorization header can carry these: was served, and every admin call was 401
     ("SECKILL_ADMIN_TOKEN=   ", "SECKILL_ADMIN_TOKEN"),
     ("SECKILL_ADMIN_TOKEN= tok ", "SECKILL_ADMIN_TOKEN"),
+    # read by gunicorn_conf.py: a worker that never came up after a minute, or taken
+    ("SECKILL_WORKER_CONNECTIONS=abc", "SECKILL_WORKER_CONNECTIONS"),
+    ("SECKILL_WORKER_CONNECTIONS=0", "SECKILL_WORKER_CONNECTIONS"),
+    ("SECKILL_GC_GEN0_THRESHOLD=-1", "SECKILL_GC_GEN0_THRESHOLD"),
+    ("LOCK_STRATEGY=nosuch", "LOCK_STRATEGY"),  # was "could not start", exit 1
 ])
 def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(
         tmp_path, setting, named):
