@@ -63,18 +63,24 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
     """
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
-    pipe.hget(sale.keys.info, "strategy")
+    pipe.hmget(sale.keys.info, "strategy", "generation")
     pipe.mget([sale.keys.reloaded, sale.keys.holdoff])
-    stock, strategy, (reloaded, holdoff) = pipe.execute()
+    stock, (strategy, generation), (reloaded, holdoff) = pipe.execute()
+    if strategy is not None and strategy.decode() != sale.strategy:
+        # first: atomic-sharded keeps no plain stock key, and a buyer of the sale before
+        # its reset to it heard "Redis lost the sale (restarted?)"
+        raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
+                   retry_after_s=1)
+    if stock is None and generation is not None and sale.generation is not None \
+            and int(generation) != sale.generation:
+        raise Busy(f"the sale of {sale.sku} was reset since this purchase looked it up; "
+                   "try again", retry_after_s=1)  # and its stock is not there yet
     if stock is None or strategy is None:
         # Redis lost its data (a restart) since the buyer looked the sale up. No stock
         # key is not "0 left": read as 0, the section set the sold-out flag, which
         # answered every later buyer 409 before any of them could reload the sale
         raise Busy(f"Redis lost the sale of {sale.sku} (restarted?); the next buyer "
                    "reloads it from the database: try again", retry_after_s=1)
-    if strategy.decode() != sale.strategy:
-        raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
-                   retry_after_s=1)
     if reloaded is not None:
         if holdoff is not None:
             # the hold-off's rest, not 1 s: a page retried every second for 10 s (a UI
