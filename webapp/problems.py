@@ -79,11 +79,13 @@ def lock_not_taken(sku: str, lock: Any, timeout_s: float) -> Busy:
         why = asked(time.monotonic() - max(timeout_s, REASON_KEPT_S))
     else:
         why = silent_servers(lock)
+    # what was left of the lock timeout, rounded ("within 0.0599835s" read oddly); none
+    # left: the buyer's wait for its own earlier purchase took it ("within 0s")
+    within = f"within {round(timeout_s, 2):g}s" if timeout_s >= 0.01 else "in time"
     if why:
-        return Busy(f"the stock lock for {sku} could not be taken within {timeout_s:g}s: "
-                    f"{why}", retry_after_s=1)
-    return Busy(f"the stock lock for {sku} was not free within {timeout_s:g}s",
-                retry_after_s=1)
+        return Busy(f"the stock lock for {sku} could not be taken {within}: {why}",
+                    retry_after_s=1)
+    return Busy(f"the stock lock for {sku} was not free {within}", retry_after_s=1)
 
 
 class OrderInDoubt(Busy):
