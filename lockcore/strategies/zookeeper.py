@@ -34,10 +34,12 @@ client that is not connected raises kazoo's ``ConnectionLoss`` at once (the shop
 (plus ``LEAVE_GRACE_S``) with ``ConnectionLoss``: kazoo's acquire runs on a thread the
 caller can abandon (``zookeeper_attempt.py``). Only ``timeout=None`` waits out an outage.
 A release waits at most ``RELEASE_WAIT_S`` for the delete's reply, then raises
-``LockNotOwned`` (the lock was reported lost at SUSPENDED anyway). ``locked()`` and
-``held()`` raise ``ConnectionLoss`` at once when disconnected, or after ``QUERY_WAIT_S``
-without an answer. A hosts string that no server answers raises ``ConnectionLoss`` from
-``create`` after ``zookeeper_clients.START_TIMEOUT_S``, holding up no other hosts.
+``LockNotOwned`` (the lock was reported lost at SUSPENDED anyway). ``locked()`` raises
+``ConnectionLoss`` at once when disconnected, or after ``QUERY_WAIT_S`` without an
+answer; so does ``held()`` while the lock is not yet reported lost, and once it is (at
+SUSPENDED) ``held()`` answers False without asking. A hosts string that no server
+answers raises ``ConnectionLoss`` from ``create`` after
+``zookeeper_clients.START_TIMEOUT_S``, holding up no other hosts.
 
 **Options.** ``ttl_ms``, ``wait``, ``poll_ms`` do not apply (the session is the lease,
 watches are the wake-up). ``backend``: a started ``KazooClient`` or a hosts string.
