@@ -257,3 +257,62 @@ def test_a_hold_older_than_a_quarter_of_the_ttl_is_not_passed_on():
     now[0] = 0.15
     assert not bound.take_pass(lock)  # past a quarter of the TTL, under max_hold_s
     assert bound.take_pass(SimpleNamespace(lost=False))  # no TTL: only max_hold_s bounds
+
+
+class WaitTimesOutAtTheHandOver:
+    """A turn's event whose timed wait runs out at the very moment the lock is handed
+    over: the wait says "timed out", yet the turn is no longer queued."""
+
+    def __init__(self) -> None:
+        self.real = threading.Event()
+
+    def set(self) -> None:
+        self.real.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.real.wait(5)
+        return timeout is None
+
+
+def test_a_turn_handed_the_lock_as_its_wait_runs_out_takes_it(monkeypatch):
+    """Given up instead, the passed lock was never released and the cohort stayed busy:
+    every later buyer of that worker heard 503 until it restarted, and the distributed
+    lock stayed held (``lockpassing.py``'s second timeline; a mutation audit)."""
+    from webapp import lockpassing
+
+    class RacingTurn(lockpassing._Turn):
+        __slots__ = ()
+
+        def __init__(self) -> None:
+            self.event, self.lock = WaitTimesOutAtTheHandOver(), None
+
+    monkeypatch.setattr(lockpassing, "_Turn", RacingTurn)
+    log: list[str] = []
+    cohort = Cohort(max_passes=10, max_hold_s=60)
+    holder = CohortLock(cohort, lambda: RecordingLock(log))
+    assert holder.acquire(timeout=1)
+    got: list[bool] = []
+    buyer = CohortLock(cohort, lambda: RecordingLock(log))
+    thread = threading.Thread(target=lambda: got.append(buyer.acquire(timeout=0.1)))
+    thread.start()
+    while not cohort._queue:
+        threading.Event().wait(0.001)
+    holder.release()  # passed to the buyer, whose wait is running out
+    thread.join(5)
+    assert got == [True]
+    buyer.release()
+    assert log == ["acquire", "release"] and not cohort._busy
+
+
+def test_a_pass_is_refused_when_redlock_validity_is_short():
+    """A RedLock's validity runs on its own clock; a hold whose validity is nearly gone
+    (a slow acquisition, drift) must not be passed on, or the passed section runs after
+    the lock expired (a mutation audit dropped the check; nothing noticed)."""
+    clock = Clock()
+    bound = HoldBound(max_passes=10, max_hold_s=1.0, monotonic=clock)
+    bound.start()
+    lock = RecordingLock([])
+    lock.remaining_validity_ms = lambda: 5_000  # type: ignore[attr-defined]
+    assert bound.take_pass(lock)  # hold bound: min(1 s, ttl/4 = 2.5 s); 5 s > 2 x 1 s
+    lock.remaining_validity_ms = lambda: 1_500  # type: ignore[attr-defined]
+    assert not bound.take_pass(lock)  # under twice the hold: release instead

@@ -358,3 +358,62 @@ def test_a_buyer_whose_wait_runs_out_inside_its_batch_hears_its_order(sqlite_url
     assert answers["second"][0] == 201, answers["second"]  # so its answer is its order
     assert answers["lead"][0] == 201, answers["lead"]
     backends(app).close()
+
+
+def test_a_buyer_handed_the_lead_as_its_wait_runs_out_leads(monkeypatch):
+    """A queued buyer whose timed wait runs out just as it is handed the lead must take
+    it: left, nobody led, ``_busy`` stayed True, and that worker's buyers of the item
+    heard 503 for good (``combining.py``'s "check under the mutex" timeline; a
+    mutation audit)."""
+    from types import SimpleNamespace
+
+    from webapp import combining
+
+    class WaitTimesOutAtTheHandOver:
+        def __init__(self) -> None:
+            self.real = threading.Event()
+
+        def set(self) -> None:
+            self.real.set()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            self.real.wait(5)
+            return timeout is None
+
+    class RacingBuyer(combining.Buyer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.woken = WaitTimesOutAtTheHandOver()  # type: ignore[assignment]
+
+    class RefusingLock:
+        name, strategy, lost = "stock:sku-1", "token", False
+
+        def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+            return False
+
+        def release(self) -> None:
+            pass
+
+    monkeypatch.setattr(combining, "Buyer", RacingBuyer)
+    combiner = combining.Combiner(8)
+    combiner._busy = True  # another buyer combines
+    deps = SimpleNamespace(monotonic=time.monotonic, lock_timeout_s=0.1)
+    handle = combining.CombinableLock(RefusingLock(), combiner)
+    errors: list[BaseException] = []
+
+    def buy() -> None:
+        try:
+            combiner.purchase(deps, SimpleNamespace(sku="sku-1", work_ms=0),
+                              SimpleNamespace(user_id="ann", quantity=1), handle)
+        except BaseException as exc:  # noqa: BLE001 - the refusing lock's 503
+            errors.append(exc)
+
+    thread = threading.Thread(target=buy)
+    thread.start()
+    while not combiner._queue:
+        time.sleep(0.001)
+    with combiner._mutex:
+        combiner._pass_lead()  # the other combiner is done: this buyer leads
+    thread.join(5)
+    assert len(errors) == 1  # it led, and the lock refused it: busy
+    assert not combiner._busy and not combiner._queue  # nobody left waiting for a lead

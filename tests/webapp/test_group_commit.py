@@ -119,3 +119,18 @@ def test_a_sql_batch_rolled_back_by_a_duplicate_decides_sold_out_again_alone(
     assert {type(answers["cy"]), type(answers["dee"])} == {PlacedOrder, SoldOut}
     audit = sales.audit(deps.sessions, deps.redis, SKU)
     assert (audit["orders"], audit["database_remaining"], audit["consistent"]) == (3, 0, True)
+
+
+def test_a_multi_unit_order_takes_its_quantity_off_the_database_count(client):
+    """The batch lowers ``sales.remaining`` by each row's quantity. By one per row, the
+    books disagreed (Redis 7, the database 9) and a reload after Redis lost its data
+    sold 2 units twice (a mutation audit: no test bought more than one unit and looked
+    at the audit)."""
+    from tests.webapp.conftest import SKU, buy, reset
+
+    reset(client, stock=10, strategy="atomic", limit=3)
+    assert buy(client, "ann", quantity=3).status_code == 201
+    assert buy(client, "bob", quantity=2).status_code == 201
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["database_remaining"], audit["units_sold"],
+            audit["consistent"]) == (5, 5, 5, True), audit

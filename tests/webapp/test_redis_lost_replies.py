@@ -152,3 +152,36 @@ def test_the_deadline_comes_a_margin_before_the_client_gives_up(timeout):
     after = time.time()
     margin = min(MARGIN_S, timeout / 2)
     assert (before + timeout - margin) * 1000 - 1 <= at <= (after + timeout - margin) * 1000
+
+
+def test_a_stock_write_redis_runs_too_late_buys_nothing(client, monkeypatch):
+    """The section's ``SET stock`` carries a deadline: run after it (Redis stalled past
+    the buyer's timeout), it changes nothing and answers LATE. Taken as written, the
+    order went in and the buyer heard 201 with Redis's stock never lowered: an oversell
+    (a mutation audit)."""
+    from webapp import deadlines
+
+    reset(client, stock=7, strategy="token")
+    monkeypatch.setattr(deadlines, "deadline", lambda client: 1)  # long past: LATE
+    answer = buy(client, "alice")
+    monkeypatch.undo()
+    assert answer.status_code == 503 and "too late" in answer.get_json()["detail"], \
+        answer.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 7, True), audit
+
+
+def test_a_reservation_redis_runs_too_late_is_a_503_not_a_wait(client, monkeypatch):
+    """A keyed purchase reserves its buyer with a deadline. LATE read as "reserved
+    already" made it wait 10 s for a purchase in flight that did not exist."""
+    from webapp import deadlines
+
+    reset(client, stock=7, strategy="token")
+    monkeypatch.setattr(deadlines, "deadline", lambda client: 1)
+    started = time.monotonic()
+    answer = buy(client, "alice", key="k-late")
+    monkeypatch.undo()
+    assert answer.status_code == 503 and "too late" in answer.get_json()["detail"], \
+        answer.get_json()
+    assert time.monotonic() - started < 5
+    assert buy(client, "alice", key="k-late").status_code == 201
