@@ -138,3 +138,24 @@ def test_a_follower_killed_just_as_it_is_handed_the_lead_passes_it_on():
     assert [c.ready() for c in callers] == [True, True, True, True], batcher.served
     assert [callers[0].value, callers[2].value, callers[3].value] == [0, 4, 6]
     assert batcher.served[1:] == [[0], [2, 3]]  # 1 was never served: it left
+
+
+class _KilledMidBatch(Batcher[int]):
+    """Answers the first item of its batch, then its leader is killed (GreenletExit)."""
+
+    def _serve(self, batch: list[Pending[int]]) -> None:
+        batch[0].result = batch[0].item * 2
+        raise gevent.GreenletExit
+
+
+def test_a_leader_killed_mid_batch_keeps_the_answers_it_had_given():
+    """An answer already given stands: its units were taken and its row may be
+    committed. Overwritten with the exception, the buyer heard an error for a real
+    order (a mutation audit: no test killed a leader mid-batch)."""
+    batcher = _KilledMidBatch(max_batch=8)
+    first, second = Pending(1), Pending(2)
+    batcher._queue.extend([first, second])
+    with pytest.raises(gevent.GreenletExit):
+        batcher._lead()
+    assert first.outcome() == 2
+    assert isinstance(second.error, gevent.GreenletExit)

@@ -316,3 +316,44 @@ def test_a_pass_is_refused_when_redlock_validity_is_short():
     assert bound.take_pass(lock)  # hold bound: min(1 s, ttl/4 = 2.5 s); 5 s > 2 x 1 s
     lock.remaining_validity_ms = lambda: 1_500  # type: ignore[attr-defined]
     assert not bound.take_pass(lock)  # under twice the hold: release instead
+
+
+def test_a_passed_turn_finds_the_lock_when_it_wakes(monkeypatch):
+    """The lock is set on the turn before its event: woken first, a thread read no lock,
+    led, and blocked on the distributed lock its own process held (a mutation audit)."""
+    from webapp import lockpassing
+
+    seen: list[Any] = []
+
+    class Recorded:
+        def __init__(self, turn: Any) -> None:
+            self.turn, self.real = turn, threading.Event()
+
+        def set(self) -> None:
+            seen.append(self.turn.lock)  # what a thread woken right now would read
+            self.real.set()
+
+        def wait(self, timeout: float | None = None) -> bool:
+            return self.real.wait(timeout)
+
+    class RecordedTurn(lockpassing._Turn):
+        __slots__ = ()
+
+        def __init__(self) -> None:
+            self.lock, self.event = None, Recorded(self)
+
+    monkeypatch.setattr(lockpassing, "_Turn", RecordedTurn)
+    log: list[str] = []
+    cohort = Cohort(max_passes=10, max_hold_s=60)
+    holder = CohortLock(cohort, lambda: RecordingLock(log))
+    assert holder.acquire(timeout=1)
+    buyer = CohortLock(cohort, lambda: RecordingLock(log))
+    got: list[bool] = []
+    thread = threading.Thread(target=lambda: got.append(buyer.acquire(timeout=5)))
+    thread.start()
+    while not cohort._queue:
+        threading.Event().wait(0.001)
+    holder.release()
+    thread.join(5)
+    assert got == [True] and seen and seen[0] is not None
+    buyer.release()
