@@ -134,3 +134,27 @@ def test_a_multi_unit_order_takes_its_quantity_off_the_database_count(client):
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["database_remaining"], audit["units_sold"],
             audit["consistent"]) == (5, 5, 5, True), audit
+
+
+def test_a_rolled_back_sql_batch_leaves_no_stock_figure_behind(deps, monkeypatch):
+    """``stock_after`` takes only what committed. A failed batch's counts, kept until the
+    next commit of another sale, reached it there: the ``sql`` path then copied into
+    Redis a stock the database never had (a mutation audit)."""
+    sql_sale(deps, stock=3)
+    sales.create_product(deps.sessions, "sku-2", "Mouse", 1_900, stock=5, strategy="sql")
+    sales.reset_sale(deps.sessions, deps.redis, "sku-2", stock=5, strategy="sql")
+    writer = groupcommit.writer_for(deps.sessions, conditional=True)
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+    committed = writer.stock_after[load_sale(deps.sessions, SKU).id]
+    real = writer._take_units
+
+    def taken_then_down(connection, batch):
+        real(connection, batch)  # the counts noted, then the database goes away
+        raise OperationalError("INSERT", {}, Exception("the database went away"))
+
+    monkeypatch.setattr(writer, "_take_units", taken_then_down)
+    with pytest.raises(OperationalError):  # the API answers it 503 busy
+        checkout(deps, PurchaseRequest(SKU, "bob"))
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest("sku-2", "cy")).created  # another sale commits
+    assert writer.stock_after[load_sale(deps.sessions, SKU).id] == committed
