@@ -259,25 +259,11 @@ def test_a_hold_older_than_a_quarter_of_the_ttl_is_not_passed_on():
     assert bound.take_pass(SimpleNamespace(lost=False))  # no TTL: only max_hold_s bounds
 
 
-class WaitTimesOutAtTheHandOver:
-    """A turn's event whose timed wait runs out at the very moment the lock is handed
-    over: the wait says "timed out", yet the turn is no longer queued."""
-
-    def __init__(self) -> None:
-        self.real = threading.Event()
-
-    def set(self) -> None:
-        self.real.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.real.wait(5)
-        return timeout is None
-
-
 def test_a_turn_handed_the_lock_as_its_wait_runs_out_takes_it(monkeypatch):
     """Given up instead, the passed lock was never released and the cohort stayed busy:
     every later buyer of that worker heard 503 until it restarted, and the distributed
     lock stayed held (``lockpassing.py``'s second timeline; a mutation audit)."""
+    from tests.webapp.racing import WaitTimesOutAtTheHandOver
     from webapp import lockpassing
 
     class RacingTurn(lockpassing._Turn):

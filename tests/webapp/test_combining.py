@@ -367,18 +367,8 @@ def test_a_buyer_handed_the_lead_as_its_wait_runs_out_leads(monkeypatch):
     mutation audit)."""
     from types import SimpleNamespace
 
+    from tests.webapp.racing import WaitTimesOutAtTheHandOver
     from webapp import combining
-
-    class WaitTimesOutAtTheHandOver:
-        def __init__(self) -> None:
-            self.real = threading.Event()
-
-        def set(self) -> None:
-            self.real.set()
-
-        def wait(self, timeout: float | None = None) -> bool:
-            self.real.wait(5)
-            return timeout is None
 
     class RacingBuyer(combining.Buyer):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
