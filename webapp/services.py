@@ -9,8 +9,9 @@ The steps every strategy shares, in order, each cheaper than the next:
    script is sent the generation of the copy this process read last, and leaves the
    copy out of its reply while Redis holds that same generation.
 3. ``SADD buyers user`` reserves the user's one order per sale. Fifty concurrent
-   clicks by one user: one gets the reservation, the rest 409 (or, with the same
-   Idempotency-Key, wait for the first one's order and answer it with 200).
+   clicks by one user: one gets the reservation, the rest wait for it (``twinwait.py``):
+   409 once it made an order (with the same Idempotency-Key, that order with 200), or
+   their own try if it failed.
 4. The sale's purchase path (``paths.py``) takes the stock: under a lock, with one
    Lua script, or with a conditional SQL UPDATE. If it fails, the reservation goes.
 
@@ -51,10 +52,11 @@ from .orders import (
     has_order,
 )
 from .pipelining import ScriptPipeline
-from .problems import AlreadyPurchased, Busy, InvalidRequest, OrderInDoubt, Replay, SoldOut
+from .problems import AlreadyPurchased, InvalidRequest, OrderInDoubt, Replay, SoldOut
 from .retrylater import RetryLater
 from .saleinfo import Fence, SaleInfo, cached_sale, latest_sale, load_sale
 from .takenorders import TakenOrder
+from .twinwait import TwinWait
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ class Checkout:
     lock_slots: Any = None
     #: the same for a combined lock's buyers (``combining.py``); None: ``lock_slots``
     combined_slots: Any = None
-    #: how long a duplicate Idempotency-Key waits for the first request's order
+    #: how long a purchase waits for its buyer's other purchase in flight (``twinwait.py``)
     replay_wait_s: float = 10.0
     #: sends the first script of concurrent purchases in one round trip; None: alone
     script_pipeline: ScriptPipeline | None = None
@@ -165,8 +167,8 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
 
 
 def _less_time(deps: Checkout, waited_s: float) -> Checkout:
-    """``deps`` with ``waited_s`` taken off the lock timeout: what a keyed purchase has
-    left after waiting for its user's purchase in flight (``_reserve``).
+    """``deps`` with ``waited_s`` taken off the lock timeout: what a purchase has left
+    after waiting for its user's other purchase in flight (``twinwait.py``).
 
     **Failure timeline** it prevents (a contract audit, RedLock nodes down)::
 
@@ -243,9 +245,9 @@ def _script_keys(sku: str) -> list[str]:
 
 
 def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
-    """One round trip (``atomic_checkout.lua``): after the sale, 409 (already_purchased
-    before sold_out); the sale's cached row; the buyer's reservation; for an ``atomic``
-    sale the whole purchase but its order row."""
+    """One round trip (``atomic_checkout.lua``): after the sale, 409 ``sold_out`` (a
+    reserved buyer first: ``_BuyerReserved``); the sale's cached row; the buyer's
+    reservation; for an ``atomic`` sale the whole purchase but its order row."""
     script_keys = _script_keys(request.sku)  # shared: nobody may change it
     known = latest_sale(request.sku)
     script_args: list[Any] = [
@@ -265,7 +267,7 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     if code == LATE:  # Redis ran it after we would have given up: nothing changed
         raise too_late()
     if code == -3:
-        raise _ReservedAlready(request.sku)
+        raise _BuyerReserved(request.sku)
     if code == -1:
         raise SoldOut(f"{request.sku} is sold out")
     if code == -2:
@@ -277,21 +279,17 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     return fast
 
 
-class _ReservedAlready(Exception):
+class _BuyerReserved(Exception):
     """``atomic_checkout.lua`` found the buyer reserved: by an order, or by a purchase of
     theirs still in flight (``_fast_checkout_after_twin`` tells which)."""
-
-
-#: the longest pause between two looks at a purchase in flight of the same user
-TWIN_POLL_MAX_S = 0.2
 
 
 def _fast_checkout_after_twin(deps: Checkout, request: PurchaseRequest
                               ) -> tuple[_Fast, float]:
     """``_fast_checkout``; if the buyer is reserved already, 409 ``already_purchased`` when
-    they have an order, else wait for their purchase in flight and try again: it may
-    fail and leave the unit to this one. Waits at most ``replay_wait_s`` (then 503 busy),
-    and returns how long it waited (the lock's timeout is shortened by it).
+    they have an order, else wait for their purchase in flight (``twinwait.py``) and try
+    again: it may fail and leave the unit to this one. Returns how long it waited (the
+    lock's timeout is shortened by it).
 
     **Failure timeline** of answering 409 at once (a contract audit)::
 
@@ -301,23 +299,19 @@ def _fast_checkout_after_twin(deps: Checkout, request: PurchaseRequest
                 the answer that told her to stop was wrong (50 purchases of one user
                 on a sale of 0 units: up to 49 "already_purchased", no order)
     """
-    started, pause = None, 0.02
+    wait = None
     while True:
         try:
-            fast = _fast_checkout(deps, request)
-        except _ReservedAlready:
+            return _fast_checkout(deps, request), 0.0 if wait is None else wait.waited_s
+        except _BuyerReserved:
             if has_order(deps.sessions, request.sku, request.user_id):
-                raise AlreadyPurchased(f"{request.user_id!r} already bought "
-                                       f"{request.sku}") from None
-            now = deps.monotonic()
-            started = now if started is None else started
-            if now - started > deps.replay_wait_s:
-                raise Busy(f"an earlier purchase of {request.sku} by {request.user_id!r} is "
-                           "still running; try again") from None
-            deps.sleep(pause)
-            pause = min(pause * 1.5, TWIN_POLL_MAX_S)
-            continue
-        return fast, 0.0 if started is None else deps.monotonic() - started
+                raise already_bought(request.user_id, request.sku) from None
+            wait = wait or TwinWait(deps, request.sku, request.user_id, keyed=False)
+            wait.look_again()
+
+
+def already_bought(user_id: str, sku: str) -> AlreadyPurchased:
+    return AlreadyPurchased(f"{user_id!r} already bought {sku}")
 
 
 def _replay(earlier: OrderLike, request: PurchaseRequest) -> OrderLike:
@@ -348,8 +342,7 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
     :param soldout_checked: ``_fast_refusal`` just read the flag: skip the first GET.
     """
     keys = sale.keys
-    deadline = deps.monotonic() + deps.replay_wait_s
-    claimed = False
+    claimed, wait = False, None
     while True:
         if request.idempotency_key is not None:
             earlier, keyed = find_order_or_key(deps.sessions, sale.id, request.user_id,
@@ -359,7 +352,7 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
             if earlier is not None:
                 if earlier.idempotency_key == request.idempotency_key:
                     return _replay(earlier, request)
-                raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
+                raise already_bought(request.user_id, sale.sku)
         if not soldout_checked and deps.redis.get(keys.soldout):
             raise SoldOut(f"{sale.sku} is sold out")
         soldout_checked = False
@@ -373,16 +366,12 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
             return None
         if request.idempotency_key is None and has_order(deps.sessions, sale.sku,
                                                          request.user_id):
-            raise AlreadyPurchased(f"{request.user_id!r} already bought {sale.sku}")
+            raise already_bought(request.user_id, sale.sku)
         # the same user has a purchase in flight, maybe with this very key: wait for it
-        # (it may fail, and leave the unit to this one: _fast_checkout_after_twin)
-        if deps.monotonic() > deadline:
-            # (with this key or another: it said "with this Idempotency-Key" to a buyer
-            # whose six purchases had six keys)
-            again = "" if request.idempotency_key is None else " with the same Idempotency-Key"
-            raise Busy(f"an earlier purchase of {sale.sku} by {request.user_id!r} is still "
-                       f"running; try again{again}")
-        deps.sleep(0.02)
+        # (it may fail, and leave the unit to this one)
+        wait = wait or TwinWait(deps, sale.sku, request.user_id,
+                                keyed=request.idempotency_key is not None)
+        wait.look_again()
 
 
 def _undo_fast(deps: Checkout, request: PurchaseRequest, fast: _Fast) -> None:

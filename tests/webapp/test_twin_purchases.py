@@ -10,6 +10,7 @@ purchase sent beside it had been refused and 2 units stayed unsold."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -17,7 +18,10 @@ from typing import Any
 import pytest
 
 from tests.webapp.conftest import SKU, buy, reset
-from webapp import paths
+from webapp import paths, sales
+from webapp.keys import SaleKeys
+from webapp.problems import Busy
+from webapp.services import PurchaseRequest, checkout
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -91,3 +95,53 @@ def test_a_twin_of_a_purchase_that_succeeds_hears_already_purchased(client, monk
     assert twin.status_code == 409 and twin.get_json()["error"] == "already_purchased"
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["orders"], audit["consistent"]) == (1, True), audit
+
+
+# The wait's edges, at the service layer (the deps fixture: an atomic sale of 50).
+
+WAIT_S = 0.2
+
+
+def left_reservation(deps: Any, user: str, nonce: str | None) -> None:
+    """A reservation whose purchase is gone (its worker killed mid-purchase): no order."""
+    keys = SaleKeys(SKU)
+    deps.redis.sadd(keys.buyers, user)
+    if nonce is not None:
+        deps.redis.hset(keys.reservations, user, nonce)
+
+
+def waiting(deps: Any) -> Any:
+    return dataclasses.replace(deps, replay_wait_s=WAIT_S, sleep=time.sleep)
+
+
+@pytest.mark.parametrize("key", [None, "carol-key"])
+def test_a_reservation_whose_purchase_is_gone_is_dropped_after_the_wait(deps, key):
+    """Waited for and never dropped, it made every retry of carol's a 10 s wait and a
+    503 "still running", until the sale's next reset (a review of the wait)."""
+    left_reservation(deps, "carol", "the-dead-purchase")
+    started = time.monotonic()
+    bought = checkout(waiting(deps), PurchaseRequest(SKU, "carol", idempotency_key=key))
+    assert bought.created and time.monotonic() - started >= WAIT_S
+    assert sales.audit(deps.sessions, deps.redis, SKU)["orders"] == 1
+
+
+def test_the_wait_is_bounded_when_the_reservation_is_not_ours_to_drop(deps):
+    left_reservation(deps, "dan", nonce=None)
+    with pytest.raises(Busy, match="still running; try again"):
+        checkout(waiting(deps), PurchaseRequest(SKU, "dan"))
+
+
+def test_a_purchase_that_waited_has_that_much_less_lock_timeout(deps, monkeypatch):
+    """Else a buyer waited 10 s for her other purchase, then 10 s for the lock."""
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=5, strategy="sql")
+    path = type(paths.path_for("sql"))
+    real, timeouts = path.purchase, []
+
+    def purchase(self: Any, got: Any, *args: Any, **kwargs: Any) -> Any:
+        timeouts.append(got.lock_timeout_s)
+        return real(self, got, *args, **kwargs)
+
+    monkeypatch.setattr(path, "purchase", purchase)
+    left_reservation(deps, "erin", "the-dead-purchase")
+    assert checkout(waiting(deps), PurchaseRequest(SKU, "erin")).created
+    assert timeouts and timeouts[0] <= deps.lock_timeout_s - WAIT_S, timeouts
