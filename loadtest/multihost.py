@@ -114,9 +114,6 @@ def run_strategy(hosts: list[Any], strategy: str, *, users: int, stock: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from webapp.cli import stop_like_ctrl_c
-
-    stop_like_ctrl_c()  # SIGTERM unwinds like Ctrl-C: the hosts, Locust and the database go
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=at_least(1), default=200)
     parser.add_argument("--stock", type=at_least(1, SHOP_MAX_STOCK), default=50)
@@ -158,4 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from webapp.cli import stop_like_ctrl_c
+
+    stop_like_ctrl_c()  # SIGTERM unwinds like Ctrl-C: the hosts, Locust and the database go
     sys.exit(main())

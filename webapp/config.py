@@ -141,19 +141,32 @@ def served_from_env(instance_path: str) -> dict[str, Any]:
     # gunicorn_conf.py reads these two in the workers' master, where a bad one was a
     # worker that never came up (a one-minute wait for "no log"), or taken as it was
     _number("SECKILL_WORKER_CONNECTIONS", "1000", int)
-    _number("SECKILL_GC_GEN0_THRESHOLD", "50000", int)
+    if _number("SECKILL_GC_GEN0_THRESHOLD", "50000", int) > GC_THRESHOLD_MAX:
+        raise ConfigError(f"SECKILL_GC_GEN0_THRESHOLD must be at most {GC_THRESHOLD_MAX} "
+                          "(gc.set_threshold takes a C int)")
     return config
 
 
+#: the largest threshold ``gc.set_threshold`` takes: past it, every worker failed to boot
+GC_THRESHOLD_MAX = 2**31 - 1
+
+
 def check_served_strategy(config: dict[str, Any]) -> None:
-    """``LOCK_STRATEGY`` names a strategy a sale can use. It is read only when ``serve``
-    creates ``sku-1`` (a new database): a typo there was an unnamed "could not start"
-    after Redis had started, and on an existing database it went unnoticed."""
+    """``LOCK_STRATEGY`` names a strategy a sale of this shop can use. It is read only
+    when ``serve`` creates ``sku-1`` (a new database): a typo there was an unnamed "could
+    not start" after Redis had started, and on an existing database it went unnoticed;
+    ``zookeeper`` with no ``ZOOKEEPER_HOSTS`` was served, and every purchase was 503."""
+    from .locks import missing_backend
     from .paths import names
 
-    if config["LOCK_STRATEGY"] not in names():
-        raise ConfigError(f"LOCK_STRATEGY: unknown strategy {config['LOCK_STRATEGY']!r}; "
+    strategy = config["LOCK_STRATEGY"]
+    if strategy not in names():
+        raise ConfigError(f"LOCK_STRATEGY: unknown strategy {strategy!r}; "
                           f"choose one of {', '.join(names())}")
+    # what the admin page refuses to select (redlock: serve embeds its nodes when unset)
+    missing = None if strategy == "redlock" else missing_backend(strategy, config)
+    if missing:
+        raise ConfigError(f"LOCK_STRATEGY: {missing}")
 
 
 def default_database_url(instance_path: str) -> str:

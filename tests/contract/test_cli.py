@@ -465,11 +465,14 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     ("SECKILL_WORKER_CONNECTIONS=0", "SECKILL_WORKER_CONNECTIONS"),
     ("SECKILL_GC_GEN0_THRESHOLD=-1", "SECKILL_GC_GEN0_THRESHOLD"),
     ("LOCK_STRATEGY=nosuch", "LOCK_STRATEGY"),  # was "could not start", exit 1
+    ("LOCK_STRATEGY=zookeeper", "ZOOKEEPER_HOSTS"),  # served, then every purchase 503
+    ("SECKILL_GC_GEN0_THRESHOLD=3000000000", "SECKILL_GC_GEN0_THRESHOLD"),  # no worker booted
 ])
 def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(
         tmp_path, setting, named):
     name, value = setting.split("=", 1)
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "DATABASE_URL", "ZOOKEEPER_HOSTS", "ZK_HOSTS")}
     proc = seckill("serve", "--port", str(free_port()), cwd=tmp_path, env={**env, name: value},
                    timeout=60)
     assert proc.returncode == 2, proc

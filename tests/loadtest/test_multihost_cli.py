@@ -106,21 +106,40 @@ def test_no_postgresql_is_one_error_line(monkeypatch, capsys):
     assert "Traceback" not in err
 
 
-def processes_in(workdir: str) -> list[int]:
-    found = []
+def descendants(pid: int) -> set[int]:
+    """Every living process below ``pid`` (children of children too)."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.readlink(entry / "cwd").startswith(workdir):
-                    found.append(int(entry.name))
-            except OSError:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
     return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    living = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            living.add(pid)
+    return living
 
 
 @pytest.mark.postgres
 @pytest.mark.timeout(180)
 def test_sigterm_stops_the_hosts_locust_and_the_database():
+    started: set[int] = set()
     psycopg = pytest.importorskip("psycopg")
     from loadtest.multihost_db import admin_url
     try:
@@ -147,19 +166,23 @@ def test_sigterm_stops_the_hosts_locust_and_the_database():
             assert time.monotonic() < deadline, "".join(lines)
             time.sleep(0.2)
         time.sleep(1)
+        started = descendants(proc.pid)  # the hosts, their Redis, Locust and its workers
+        assert len(started) >= 5, started
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
         lines.append(out)
         assert proc.returncode == 130, "".join(lines)
-        assert processes_in(workdir) == [], "Locust outlived the run"
+        time.sleep(0.5)
+        assert alive(started) == set(), f"outlived the run: {alive(started)}"
         with psycopg.connect(admin_url(), autocommit=True) as admin:
             left = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
                                  (f"seckill_mh_{proc.pid}_%",)).fetchall()
         assert left == [], f"the run's database was left: {left}"
         assert not Path(workdir).exists()
     finally:
+        leftovers = alive(started)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for pid in processes_in(workdir) if workdir else []:  # the old code's leftovers
+        for pid in leftovers:  # what a broken run left behind
             os.kill(pid, signal.SIGKILL)
