@@ -411,3 +411,20 @@ def test_a_reset_waits_for_another_reset_of_the_sale_and_gives_up_with_503(clien
     assert response.get_json()["error"] == "busy"
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["initial_stock"], audit["strategy"]) == (10, "token"), audit
+
+
+@pytest.mark.parametrize("lock_timeout_s", [0.2, 10.0, 30.0])
+def test_the_page_waits_for_a_purchase_past_the_shops_worst_case(client, lock_timeout_s):
+    """The page's "no answer" comes after the longest a purchase can take: the lock wait,
+    or a wait for the buyer's other purchase in flight (10 s) when that is longer, then
+    the longest work and the order write. With a short LOCK_TIMEOUT_S the page gave up
+    on a purchase still waiting for its twin (a review)."""
+    from webapp.admin import MAX_WORK_MS
+    from webapp.shop import PG_STATEMENT_TIMEOUT_MS
+
+    client.application.config["LOCK_TIMEOUT_S"] = lock_timeout_s
+    page = client.get("/").get_data(as_text=True)
+    said = float(re.search(r'data-purchase-timeout-s="([\d.]+)"', page).group(1))
+    longest = (max(lock_timeout_s, 10.0) + MAX_WORK_MS / 1000
+               + PG_STATEMENT_TIMEOUT_MS / 1000)
+    assert said > longest, (said, longest)
