@@ -1,0 +1,95 @@
+"""The showdown's verdicts, figure by figure: each of a purchase's answers and each of a
+phase's figures alone decides what the table says and whether the run fails. A mutation
+audit broke each of these checks (a lost order never counted; an inconsistent audit
+alone read "ok"; a crashed unsafe phase exited 0; "500 busy" judged a correct refusal)
+and no test noticed: the lab would have lied."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtest import verdict
+from loadtest.compare import FAIL, OK, TAUGHT, StrategyResult, failed, unsold_notes
+
+
+@pytest.mark.parametrize("status, code", [
+    (500, "busy"), (409, "busy"), (503, "sold_out"), (200, "sold_out"),
+    (400, "already_purchased"), (502, "busy"),
+])
+def test_a_refusal_code_under_the_wrong_status_is_a_failure(status, code):
+    # V3: the contract pairs each refusal with its status; "500 busy" is a shop breaking
+    judged = verdict.judge_purchase(status, {"error": code}, "alice")
+    assert judged.outcome == "error" and judged.failure, judged
+
+
+@pytest.mark.parametrize("quantity", ["1", 1.0, None, [1]])
+def test_an_order_whose_quantity_is_not_an_integer_is_a_failure_not_a_crash(quantity):
+    # V1: the isinstance guard; without it "1" < 1 raises TypeError inside the buyer
+    body = {"order_id": 7, "sku": "sku-1", "user_id": "alice", "quantity": quantity}
+    judged = verdict.judge_purchase(201, body, "alice")
+    assert judged.outcome == "error" and "not a positive integer" in (judged.failure or "")
+
+
+def sale(safe: bool = True, **figures) -> StrategyResult:
+    base = dict(users=100, stock=10, sold=10, consistent=True)
+    return StrategyResult("token", safe, **{**base, **figures})
+
+
+@pytest.mark.parametrize("wrong", [
+    {"lost": 1}, {"duplicates": 1}, {"oversold": 1}, {"consistent": False},
+])
+def test_each_wrong_figure_alone_fails_a_safe_lock_and_is_taught_for_an_unsafe_one(wrong):
+    # C1-C4: every one of the four checks alone decides the verdict (a safe lock that
+    # only lost an order, with the books otherwise consistent, said "ok")
+    assert sale(True, **wrong).verdict == FAIL
+    assert sale(False, **wrong).verdict == TAUGHT
+    assert failed([sale(True, **wrong)]) != [] and failed([sale(False, **wrong)]) == []
+
+
+def test_an_unsafe_strategys_broken_run_still_fails_the_showdown():
+    # C5/C7: failed() lists an ERROR of any strategy, not only of a safe one
+    crashed = StrategyResult("naive", False, users=100, stock=10,
+                             error="Locust made no requests")
+    assert failed([crashed]) == [crashed]
+
+
+def test_an_empty_sale_with_buyers_is_not_nothing_sold():
+    # C6: stock 0 sells nothing and is right to
+    empty = StrategyResult("token", True, users=100, stock=0, sold=0, consistent=True)
+    assert empty.verdict == OK and failed([empty]) == []
+
+
+def test_orders_no_buyer_heard_of_are_noted_even_without_errors():
+    # C8: unconfirmed orders alone (the buyers' answers all documented) are noted
+    r = sale(unconfirmed=2, outcomes={"order": 8, "sold_out": 90})
+    notes = unsold_notes([r])
+    assert any("2 orders were made that no buyer was told about" in n for n in notes), notes
+
+
+def test_a_sale_short_of_its_stock_with_no_busy_answer_has_no_unsold_note():
+    # C9: the unsold note names busy answers as the cause: none, no note
+    r = sale(sold=6, outcomes={"order": 6, "sold_out": 94})
+    assert not any("unsold" in n for n in unsold_notes([r]))
+
+
+def test_a_phase_that_crashed_is_an_error_even_though_it_sold_nothing():
+    # C13: ERROR comes before NOTHING SOLD: a crashed phase (Locust made no requests,
+    # its plan's users and stock set) must not read as a lock server down
+    crashed = StrategyResult("token", True, users=100, stock=10, sold=0,
+                             error="Locust made no requests")
+    assert crashed.verdict == "ERROR"
+
+
+def test_orders_buyers_were_told_of_that_the_audit_lacks_are_lost():
+    # C10: phase._read_audit's ``lost`` (201s minus the audit's orders); never computed,
+    # a safe lock that answered 201 without writing the row read "ok"
+    from loadtest.arrivals import Arrival
+    from loadtest.phase import _read_audit
+
+    told = [Arrival(f"u{i}", 1, 0.0, 0.1, 201, "order") for i in range(3)]
+    refused = [Arrival("u9", 1, 0.0, 0.1, 409, "sold_out")]
+    r = StrategyResult("token", True, users=4, stock=3)
+    _read_audit(r, {"units_sold": 2, "orders": 2, "oversold": 0, "duplicate_buyers": 0,
+                    "consistent": True}, told + refused)
+    assert (r.sold, r.lost, r.unconfirmed) == (2, 1, 0)
+    assert r.verdict == FAIL and failed([r]) == [r]
