@@ -418,9 +418,10 @@ def test_a_settle_tried_again_gives_the_units_back_once(deps, monkeypatch):
     assert checkout(deps, PurchaseRequest(SKU, "ann")).created
 
 
-def test_a_lock_sales_order_in_doubt_gives_its_units_back_under_the_sales_lock(
-        sessions, redis_client, monkeypatch):
-    # a holder's GET ... SET of the stock overwrote a give-back made outside the lock
+def a_token_sale_order_in_doubt(sessions: Any, redis_client: Any, monkeypatch: Any
+                                ) -> Checkout:
+    """A ``token`` sale of 50 whose purchase by ann left its order in doubt: no COMMIT
+    landed, its reply was lost, and the database could not tell."""
     import lockcore
 
     sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=50, strategy="token")
@@ -435,13 +436,20 @@ def test_a_lock_sales_order_in_doubt_gives_its_units_back_under_the_sales_lock(
     def lost(*args: Any, **kwargs: Any) -> Any:
         raise lost_reply()
 
-    monkeypatch.setattr(orders, "insert_order", lost)  # no COMMIT landed; its reply lost
-    monkeypatch.setattr(orders, "_written_rows", lost)  # and the database cannot tell
+    monkeypatch.setattr(orders, "insert_order", lost)
+    monkeypatch.setattr(orders, "_written_rows", lost)
     with pytest.raises(OrderInDoubt):
         checkout(deps, PurchaseRequest(SKU, "ann"))
     monkeypatch.undo()
+    return deps
+
+
+def test_a_lock_sales_order_in_doubt_gives_its_units_back_under_the_sales_lock(
+        sessions, redis_client, monkeypatch):
+    # a holder's GET ... SET of the stock overwrote a give-back made outside the lock
+    deps = a_token_sale_order_in_doubt(sessions, redis_client, monkeypatch)
     monkeypatch.setattr(orders, "SETTLE_LOCK_WAIT_S", 0.2)
-    holder = lock_for(None, "bob")
+    holder = deps.lock_for(None, "bob")
     assert holder.acquire(timeout=1)  # a section in progress
     settle_now()
     assert orders.IN_DOUBT and books(deps)[:3] == (0, 49, 50)  # waits for the lock

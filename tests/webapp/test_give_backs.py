@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests.webapp.test_database_faults import (
+    a_token_sale_order_in_doubt,
     commit_then_lose_the_reply,
     database_cannot_tell,
-    lost_reply,
     settle_now,
 )
 from webapp import orders, sales
@@ -108,25 +108,7 @@ def test_a_lock_sales_order_in_doubt_settled_after_a_reset_gives_nothing_to_the_
         sessions, redis_client, monkeypatch):
     # O9: a lock path's purchase carries no generation; its in-doubt give-back must use
     # the sale's (``_generation_of``), else a reset's new stock gets the old unit: 51 of 50
-    import lockcore
-
-    sales.create_product(sessions, SKU, "Keyboard", 4_900, stock=50, strategy="token")
-    sales.reset_sale(sessions, redis_client, SKU, stock=50, strategy="token")
-
-    def lock_for(sale: Any, user: str) -> Any:
-        return lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=5_000)
-
-    deps = Checkout(sessions=sessions, redis=redis_client, lock_for=lock_for,
-                    sleep=lambda seconds: None)
-
-    def lost(*args: Any, **kwargs: Any) -> Any:
-        raise lost_reply()
-
-    monkeypatch.setattr(orders, "insert_order", lost)
-    monkeypatch.setattr(orders, "_written_rows", lost)
-    with pytest.raises(OrderInDoubt):
-        checkout(deps, PurchaseRequest(SKU, "ann"))
-    monkeypatch.undo()
+    a_token_sale_order_in_doubt(sessions, redis_client, monkeypatch)
     sales.reset_sale(sessions, redis_client, SKU, stock=50, strategy="token")
     settle_now()
     assert not orders.IN_DOUBT
