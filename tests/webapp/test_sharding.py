@@ -164,3 +164,16 @@ def test_the_sold_out_flag_is_not_set_while_a_shard_still_holds_a_unit(deps, mon
     assert not deps.redis.get(sale.keys.soldout)
     buy(deps, "still-sells")
     assert sales.audit(deps.sessions, deps.redis, "sku-1")["consistent"]
+
+
+def test_the_sold_out_flag_is_not_set_while_a_shard_is_missing(deps, monkeypatch):
+    """A missing shard is not an empty one: a reset deletes the old shards before it
+    loads the new ones, and Redis may have lost that key. Read as 0, the flag went up
+    over a sale whose units were on their way (a mutation survivor)."""
+    path = open_sale(deps, monkeypatch, stock=4)
+    sale = load_sale(deps.sessions, "sku-1")
+    for key in path.keys(sale)[:3]:
+        deps.redis.set(key, 0)
+    deps.redis.delete(path.keys(sale)[3])
+    path._flag_sold_out(deps.redis, sale)
+    assert not deps.redis.get(sale.keys.soldout)
