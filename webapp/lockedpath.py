@@ -17,7 +17,6 @@ section (``combining.py``).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -29,7 +28,7 @@ from .orders import record_order
 from .paths import StockPath
 from .problems import Busy, SoldOut, lock_not_taken
 from .section import release_after_section, stock_if_still
-from .services import Checkout, PurchaseRequest, SaleInfo
+from .services import Checkout, PurchaseRequest, SaleInfo, less_time
 
 
 class LockedPath(StockPath):
@@ -55,11 +54,9 @@ class LockedPath(StockPath):
             started = deps.monotonic()
             if not slots.acquire(timeout=deps.lock_timeout_s):
                 raise Busy("too many purchases in progress, try again shortly")
-            waited = deps.monotonic() - started
-            if waited > 0.001:  # one LOCK_TIMEOUT_S for the slot and the lock together:
-                # waited in full twice, a buyer outwaited the page's "no answer" (35 s)
-                deps = dataclasses.replace(
-                    deps, lock_timeout_s=max(deps.lock_timeout_s - waited, 0.0))
+            # one LOCK_TIMEOUT_S for the slot and the lock together: waited in full
+            # twice, a buyer outwaited the page's "no answer" (35 s)
+            deps = less_time(deps, deps.monotonic() - started)
         try:
             if combined:  # LOCK_COMBINE: one section for the batch
                 return lock.combiner.purchase(deps, sale, request, lock)

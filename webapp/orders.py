@@ -32,13 +32,13 @@ from .groupcommit import reset_since, writer_for
 from .keys import SaleKeys
 from .models import Order, PlacedOrder, Sale, utcnow
 from .problems import (
-    AlreadyPurchased,
     Busy,
     InvalidRequest,
     OrderInDoubt,
     Replay,
     SaleReset,
     SoldOut,
+    already_bought,
 )
 from .retrylater import RetryLater
 from .saleinfo import started_at
@@ -172,7 +172,7 @@ def explain_conflict(sessions: sessionmaker[Session], sale: Any, user_id: str,
                                                      Order.user_id == user_id).limit(1))
     if mine is None:
         raise Busy(f"the database refused the order for {sale.sku}; nothing was bought")
-    raise AlreadyPurchased(f"{user_id!r} already bought {sale.sku}")
+    raise already_bought(user_id, sale.sku)
 
 
 def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,

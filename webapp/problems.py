@@ -40,6 +40,11 @@ class AlreadyPurchased(ShopError):
     code, status = "already_purchased", 409
 
 
+def already_bought(user_id: str, sku: str) -> AlreadyPurchased:
+    """The 409 for a user who has an order in this sale."""
+    return AlreadyPurchased(f"{user_id!r} already bought {sku}")
+
+
 class Busy(ShopError):
     """Try again shortly: the lock was not acquired in time, or a backend is down."""
 

@@ -52,7 +52,14 @@ from .orders import (
     has_order,
 )
 from .pipelining import ScriptPipeline
-from .problems import AlreadyPurchased, InvalidRequest, OrderInDoubt, Replay, SoldOut
+from .problems import (
+    AlreadyPurchased,
+    InvalidRequest,
+    OrderInDoubt,
+    Replay,
+    SoldOut,
+    already_bought,
+)
 from .retrylater import RetryLater
 from .saleinfo import Fence, SaleInfo, cached_sale, latest_sale, load_sale
 from .takenorders import TakenOrder
@@ -117,7 +124,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         fast = None
         if request.idempotency_key is None:
             fast, waited_s = _fast_checkout_after_twin(deps, request)
-            deps = _less_time(deps, waited_s)
+            deps = less_time(deps, waited_s)
     except LOST_REPLY:  # the script may have run: undo what it did, if it did
         undo_lost(deps, request, fast_script=True)
         raise
@@ -150,7 +157,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
                 raise
             if earlier is not None:
                 return PurchaseResult(earlier, created=False)
-            deps = _less_time(deps, deps.monotonic() - reserving)
+            deps = less_time(deps, deps.monotonic() - reserving)
         buy = functools.partial(path.purchase, deps, sale, request)
     try:
         order = buy()
@@ -166,9 +173,10 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     return PurchaseResult(order, created=True)
 
 
-def _less_time(deps: Checkout, waited_s: float) -> Checkout:
+def less_time(deps: Checkout, waited_s: float) -> Checkout:
     """``deps`` with ``waited_s`` taken off the lock timeout: what a purchase has left
-    after waiting for its user's other purchase in flight (``twinwait.py``).
+    after waiting for its user's other purchase in flight (``twinwait.py``), or for a
+    purchase slot (``lockedpath.py``): one ``LOCK_TIMEOUT_S`` for all its waits.
 
     **Failure timeline** it prevents (a contract audit, RedLock nodes down)::
 
@@ -177,7 +185,7 @@ def _less_time(deps: Checkout, waited_s: float) -> Checkout:
         A:      503 busy after 10 s; alice is free again
         B:      reserves her, waits for the lock another 10 s: 503 after 20 s
     """
-    if waited_s < 0.05:  # the usual case: nothing waited for
+    if waited_s <= 0.001:  # the usual case: nothing waited for
         return deps
     return dataclasses.replace(deps, lock_timeout_s=max(deps.lock_timeout_s - waited_s, 0.0))
 
@@ -308,10 +316,6 @@ def _fast_checkout_after_twin(deps: Checkout, request: PurchaseRequest
                 raise already_bought(request.user_id, request.sku) from None
             wait = wait or TwinWait(deps, request.sku, request.user_id, keyed=False)
             wait.look_again()
-
-
-def already_bought(user_id: str, sku: str) -> AlreadyPurchased:
-    return AlreadyPurchased(f"{user_id!r} already bought {sku}")
 
 
 def _replay(earlier: OrderLike, request: PurchaseRequest) -> OrderLike:
