@@ -61,6 +61,10 @@ class WorkerConnections(Connections):
             self._zk.close()
 
 
+class _Stopped(Exception):
+    """The parent sent the stop while this worker waited for its window."""
+
+
 def serve(index: int, commands: Queue[Any], results: Queue[Any]) -> None:
     """Run specs from ``commands`` until it yields None."""
     # Ctrl-C reaches the whole process group: the parent stops us (pool.py), and a
@@ -75,6 +79,8 @@ def serve(index: int, commands: Queue[Any], results: Queue[Any]) -> None:
         conns = connections.setdefault(key, WorkerConnections(spec["backends"]))
         try:
             run(index, spec, conns, commands, results)
+        except _Stopped:  # the parent stops us where the window would have come
+            break
         except Exception as exc:  # reported to the parent, which records it per contender
             logger.exception("worker %d failed on %s", index, spec["contender"])
             results.put({"worker": index, "error": f"{type(exc).__name__}: {exc}"})
@@ -95,6 +101,8 @@ def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
     keys = [spec["stock_key"], spec["stock_key"] + ":soldout", spec["stock_key"] + ":gen"]
     results.put({"worker": index, "ready": True})
     window = commands.get()
+    if window is None:  # the stop (Ctrl-C, SIGTERM): it was a TypeError traceback
+        raise _Stopped
     start, end = window["start"], window["end"]
     time.sleep(max(0.0, start - time.time()))
     sent_before = ROUND_TRIPS.value

@@ -344,3 +344,25 @@ def test_the_zookeeper_rows_need_kazoo_as_the_kazoo_row_does():
     # worker instead of being skipped (a bench audit)
     needs = {c.name: c.needs for c in CONTENDERS}
     assert needs["zookeeper"] == needs["kazoo"] == "kazoo.recipe.lock"
+
+
+def test_a_worker_stopped_while_it_waits_for_its_window_leaves_quietly(redis_url, caplog,
+                                                                       monkeypatch):
+    """The parent stops its workers (Ctrl-C, SIGTERM) by sending None, which a worker
+    ready and waiting for its window read as the window: a TypeError traceback on the
+    terminal of an interrupted run (a CI run of the SIGTERM test saw it)."""
+    import queue
+
+    from loadtest.bench import worker
+
+    monkeypatch.setattr(worker.signal, "signal", lambda *args: None)  # pytest keeps Ctrl-C
+    commands: queue.Queue = queue.Queue()
+    results: queue.Queue = queue.Queue()
+    commands.put({"contender": "token-poll", "mode": "contended",
+                  "backends": {"redis": redis_url}, "lock_name": "bench:stopped",
+                  "stock_key": "bench:stopped:stock"})
+    commands.put(None)  # the stop, where the window would come
+    commands.put(None)  # (the old code read one more command after its traceback)
+    worker.serve(0, commands, results)
+    assert results.get(timeout=1) == {"worker": 0, "ready": True}
+    assert results.empty() and "failed" not in caplog.text, caplog.text
