@@ -74,6 +74,7 @@ class LocalLock(DistributedLock):
     def __init__(self, client: Any, name: str, **options: Any) -> None:
         options.setdefault("ttl_ms", None)  # nothing expires; a ttl would be a lie
         super().__init__(client, name, **options)
+        self.ttl_ms = None  # even if one was given (a caller passing one to every strategy)
         self._lock = _lock_for(name)
         if self.waiter.name == "notify":
             self.waiter = _LocalNotifyWaiter(self._lock)

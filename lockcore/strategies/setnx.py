@@ -42,6 +42,9 @@ class SetnxLock(DistributedLock):
     def __init__(self, client: Any, name: str, **options: Any) -> None:
         options.setdefault("ttl_ms", None)  # SETNX has no expiry; that is the lesson
         super().__init__(client, name, **options)
+        # a ttl_ms given (a caller that passes one to every strategy) does not apply:
+        # reported as given, a crashed holder looked freed after it (an audit)
+        self.ttl_ms = None
 
     def _try_acquire(self, token: str) -> bool:
         return bool(self.client.setnx(self.key, token))

@@ -46,3 +46,18 @@ def test_setnx_lock_does_not_expire(redis_client):
     assert redis_client.pttl(lock.key) == -1
     with pytest.raises(NotImplementedError):
         lock.extend(1000)
+
+
+@pytest.mark.parametrize("strategy", ["setnx", "local"])
+def test_a_ttl_given_to_a_lock_that_never_expires_is_not_reported(redis_client, strategy):
+    """A caller passing ``ttl_ms`` to every strategy (the shop does) got a setnx handle
+    whose ``ttl_ms`` said 5000 while its key had no TTL: a crashed holder looked freed
+    after 5 s, and blocks for ever (an audit)."""
+    lock = lockcore.create(strategy, redis_client, "stock:sku-1", ttl_ms=5_000)
+    assert lock.ttl_ms is None
+    assert lock.acquire(blocking=False)
+    try:
+        if strategy == "setnx":
+            assert redis_client.pttl(lock.key) == -1
+    finally:
+        lock.release()
