@@ -94,7 +94,7 @@ def noop_post() -> Response:
     """The sustained showdown's baseline: a purchase's request shape (a POST with a small
     JSON body, read and ignored) and a small JSON answer, so that the load generator does
     the same work around both sides of the ratio; only the shop's own work differs."""
-    request.get_data()  # read like a purchase's body is; never parsed
+    validation.read_body(request)  # read like a purchase's body is; never parsed
     return jsonify({"ok": True})
 
 

@@ -176,3 +176,41 @@ def test_errors_are_json_whatever_the_client_accepts(shop, accept):
     answer = shop.call("POST", f"/api/products/{SKU}/purchase", {"user_id": ""},
                        headers={"Accept": accept})
     assert_error(answer, 400, "invalid_request")
+
+
+def chunked(path: str, payload: bytes, method: str = "POST", headers: str = "") -> bytes:
+    return (f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Transfer-Encoding: chunked\r\nConnection: close\r\n{headers}\r\n").encode() \
+        + payload
+
+
+@pytest.mark.parametrize("payload", [
+    b"ZZ\r\n{}\r\n0\r\n\r\n",
+    b'10\r\n{"user_id":"c78"}XX0\r\n\r\n',
+    b'11\r\n{"user_id":"c79"}\r\n',  # no last chunk: the client's FIN comes instead
+], ids=["bad-chunk-size", "chunk-without-its-crlf", "no-last-chunk"])
+@pytest.mark.parametrize("route", ["purchase", "reset", "noop"])
+def test_a_malformed_chunked_body_is_a_json_400_not_a_500(shop, payload, route):
+    """gunicorn's parser raised as the body was read (InvalidChunkSize,
+    ChunkMissingTerminator, NoMoreData): 500 internal_error on every body's route."""
+    path, headers, method = {
+        "purchase": (f"/api/products/{SKU}/purchase", "", "POST"),
+        "reset": (f"/api/admin/sales/{SKU}", f"Authorization: Bearer {shop.admin_token}\r\n",
+                  "PUT"),
+        "noop": ("/api/noop", "", "POST"),
+    }[route]
+    answer = raw_exchange(shop.url, chunked(path, payload, method, headers))
+    assert_error(answer, 400, "invalid_request")
+
+
+def test_a_chunked_body_past_the_limit_is_413_not_cut_and_sold(shop):
+    """No Content-Length to refuse it by: the stream stopped at 64 KiB without a word,
+    and the first 64 KiB of a 100 KB body bought (201)."""
+    shop.reset(SKU, 5)
+    body = b'{"user_id": "padded"}' + b" " * 100_000
+    payload = b"".join(b"%x\r\n%s\r\n" % (len(part), part)
+                       for part in (body[i:i + 8_192] for i in range(0, len(body), 8_192)))
+    answer = raw_exchange(shop.url, chunked(f"/api/products/{SKU}/purchase",
+                                            payload + b"0\r\n\r\n"))
+    assert_error(answer, 413)
+    assert shop.audit(SKU)["orders"] == 0
