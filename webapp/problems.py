@@ -40,6 +40,11 @@ class AlreadyPurchased(ShopError):
     code, status = "already_purchased", 409
 
 
+def not_enough(sku: str, left: int) -> SoldOut:
+    """The 409 for a purchase of more units than are left: how many are, if any."""
+    return SoldOut(f"only {left} left of {sku}" if left > 0 else f"{sku} is sold out")
+
+
 def already_bought(user_id: str, sku: str) -> AlreadyPurchased:
     """The 409 for a user who has an order in this sale."""
     return AlreadyPurchased(f"{user_id!r} already bought {sku}")
@@ -84,9 +89,11 @@ def lock_not_taken(sku: str, lock: Any, timeout_s: float) -> Busy:
         why = asked(time.monotonic() - max(timeout_s, REASON_KEPT_S))
     else:
         why = silent_servers(lock)
-    # what was left of the lock timeout, rounded ("within 0.0599835s" read oddly); none
-    # left: the buyer's wait for its own earlier purchase took it ("within 0s")
-    within = f"within {round(timeout_s, 2):g}s" if timeout_s >= 0.01 else "in time"
+    # what was left of the lock timeout, rounded ("within 0.0599835s" read oddly, and a
+    # whole 10 s less a slot's milliseconds "within 9.99s"); none left: the buyer's wait
+    # for its own earlier purchase took it ("within 0s")
+    digits = 1 if timeout_s >= 1 else 2
+    within = f"within {round(timeout_s, digits):g}s" if timeout_s >= 0.01 else "in time"
     if why:
         return Busy(f"the stock lock for {sku} could not be taken {within}: {why}",
                     retry_after_s=1)

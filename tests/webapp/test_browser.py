@@ -361,6 +361,16 @@ def test_a_redis_outage_is_named_on_the_page_and_in_the_buyers_answer(page):
         server.stop()
         expect(page.locator("#degraded")).to_contain_text("Not selling: redis down",
                                                           timeout=10_000)
+        # the shop itself stops answering: its last health answer is old news (a UI
+        # audit saw both banners at once)
+        for route in ("**/healthz", "**/api/products"):
+            page.route(route, lambda route: route.abort())
+        expect(page.locator("#offline")).to_be_visible(timeout=5_000)
+        expect(page.locator("#degraded")).to_be_hidden(timeout=5_000)
+        for route in ("**/healthz", "**/api/products"):
+            page.unroute(route)
+        expect(page.locator("#degraded")).to_contain_text("Not selling: redis down",
+                                                          timeout=10_000)
         page.fill("#user-name", "alice")
         card.locator(".buy").click()
         expect(card.locator(".message")).to_contain_text("Not sold: redis")

@@ -163,6 +163,7 @@ async function health() {
     if (banner.textContent !== text) banner.textContent = text;
     banner.hidden = false;
   } catch (err) {
+    banner.hidden = true;  // what was down before is old news now
     connection(false);  // not answering at all: the #offline banner's news
   } finally {
     setTimeout(health, HEALTH_MS);
