@@ -47,7 +47,7 @@ from typing import Any
 
 from .batching import own_copy
 from .deadlines import set_stock
-from .problems import Busy, OrderInDoubt, SoldOut
+from .problems import Busy, OrderInDoubt, not_enough
 from .section import stock_if_still
 from .sectionorders import give_back_failed, write_batch
 from .services import Checkout, PurchaseRequest, SaleInfo
@@ -104,7 +104,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
     winners: list[Buyer] = []
     refused_at_zero = False
     try:
-        left = stock_if_still(deps, sale)
+        left, generation = stock_if_still(deps, sale)
         for buyer in batch:
             quantity = buyer.request.quantity
             if left >= quantity:
@@ -112,8 +112,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
                 left -= quantity
             else:
                 refused_at_zero |= left <= 0
-                buyer.error = SoldOut(f"{sale.sku} is sold out" if left <= 0
-                                      else f"only {left} left of {sale.sku}")
+                buyer.error = not_enough(sale.sku, left)
         if winners:
             if sale.work_ms > 0:  # the simulated business work of every winner
                 deps.sleep(sale.work_ms * len(winners) / 1000)
@@ -125,7 +124,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
             raise
         return
     if winners:
-        write_rows(winners, deps, lock.fencing_token)
+        write_rows(winners, deps, lock.fencing_token, generation)
         # a failed row gave its units back: then the sale is not sold out after all (one
         # in doubt has not: its units come back later, and lift the flag then)
         left += sum(b.request.quantity for b in winners
@@ -134,16 +133,18 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
         deps.redis.set(sale.keys.soldout, 1)
 
 
-def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None) -> None:
-    """Every winner's order row, in one transaction written now (``sectionorders.py``):
-    each winner ends with its ``order`` or its ``error``, whatever happens. The answers
-    are set before the failed rows' units go back, the only step that can yield (and so
-    be where a killed combiner stops): a buyer with a row never hears an error."""
+def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None,
+               generation: int | None) -> None:
+    """Every winner's order row, in one transaction written now (``sectionorders.py``),
+    only in the sale ``generation`` the section's stock belongs to: each winner ends with
+    its ``order`` or its ``error``, whatever happens. The answers are set before the
+    failed rows' units go back, the only step that can yield (and so be where a killed
+    combiner stops): a buyer with a row never hears an error."""
     sale = winners[0].sale
     wanted = [(b.request.user_id, b.request.quantity, fencing_token,
                b.request.idempotency_key) for b in winners]
     try:
-        outcomes = write_batch(deps.sessions, sale, wanted, deps.redis,
+        outcomes = write_batch(deps.sessions, sale, wanted, deps.redis, generation,
                                relock=functools.partial(deps.lock_for, sale, "settle"))
         for buyer, outcome in zip(winners, outcomes, strict=True):
             if isinstance(outcome, BaseException):
@@ -155,7 +156,7 @@ def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None) 
             if buyer.order is None and buyer.error is None:
                 buyer.error = Busy(f"the order for {sale.sku} could not be written; "
                                    "try again")
-    give_back_failed(deps.redis, sale, wanted, outcomes)
+    give_back_failed(deps.redis, sale, wanted, outcomes, generation)
 
 
 def wake(batch: list[Buyer], me: Buyer) -> None:

@@ -37,7 +37,16 @@ logger = logging.getLogger(__name__)
 #: how long the first zookeeper request waits for the session (later ones do not wait)
 ZK_FIRST_CONNECT_S = 5.0
 
-SQLITE_BUSY_TIMEOUT_S = 20
+#: How long a SQLite statement waits for another writer (the file's one write lock).
+#: It waits in C, not in gevent: the whole worker stops meanwhile. And a lock section
+#: writes its order rows inside the lock, whose TTL (``LOCK_TTL_MS``, 10 s) the wait
+#: must leave room in. At 20 s (a storefront audit, another process holding the file's
+#: write lock) purchases answered after 20-40 s, past the page's 35 s "no answer", and
+#: a section's write outlived its lock (a review: a reset took the lock meanwhile).
+#: A writer of this shop holds the lock for one batch's commit, milliseconds.
+SQLITE_BUSY_TIMEOUT_S = 5
+#: how long a purchase waits for one of the engine's connections (PostgreSQL's too)
+POOL_TIMEOUT_S = 10
 #: WAL pages between checkpoints (SQLite's default 1,000). A checkpoint writes each
 #: distinct page back once, and the orders' random index pages recur in the WAL: ten
 #: times fewer checkpoints, each writing not many more pages: an order 1-3 us cheaper,
@@ -52,7 +61,7 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,
                                                   "check_same_thread": False},
-                               pool_size=10, max_overflow=20, pool_timeout=30)
+                               pool_size=10, max_overflow=20, pool_timeout=POOL_TIMEOUT_S)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, record: Any) -> None:
@@ -66,7 +75,8 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_size=5, max_overflow=10, pool_timeout=10, pool_pre_ping=True,
+    return create_engine(url, pool_size=5, max_overflow=10, pool_timeout=POOL_TIMEOUT_S,
+                         pool_pre_ping=True,
                          connect_args=connect_args(url, serving=True))
 
 

@@ -56,7 +56,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .batching import SERVED, Batcher, Pending, own_copy
 from .commits import committing, remote
 from .models import Order, PlacedOrder
-from .problems import SaleReset, SoldOut
+from .problems import SaleMovedOn, SoldOut
 from .rowinsert import RowInsert
 from .saleinfo import generation as generation_of
 from .saleinfo import started_at
@@ -167,7 +167,7 @@ class OrderWriter(Batcher[OrderWrite]):
         for pending in batch:
             _, row, generation = pending.item
             if (row["sale_id"], generation) in reset:
-                pending.error = SaleReset(row["sku"])
+                pending.error = SaleMovedOn(row["sku"])
             else:
                 taken.append(pending)
         return taken
@@ -219,7 +219,7 @@ class ConditionalOrderWriter(OrderWriter):
                 read_of = (row["sale_id"], read)
                 if read is not None and read_of not in reset:
                     reset[read_of] = reset_since(connection, row["sale_id"], read)
-                pending.error = (SaleReset(row["sku"]) if reset.get(read_of)
+                pending.error = (SaleMovedOn(row["sku"]) if reset.get(read_of)
                                  else SoldOut(f"{row['sku']} is sold out"))
             else:
                 self._uncommitted[row["sale_id"]] = (left[0], left[1])

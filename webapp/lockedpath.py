@@ -3,7 +3,9 @@
 Lock, GET, simulated work, SET, order, release. The read-modify-write is deliberate:
 under a broken lock two buyers read the same stock, both write ``stock - 1`` and one
 update is lost: the sale oversells. The order row is written *inside* the section, so
-a reset, which waits for the sale's lock, never sees a purchase land after it.
+a reset, which waits for the sale's lock, never sees a purchase land after it while the
+lock lives; a row whose write outlived the lock is refused by its generation
+(``section.py``).
 
 With ``LOCK_COHORT`` (the default) a safe lock comes from ``locks.lock_for`` as a
 ``CohortLock``: this section is unchanged, but ``release`` may pass the still-held lock
@@ -26,7 +28,7 @@ from .combining import CombinableLock
 from .deadlines import set_stock
 from .orders import record_order
 from .paths import StockPath
-from .problems import Busy, SoldOut, lock_not_taken
+from .problems import Busy, lock_not_taken, not_enough
 from .section import release_after_section, stock_if_still
 from .services import Checkout, PurchaseRequest, SaleInfo, less_time
 
@@ -70,16 +72,16 @@ class LockedPath(StockPath):
         if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
             raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
         try:
-            stock = stock_if_still(deps, sale)
+            stock, generation = stock_if_still(deps, sale)
             if stock < request.quantity:
                 if stock <= 0:
                     deps.redis.set(sale.keys.soldout, 1)
-                raise SoldOut(f"{sale.sku} is sold out" if stock <= 0
-                              else f"only {stock} left of {sale.sku}")
+                raise not_enough(sale.sku, stock)
             self._work(deps, sale)
             set_stock(deps.redis, sale.keys.stock, stock - request.quantity)
             return record_order(deps.sessions, deps.redis, sale, request.user_id,
                                 request.quantity, lock.fencing_token, request.idempotency_key,
+                                generation=generation,
                                 relock=functools.partial(deps.lock_for, sale, "settle"))
         finally:
             release_after_section(lock, sale)

@@ -36,6 +36,7 @@ from .problems import (
     InvalidRequest,
     OrderInDoubt,
     Replay,
+    SaleMovedOn,
     SaleReset,
     SoldOut,
     already_bought,
@@ -139,7 +140,7 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
             if connection.execute(decrement, parameters).rowcount == 0:
                 if generation is not None and (not conditional or reset_since(
                         connection, sale.id, generation)):
-                    raise SaleReset(sale.sku)
+                    raise SaleMovedOn(sale.sku)
                 raise SoldOut(f"{sale.sku} is sold out")
             order.id = connection.execute(INSERT_ORDERS, row).scalar_one()
     except IntegrityError:
@@ -186,10 +187,11 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
 
     :param grouped: share the transaction with concurrent purchases (the lock-free
         paths, and a combined batch's orders inside its section: ``combining.py``).
-    :param generation: the sale generation the units were taken from, for a path that
-        takes them without holding off resets (``atomic``). The row is written only in
-        that generation, else ``SaleReset``; units go back only to that generation's
-        stock. (The lock paths write inside the section a reset waits for: None.)
+    :param generation: the sale generation the units were taken from. The row is
+        written only in that generation, else ``SaleReset``; units go back only to that
+        generation's stock. A lock-free path (``atomic``) takes them without holding off
+        resets; a lock path writes inside the section a reset waits for, but only while
+        its lock lives (``section.py``). None: written and given back unconditionally.
     :param stock_keys: where the units came from, ``(stock, its generation)``: the
         sale's own keys unless given (``atomic-sharded``: the shard's).
     :param written: with ``grouped``, the row's outcome if it is already written
@@ -303,8 +305,8 @@ def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
 
 
 def _generation_of(sale: Any, generation: int | None) -> int | None:
-    """The generation the units were taken from: a lock path's purchase gives none (a
-    reset waits for its section), but a later give-back runs outside it."""
+    """The generation the units were taken from: a purchase that gives none (its lock
+    section's stock had none) has its sale's, for a later give-back outside the section."""
     return generation if generation is not None else getattr(sale, "generation", None)
 
 

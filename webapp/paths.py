@@ -219,9 +219,6 @@ class SqlPath(StockPath):
         except SoldOut:  # the flag is set if the database has none left (mirror_stock.lua)
             self._mirror(deps.redis, deps.sessions, sale)
             raise
-        except SaleReset:
-            self._forget_stale_copy(deps.redis, sale)
-            raise
         except Exception as exc:  # the COMMIT's reply lost: the row may be there all the same
             order = find_landed(deps.sessions, sale, request) if maybe_written(exc) else None
             if order is None:  # the database is the stock: nothing to give back
@@ -235,18 +232,6 @@ class SqlPath(StockPath):
             logger.warning("order %s of %s is committed, but its Redis stock copy was not "
                            "updated: %r", order.id, sale.sku, exc)
         return order
-
-    @staticmethod
-    def _forget_stale_copy(redis: Any, sale: SaleInfo) -> None:
-        """The database has a newer sale than the one read from Redis's copy. A reset in
-        flight rewrites the copy itself; one whose Redis side failed (or a Redis back
-        from an old snapshot) left it stale for good, and every ``sql`` purchase 503.
-        Drop it if it is still the stale one: the next buyer loads it from the database."""
-        try:  # compare-and-delete, one step: a reset's new copy between them went too
-            scripts.script(redis, "forget_stale_copy")(keys=[sale.keys.info],
-                                                       args=[sale.generation])
-        except Exception as exc:  # the 503 stands; the next SaleReset tries again
-            logger.warning("%s: stale sale copy not dropped: %r", sale.sku, exc)
 
     def _mirror_after(self, deps: Checkout, sale: SaleInfo) -> None:
         """Keep the storefront in step, with what the commit left (no second read)."""

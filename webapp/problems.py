@@ -121,6 +121,13 @@ class SaleReset(Busy):
                          "try again", retry_after_s=1)
 
 
+class SaleMovedOn(SaleReset):
+    """``SaleReset`` told by the database: it refused the order row, being in a newer
+    sale generation than the Redis copy the purchase read. (Redis saying so, a script's
+    stock or a shard of another generation, may be a reset still writing its new sale
+    there: no sign that the copy is stale.)"""
+
+
 class Replay(Exception):
     """Internal: this Idempotency-Key already produced ``order``; answer it again (200)."""
 

@@ -141,6 +141,25 @@ def latest_sale(sku: str) -> SaleInfo | None:
     return _LATEST.get(sku)
 
 
+def forget_stale_copy(redis: Any, sale: SaleInfo) -> None:
+    """The database refused ``sale``'s order row: it is in a newer sale than the Redis
+    copy ``sale`` was read from (``SaleMovedOn``). A reset in flight rewrites the copy
+    itself; one whose Redis side failed after its database side committed (or a Redis
+    back from an old snapshot) left the old sale in Redis for good: every purchase would
+    take a unit of the old stock and hear 503, and a sold-out old sale would answer 409
+    with the new one's units in the database. Drop the copy if it is still the stale
+    one: the next buyer loads the sale from the database (``restore_sale.lua`` replaces
+    the old generation's stock with it)."""
+    if sale.generation is None:
+        return
+    from . import scripts
+    try:  # compare-and-delete, one step: a reset's new copy between them went too
+        scripts.script(redis, "forget_stale_copy")(keys=[sale.keys.info],
+                                                   args=[sale.generation])
+    except Exception as exc:  # noqa: BLE001 - the 503 stands; the next SaleReset tries again
+        logger.warning("%s: stale sale copy not dropped: %r", sale.sku, exc)
+
+
 def parsed_sale(sku: str, cached: dict[bytes, bytes]) -> SaleInfo:
     """The sale of ``sku`` from its (non-empty) Redis hash; no I/O."""
     return parsed_sale_reply(sku, [part for item in cached.items() for part in item])

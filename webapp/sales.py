@@ -10,15 +10,18 @@ the initial stock.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from .models import Order, Product, Sale
 from .paths import path_for
-from .problems import UnknownSku
+from .problems import Busy, UnknownSku
 from .saleinfo import SaleInfo, generation, next_started_at, shown_started_at
 
 logger = logging.getLogger(__name__)
@@ -98,6 +101,26 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
                 (a contract audit: 7 runs of 8 inconsistent under resets mid-sale)
         locked: the reset waits before its DELETE; a buyer after it finds g1 and
                 writes nothing (``TAKE_UNITS_OF_GENERATION``)
+
+    **Failure timeline** of the Redis side failing once the database's is committed (a
+    review; Redis restarted between the two)::
+
+        reset:  commits the database: orders deleted, stock 2 (generation g1)
+        redis:  restarts (its data kept): the reset's Redis side fails, 503
+        Redis:  still the old sale: stock 9, its sold-out flag if it had sold out
+        buyers: nine ``token`` orders of the old stock in the new sale of two
+                (oversold 7), or 409 sold_out for good with two units unsold
+        fixed:  the Redis side is tried again for a few seconds (a restart's gap);
+                and a purchase's row is written only in its stock's generation, so
+                the old sale sells nothing: the first refused row drops the stale copy
+                and the next buyer loads the new sale (``saleinfo.forget_stale_copy``)
+
+    Not by deleting the old keys first: a buyer who found them gone between the
+    database's commit and the Redis side reloaded the sale, and an ``atomic`` or
+    ``atomic-sharded`` reload starts a generation of its own, which the reset's copy
+    then trailed (units lost in a sweep of resets amid a crowd). If Redis stays down
+    past the tries, the 503 says the database side is done: a sold-out old sale stays
+    sold out in Redis until the next reset.
     """
     path = path_for(strategy)
     with sessions.begin() as session:
@@ -109,9 +132,33 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
         sale.strategy, sale.work_ms, sale.per_user_limit = strategy, work_ms, limit
         sale.started_at = next_started_at(sale.started_at)  # after a reload's, too
         info, started = _info(sale), generation(sale.started_at)
-    path.reset_redis(redis, sessions, info, stock, started)
+    _redis_side(path, redis, sessions, info, stock, started)
     logger.info("sale %s reset: stock %d, strategy %s, work %d ms", sku, stock, strategy, work_ms)
     return {"sku": sku, "stock": stock, "strategy": strategy, "work_ms": work_ms, "limit": limit}
+
+
+#: how long a reset tries its Redis side again once its database side is committed
+REDIS_SIDE_TRIES_S = 5.0
+
+
+def _redis_side(path: Any, redis: Any, sessions: sessionmaker[Session], info: SaleInfo,
+                stock: int, started: int) -> None:
+    """``path.reset_redis``, tried again while Redis is unreachable (a restart's gap)
+    for ``REDIS_SIDE_TRIES_S``; then a 503 that says the database side is done."""
+    pause_s, deadline = 0.1, time.monotonic() + REDIS_SIDE_TRIES_S
+    while True:
+        try:
+            path.reset_redis(redis, sessions, info, stock, started)
+            return
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if time.monotonic() + pause_s > deadline:
+                logger.warning("sale %s reset in the database, not in Redis: %r",
+                               info.sku, exc)
+                raise Busy(f"the sale of {info.sku} was reset in the database (its orders "
+                           "deleted), but Redis did not take the new stock: reset it again "
+                           "once Redis is back", retry_after_s=1) from exc
+            time.sleep(pause_s)  # gevent's, under gunicorn
+            pause_s = min(2 * pause_s, 1.0)
 
 
 def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_cents: int,

@@ -31,6 +31,24 @@ misses that holder's order, not written yet::
 
 (A holder paused past its TTL is seed 004's story, for fencing: lesson 5.)
 
+**A write that outlives the lock.** The section's order rows are written only in the
+sale generation its stock belongs to (``SectionStock.generation``, read with the stock):
+a reset waits for the sale's lock, but only while the lock lives, and a row's write may
+wait longer (a database busy with another writer)::
+
+    A:      holds the lock (TTL 10 s), GET 10, SET 9; its row's write waits for the
+            database
+    lock:   expires; a reset takes it: orders deleted, stock 5 (generation g1)
+    A:      its row lands in the new sale: Redis 5, database 4, and once Redis has
+            sold its 5, six orders for five units
+    fixed:  the row is written only WHERE the sale is still A's generation: refused
+            (``SaleReset``, 503), and A's unit, the old sale's, is not given back
+
+The same generation refuses the rows of a sale whose reset failed halfway (its database
+side committed, Redis left with the old sale): the purchase that hears ``SaleMovedOn``
+drops the stale copy (``saleinfo.forget_stale_copy``) and the next buyer loads the new
+sale from the database.
+
 The checks cost no extra round trip: they go in one pipeline with the stock's GET. The plain
 locked path (``lockedpath.py``) and a combined batch (``allocation.py``) both read the
 stock through here, and both release through ``release_after_section``: a lock whose
@@ -42,7 +60,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 
@@ -55,8 +73,20 @@ from .services import Checkout, SaleInfo
 logger = logging.getLogger(__name__)
 
 
-def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
-    """The stock, read in one round trip with the sale's current strategy.
+class SectionStock(NamedTuple):
+    """What a lock section reads before it sells."""
+
+    #: the units left
+    left: int
+    #: the sale generation those units belong to (``sale:{sku}:stockgen``, written by
+    #: every reset and reload): the section's rows are written only in it. None: not
+    #: known (written unconditionally, as before generations)
+    generation: int | None
+
+
+def stock_if_still(deps: Checkout, sale: SaleInfo) -> SectionStock:
+    """The stock and its generation, read in one round trip with the sale's current
+    strategy.
 
     :raises Busy: the sale was reset to another strategy since ``sale`` was looked up,
         or Redis lost it (restarted empty).
@@ -64,8 +94,8 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
     pipe.hmget(sale.keys.info, "strategy", "generation")
-    pipe.mget([sale.keys.reloaded, sale.keys.holdoff])
-    stock, (strategy, generation), (reloaded, holdoff) = pipe.execute()
+    pipe.mget([sale.keys.reloaded, sale.keys.holdoff, sale.keys.stock_gen])
+    stock, (strategy, generation), (reloaded, holdoff, stock_gen) = pipe.execute()
     if strategy is not None and strategy.decode() != sale.strategy:
         # first: atomic-sharded keeps no plain stock key, and a buyer of the sale before
         # its reset to it heard "Redis lost the sale (restarted?)"
@@ -81,6 +111,7 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
         # answered every later buyer 409 before any of them could reload the sale
         raise Busy(f"Redis lost the sale of {sale.sku} (restarted?); the next buyer "
                    "reloads it from the database: try again", retry_after_s=1)
+    left = int(stock)
     if reloaded is not None:
         if holdoff is not None:
             # the hold-off's rest, not 1 s: a page retried every second for 10 s (a UI
@@ -89,8 +120,8 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> int:
             raise Busy(f"Redis restarted: {sale.sku} sells again once a lock holder from "
                        f"before it is done (in about {left_s} s); try again",
                        retry_after_s=left_s)
-        return _reread_stock(deps, sale)
-    return int(stock)
+        left = _reread_stock(deps, sale)
+    return SectionStock(left, None if stock_gen is None else int(stock_gen))
 
 
 def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:

@@ -10,8 +10,11 @@ answers are handed out before the give-back, the one step that yields (Redis I/O
 **Failures.** A UNIQUE violation rolls the shared transaction back and each row is
 written alone (``groupcommit.py``), then explained (``Replay``, ``AlreadyPurchased``,
 ``InvalidRequest``). Any other error of the write (the database down) is every row's.
-The units of every failed row go back in one ``INCRBY``, under the lock the caller
-holds: no holder's GET/SET can land between them and lose the give-back.
+The units of every failed row go back in one step, under the lock the caller holds:
+no holder's GET/SET can land between them and lose the give-back. The rows are written,
+and their units given back, only in the sale generation the section's stock belongs to:
+a write that outlived the lock (a reset took it meanwhile) is refused (``SaleReset``)
+and its units, the old sale's, stay out of the new stock (``section.py``).
 """
 
 from __future__ import annotations
@@ -26,18 +29,19 @@ from .batching import own_copy
 from .groupcommit import writer_for
 from .models import PlacedOrder
 from .orders import explain_conflict, give_back, landed_batch, maybe_written, new_order
-from .problems import OrderInDoubt
+from .problems import OrderInDoubt, SaleReset
 
 #: one order: ``(user_id, quantity, fencing_token, idempotency_key)``
 Wanted = tuple[str, int, int | None, str | None]
 
 
-def insert_batch(sessions: sessionmaker[Session], sale: Any,
-                 orders: list[Wanted]) -> list[PlacedOrder | BaseException]:
-    """Orders of one sale whose units are taken, in one transaction written now. Each
-    gets its order or the error its own transaction would have raised."""
+def insert_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted],
+                 generation: int | None = None) -> list[PlacedOrder | BaseException]:
+    """Orders of one sale whose units are taken, in one transaction written now, only in
+    ``generation`` (if given). Each gets its order or the error its own transaction
+    would have raised."""
     written = writer_for(sessions).write_now(
-        [(*new_order(sale, user_id, quantity, token, key), None)
+        [(*new_order(sale, user_id, quantity, token, key), generation)
          for user_id, quantity, token, key in orders])
     outcomes: list[PlacedOrder | BaseException] = []
     for (user_id, _, _, key), pending in zip(orders, written, strict=True):
@@ -55,20 +59,22 @@ def insert_batch(sessions: sessionmaker[Session], sale: Any,
 
 
 def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted],
-                redis: Any, relock: Callable[[], Any] | None = None) -> list[Any]:
+                redis: Any, generation: int | None = None,
+                relock: Callable[[], Any] | None = None) -> list[Any]:
     """``insert_batch``, with an error of the whole write (the database down) made every
     order's, each its own copy. A write that may have committed all the same (its
     COMMIT's reply lost: ``orders.maybe_written``) is looked for: each order found is
     its buyer's answer, and one the database cannot tell about is ``OrderInDoubt``."""
     try:
-        outcomes: list[Any] = list(insert_batch(sessions, sale, orders))
+        outcomes: list[Any] = list(insert_batch(sessions, sale, orders, generation))
     except Exception as exc:  # noqa: BLE001 - every order's answer
         outcomes = [own_copy(exc) for _ in orders]
     unsure = [i for i, outcome in enumerate(outcomes)
               if isinstance(outcome, BaseException) and maybe_written(outcome)]
     if unsure:
         found = landed_batch(sessions, redis, sale,
-                             [(orders[i][0], orders[i][1], orders[i][3]) for i in unsure], None,
+                             [(orders[i][0], orders[i][1], orders[i][3]) for i in unsure],
+                             generation,
                              relock=relock)
         for i, landed in zip(unsure, found, strict=True):
             if landed is not None:  # its order, or OrderInDoubt: either way no give-back
@@ -77,11 +83,13 @@ def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted]
 
 
 def give_back_failed(redis: Any, sale: Any, orders: list[Wanted],
-                     outcomes: list[Any]) -> None:
-    """The units of every order that failed, back to the stock in one ``INCRBY`` (not
-    those in doubt: ``orders.IN_DOUBT`` gives them back if they were not written)."""
+                     outcomes: list[Any], generation: int | None = None) -> None:
+    """The units of every order that failed, back to ``generation``'s stock in one step
+    (not those in doubt: ``orders.IN_DOUBT`` gives them back if they were not written;
+    nor those of a row refused because a reset started another sale: the old sale's)."""
     returned = sum(quantity for (_, quantity, _, _), outcome
                    in zip(orders, outcomes, strict=True)
-                   if isinstance(outcome, BaseException) and not isinstance(outcome, OrderInDoubt))
+                   if isinstance(outcome, BaseException)
+                   and not isinstance(outcome, OrderInDoubt | SaleReset))
     if returned:
-        give_back(redis, sale.sku, returned, None)
+        give_back(redis, sale.sku, returned, generation)

@@ -57,11 +57,20 @@ from .problems import (
     InvalidRequest,
     OrderInDoubt,
     Replay,
+    SaleMovedOn,
     SoldOut,
     already_bought,
+    not_enough,
 )
 from .retrylater import RetryLater
-from .saleinfo import Fence, SaleInfo, cached_sale, latest_sale, load_sale
+from .saleinfo import (
+    Fence,
+    SaleInfo,
+    cached_sale,
+    forget_stale_copy,
+    latest_sale,
+    load_sale,
+)
 from .takenorders import TakenOrder
 from .twinwait import TwinWait
 
@@ -165,6 +174,10 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         return PurchaseResult(_replay(replay.order, request), created=False)
     except (AlreadyPurchased, OrderInDoubt):  # the user's order is (or may be) written:
         raise                                   # keep them reserved (orders.IN_DOUBT)
+    except SaleMovedOn:  # the database is in a newer sale than the copy the sale came from
+        _unreserve(deps, sale.sku, request.user_id)
+        forget_stale_copy(deps.redis, sale)  # if a failed reset left it: the next reloads
+        raise
     except BaseException:
         _unreserve(deps, sale.sku, request.user_id)
         raise
@@ -269,15 +282,15 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
         reply = deps.script_pipeline.run("atomic_checkout", script_keys, script_args, then)
     else:
         reply = scripts.script(deps.redis, "atomic_checkout")(keys=script_keys, args=script_args)
-    code, _, *rest = reply
+    code, units, *rest = reply
     fast = _Fast(rest[0] if rest else [], reserved=code in (1, 2), taken=code == 1,
                  same=None if rest or code == -4 else known)
     if code == LATE:  # Redis ran it after we would have given up: nothing changed
         raise too_late()
     if code == -3:
         raise _BuyerReserved(request.sku)
-    if code == -1:
-        raise SoldOut(f"{request.sku} is sold out")
+    if code == -1:  # "sold out", or fewer left than asked for: how many, as a lock path says
+        raise not_enough(request.sku, int(units))
     if code == -2:
         limit = (fast.same.per_user_limit if fast.same is not None
                  else int(fast.info[b"per_user_limit"]))
@@ -343,7 +356,18 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
              soldout_checked: bool = False) -> OrderLike | None:
     """Reserve the user's single order; return an earlier order for a replayed key.
 
-    :param soldout_checked: ``_fast_refusal`` just read the flag: skip the first GET.
+    :param soldout_checked: ``_fast_checkout`` just read the flag: skip the first GET.
+
+    The sold-out flag does not answer a user whose own purchase is in flight: that one
+    may have taken the last unit. **Failure timeline** the look at the buyers prevents::
+
+        ann:   key K; takes the last unit, works, writes her order
+        bob:   refused at stock 0: sets the sold-out flag
+        ann:   her client retries with K: no order yet, the flag: 409 sold_out
+        ann:   the first request answers 201: she holds an order she was told she
+               did not get (the contract: the same key again returns that order)
+        fixed: reserved, she waits for her purchase in flight (``TwinWait``) and hears
+               its order, with 200
     """
     keys = sale.keys
     claimed, wait = False, None
@@ -357,7 +381,8 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                 if earlier.idempotency_key == request.idempotency_key:
                     return _replay(earlier, request)
                 raise already_bought(request.user_id, sale.sku)
-        if not soldout_checked and deps.redis.get(keys.soldout):
+        if not soldout_checked and deps.redis.get(keys.soldout) \
+                and not deps.redis.sismember(keys.buyers, request.user_id):
             raise SoldOut(f"{sale.sku} is sold out")
         soldout_checked = False
         if request.idempotency_key is not None and not claimed:

@@ -36,10 +36,11 @@ def page(html: str) -> Response:
 def purchase_timeout_s(config: Mapping[str, Any]) -> int:
     """How long the page waits for a purchase's answer before it says "no answer": past
     the shop's own worst case, lock wait + the longest simulated work + the order write
-    (PostgreSQL's statement timeout). A fixed 20 s was shorter than 10 + 10 + a write:
-    a buyer heard "no answer" for a purchase that was still going through. The wait
-    for the buyer's other purchase in flight (``twinwait.py``) comes off the lock wait,
-    but may be longer than a short ``LOCK_TIMEOUT_S``."""
+    (PostgreSQL's statement timeout; SQLite's busy wait is shorter: ``extensions.py``).
+    A fixed 20 s was shorter than 10 + 10 + a write: a buyer heard "no answer" for a
+    purchase that was still going through. The wait for the buyer's other purchase in
+    flight (``twinwait.py``) comes off the lock wait, but may be longer than a short
+    ``LOCK_TIMEOUT_S``."""
     from .admin import MAX_WORK_MS  # (admin imports this module for ``page``)
     from .services import Checkout
 

@@ -169,11 +169,11 @@ def test_the_lock_is_held_until_every_winner_of_the_batch_has_written_its_row(
     held_while_writing: dict[str, bool] = {}
     real_insert = sectionorders.insert_batch
 
-    def slow_insert(sessions, sale, batch):
+    def slow_insert(sessions, sale, batch, *rest):
         threading.Event().wait(0.2)  # a write late enough for a released lock to show
         for user_id, *_ in batch:
             held_while_writing[user_id] = bool(redis_client.exists(lock_key))
-        return real_insert(sessions, sale, batch)
+        return real_insert(sessions, sale, batch, *rest)
 
     monkeypatch.setattr(sectionorders, "insert_batch", slow_insert)
     answers = queued_while_held(app, redis_client,

@@ -71,10 +71,13 @@ end
 if strategy ~= 'atomic' then
   return answer(2, 0)
 end
-local stock = tonumber(redis.call('GET', KEYS[4]) or '0')
+local current = redis.call('GET', KEYS[4])
+local stock = tonumber(current or '0')
 if stock < quantity then
   redis.call('SREM', KEYS[2], ARGV[1])
-  if stock <= 0 then
+  -- no stock key (a reset between deleting the keys and loading the new stock): a flag
+  -- set now would outlive it and stop the new sale (as in atomic_purchase.lua)
+  if stock <= 0 and current then
     redis.call('SET', KEYS[1], '1')
   end
   return answer(-1, stock)

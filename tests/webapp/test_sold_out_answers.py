@@ -1,0 +1,34 @@
+"""What a 409 ``sold_out`` says, and when the sold-out flag may be set."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.webapp.conftest import SKU, backends, buy, reset
+from webapp.keys import SaleKeys
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "token"])
+def test_asking_for_more_than_is_left_says_how_many_are(client, strategy):
+    """``atomic`` answered "sku-1 is sold out" with 2 left, where a lock path says "only 2
+    left" (two audits): a client told "sold out" stops, one told "2 left" asks for 2."""
+    reset(client, stock=2, strategy=strategy)
+    answer = buy(client, "ann", quantity=3)
+    assert answer.status_code == 409, answer.get_json()
+    assert answer.get_json() == {"error": "sold_out", "detail": f"only 2 left of {SKU}"}
+    assert buy(client, "ann", quantity=2).status_code == 201
+    assert "is sold out" in buy(client, "bob").get_json()["detail"]
+
+
+def test_a_refusal_while_the_stock_key_is_missing_does_not_flag_the_sale_sold_out(client, app):
+    """A reset between deleting the keys and loading the new stock (``_reset_in_steps``):
+    ``atomic_checkout.lua`` read no stock as 0 and set the flag, which then answered 409
+    to the new sale's buyers (``atomic_purchase.lua`` already left it alone)."""
+    reset(client, stock=5, strategy="atomic")
+    redis = backends(app).redis
+    keys = SaleKeys(SKU)
+    redis.delete(keys.stock)  # the new stock not loaded yet
+    assert buy(client, "early").status_code in (409, 503)
+    assert not redis.exists(keys.soldout)
+    redis.set(keys.stock, 5)  # the reset's stock lands
+    assert buy(client, "later").status_code == 201
