@@ -84,15 +84,16 @@ def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient,
     locks = {"A": NaiveZkLock(a, path), "B": NaiveZkLock(b, path), "C": NaiveZkLock(c, path)}
     got: dict[str, bool] = {}
     lock_a = locks["A"]
+    # daemons: a Ctrl-C leaves the lab at once, not once B and C give up (12 s later)
     workers = {"A": threading.Thread(target=lambda: got.__setitem__(
-        "A", lock_a.acquire(DEADLOCK_WAIT_S, lose_first_reply=True)))}
+        "A", lock_a.acquire(DEADLOCK_WAIT_S, lose_first_reply=True)), daemon=True)}
     workers["A"].start()
     while lock_a.node is None:  # A's nodes first, so the ghost is the smallest
         threading.Event().wait(0.01)
     for name in ("B", "C"):
         lock = locks[name]
         workers[name] = threading.Thread(target=lambda n=name, lk=lock: got.__setitem__(
-            n, lk.acquire(DEADLOCK_WAIT_S + AFTER_S)))
+            n, lk.acquire(DEADLOCK_WAIT_S + AFTER_S)), daemon=True)
         workers[name].start()
         while lock.node is None:  # B queues before C
             threading.Event().wait(0.01)

@@ -150,3 +150,44 @@ def test_ctrl_c_while_the_watchdog_labs_redis_is_frozen_exits_130_and_leaves_not
     assert proc.returncode == 130, (out, err[-2000:])
     assert "VERDICT" not in out and "Traceback" not in err, (out, err[-2000:])
     assert not survivors, survivors
+
+
+@pytest.mark.zookeeper
+def test_ctrl_c_while_the_ghost_node_labs_clients_wait_exits_at_once(tmp_path) -> None:
+    """Its clients' threads (B and C queued for up to 12 s) kept the process alive after
+    "interrupted; everything it started is stopped" (a CLI audit: about 11 s, and a
+    second Ctrl-C meanwhile printed a threading traceback)."""
+    import os
+    import shutil
+    import signal
+    import time
+    from pathlib import Path
+
+    from tests.support import missing_system_part
+
+    if shutil.which("java") is None:
+        missing_system_part("java (Debian package zookeeper) is not installed")
+    seckill = Path(sys.executable).parent / "seckill"
+    proc = subprocess.Popen([str(seckill), "scenario", "ghost-node"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    out = ""
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out += line
+            if "is the smallest" in line:  # B and C are queued, waiting
+                break
+        else:
+            pytest.fail(f"the lab never queued its clients:\n{out}")
+        proc.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        rest, err = proc.communicate(timeout=60)
+        took_s = time.monotonic() - interrupted
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, (out + rest, err[-2000:])
+    assert "Traceback" not in err, err[-2000:]
+    assert took_s < 7, f"exited {took_s:.1f} s after its Ctrl-C"
