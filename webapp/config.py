@@ -19,8 +19,20 @@ def _csv(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
-def _flag(value: str) -> bool:
-    return value.strip().lower() not in ("", "0", "false", "no", "off")
+_OFF = ("", "0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
+
+
+def _flag(name: str, default: str) -> bool:
+    """``name`` from the environment, on or off. Anything else is a ConfigError: every
+    word but the off ones meant on, so ``SECKILL_LOCK_COHORT=disabled`` turned it on (a
+    CLI audit)."""
+    text = os.environ.get(name, default)
+    value = text.strip().lower()
+    if value not in _OFF + _ON:
+        raise ConfigError(f"{name} must be 1, true, yes or on, or 0, false, no or off; "
+                          f"got {text!r}")
+    return value in _ON
 
 
 def without_password(url: str) -> str:
@@ -56,7 +68,8 @@ def _number(name: str, default: str, kind: type = float) -> Any:
     try:
         value = kind(text)
     except ValueError:
-        raise ConfigError(f"{name} must be a number, got {text!r}") from None
+        whole = " whole" if kind is int else ""  # "1.5" is a number, not a whole one
+        raise ConfigError(f"{name} must be a{whole} number, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{name} must be a finite number above 0, got {text!r}")
     return value
@@ -205,18 +218,18 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "PURCHASE_CONCURRENCY": _number("PURCHASE_CONCURRENCY", "64", int),
         # lock cohorting (webapp/cohort.py): a worker passes a held safe lock to its own
         # next buyer, up to MAX_PASSES times within MAX_MS, instead of releasing it
-        "LOCK_COHORT": _flag(os.environ.get("SECKILL_LOCK_COHORT", "1")),
+        "LOCK_COHORT": _flag("SECKILL_LOCK_COHORT", "1"),
         "LOCK_COHORT_MAX_PASSES": _number("SECKILL_LOCK_COHORT_MAX_PASSES", "64", int),
         "LOCK_COHORT_MAX_MS": _number("SECKILL_LOCK_COHORT_MAX_MS", "20"),
         # flat combining (webapp/combining.py): the holder of a safe lock serves the
         # batch of its worker's queued buyers (at most MAX_BATCH) in one section; at most
         # MAX_BATCH such buyers per worker are in progress. 256: token sold 78-81% of the
         # no-op's rate sustained, against 65-68% at 64 (docs/performance.md, session 7)
-        "LOCK_COMBINE": _flag(os.environ.get("SECKILL_LOCK_COMBINE", "1")),
+        "LOCK_COMBINE": _flag("SECKILL_LOCK_COMBINE", "1"),
         "LOCK_COMBINE_MAX_BATCH": _number("SECKILL_LOCK_COMBINE_MAX_BATCH", "256", int),
         # auto-pipelining (webapp/pipelining.py): the first script of every purchase
         # waiting at the same moment in a worker goes to Redis in one round trip
-        "REDIS_AUTOPIPELINE": _flag(os.environ.get("SECKILL_REDIS_AUTOPIPELINE", "1")),
+        "REDIS_AUTOPIPELINE": _flag("SECKILL_REDIS_AUTOPIPELINE", "1"),
         "MAX_USER_ID_LENGTH": 64,
         # a purchase is a few dozen bytes; anything far larger is refused with 413
         "MAX_CONTENT_LENGTH": 64 * 1024,

@@ -1,0 +1,32 @@
+"""Settings from the environment: a value that cannot work is an error naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp import config
+
+
+@pytest.mark.parametrize("name", ["SECKILL_LOCK_COHORT", "SECKILL_LOCK_COMBINE",
+                                  "SECKILL_REDIS_AUTOPIPELINE"])
+@pytest.mark.parametrize("value, on", [("1", True), ("on", True), (" Yes ", True),
+                                       ("0", False), ("off", False), ("", False)])
+def test_a_switch_reads_the_usual_words(monkeypatch, tmp_path, name, value, on):
+    monkeypatch.setenv(name, value)
+    key = name.removeprefix("SECKILL_")
+    assert config.from_env(str(tmp_path))[key] is on
+
+
+@pytest.mark.parametrize("name", ["SECKILL_LOCK_COHORT", "SECKILL_LOCK_COMBINE"])
+def test_a_switch_set_to_another_word_is_refused_not_read_as_on(monkeypatch, tmp_path, name):
+    # SECKILL_LOCK_COHORT=disabled turned cohorting on, silently (a CLI audit)
+    monkeypatch.setenv(name, "disabled")
+    with pytest.raises(config.ConfigError, match=name):
+        config.from_env(str(tmp_path))
+
+
+def test_a_whole_number_setting_given_a_fraction_says_whole(monkeypatch, tmp_path):
+    # "must be a number, got '1.5'": 1.5 is a number
+    monkeypatch.setenv("SECKILL_LOCK_COHORT_MAX_PASSES", "1.5")
+    with pytest.raises(config.ConfigError, match="must be a whole number, got '1.5'"):
+        config.from_env(str(tmp_path))
