@@ -47,8 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the signals that unwind a command like Ctrl-C
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
 def stop_on_term(signum: int, frame: object) -> None:
-    """A signal handler: unwind like Ctrl-C, so what the command started is stopped."""
+    """A signal handler: unwind like Ctrl-C, so what the command started is stopped.
+
+    Only the first: the later ones are ignored while the unwinding stops it all. An
+    impatient Ctrl-C, pressed three or four times, interrupted the stop itself (a CLI
+    audit: "Exception ignored in atexit callback" tracebacks, and the scratch dirs of the
+    shop and its Redis servers left in /tmp). Every stop is bounded (seconds), so
+    nothing waits for ever meanwhile."""
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -58,10 +71,8 @@ def stop_like_ctrl_c() -> None:
     Python runs no ``finally`` and no ``atexit``, and gunicorn, redis-server and
     ZooKeeper, started in sessions of their own, were left running with no parent.
     SIGINT too: a shell starts a background job with it ignored."""
-    for name in ("SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), stop_on_term)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, stop_on_term)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,7 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
-from webapp.cli import stop_on_term
+from webapp.cli import STOP_SIGNALS, stop_on_term
 
 from ..cliargs import at_least, comma_names, seconds_up_to, unwritable_file, write_results
 from .contenders import CONTENDERS
@@ -112,17 +112,18 @@ def main(args: argparse.Namespace) -> int:
     # SIGTERM (kill, timeout, CI) unwinds like Ctrl-C: the workers, the redis-servers
     # and ZooKeeper this run started are stopped by pid instead of left running. As
     # ``seckill`` already arranges (``webapp.cli``), but main is also called in-process
-    previous = signal.signal(signal.SIGTERM, stop_on_term)
-    # a shell starts a background job with SIGINT ignored: `kill -INT` must still stop it
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # (a shell starts a background job with SIGINT ignored: `kill -INT` must still stop
+    # it; and the first of them ignores the rest while the run stops what it started)
+    previous = {stop_signal: signal.signal(stop_signal, stop_on_term)
+                for stop_signal in STOP_SIGNALS}
     try:
         outcome = run(config)
     except KeyboardInterrupt:
         print("bench interrupted; everything it started is stopped", file=sys.stderr)
         return 130
     finally:  # called in-process (the tests): leave the caller's handlers as they were
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
+        for stop_signal, handler in previous.items():
+            signal.signal(stop_signal, handler)
     outcome["targets"] = targets(outcome["results"])
     print(render(outcome), flush=True)
     if args.json:

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,6 +213,43 @@ def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_p
     # the shop's log outlives it (its warnings were in a temp dir removed on exit)
     assert printed["log"] == str(tmp_path / "instance" / "seckill-serve.log"), printed
     assert Path(printed["log"]).is_file()  # warnings only: empty when all went well
+
+
+def test_serve_given_ctrl_c_four_times_still_stops_all_and_leaves_no_scratch_dirs(tmp_path):
+    """An impatient user: the later presses interrupted the stop itself ("Exception
+    ignored in atexit callback" tracebacks, the shop's and its Redis servers' scratch
+    dirs left in /tmp: a CLI audit)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("REDIS_URL", "DATABASE_URL", "REDLOCK_URLS", "SECKILL_ADMIN_TOKEN")}
+    proc = subprocess.Popen([str(SECKILL), "serve", "--port", str(free_port())],
+                            cwd=tmp_path, env={**env, "TMPDIR": str(scratch)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "Ctrl-C" in line:
+                break
+        started = descendants(proc.pid)
+        assert started and any(scratch.iterdir())
+        for _ in range(4):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.2)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            for pid in [*descendants(proc.pid), *started]:
+                if running(pid):
+                    os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, rest[-2000:]
+    assert "Traceback" not in rest and "Exception ignored" not in rest, rest[-2000:]
+    assert not [pid for pid in started if running(pid)]
+    assert not list(scratch.iterdir()), list(scratch.iterdir())
 
 
 def test_serve_on_a_port_in_use_says_so_and_starts_nothing(tmp_path):
