@@ -15,14 +15,16 @@ from .sales import create_product, reset_sale
 
 logger = logging.getLogger(__name__)
 
-#: sku, name, price in cents, stock, strategy, description
+#: sku, name, price in cents, stock, strategy, description. The descriptions name no
+#: count and no strategy: a reset changes both, and the card shows them live ("100
+#: units" stayed on a sale reset to 5: a storefront audit)
 PRODUCTS = [
     ("sku-1", "Mechanical keyboard", 4_900, 100, "token",
-     "The featured flash sale: 100 units for 1000 eager buyers."),
+     "The featured flash sale: few units, a thousand eager buyers."),
     ("sku-2", "Noise-cancelling headphones", 7_900, 50, "atomic",
-     "Sold by one Lua script, no lock at all."),
+     "Quiet on a crowded sale day."),
     ("sku-3", "Espresso grinder", 12_900, 20, "sql",
-     "Sold by a conditional UPDATE in the database."),
+     "For the coffee the sale will keep you up for."),
 ]
 
 

@@ -20,6 +20,8 @@ def _errors(*codes: tuple[int, str]) -> dict[str, Any]:
 
 _SKU = {"name": "sku", "in": "path", "required": True, "schema": {"type": "string"}}
 _BUSY = (503, "busy: lock not acquired in time or a backend down; see Retry-After")
+#: a product read with Redis down comes from the database; with the database down, 503
+_DATABASE_DOWN = (503, "busy: the database is down; see Retry-After")
 _TOO_LARGE = (413, "request_entity_too_large: the body is over 64 KiB")
 
 _PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sold", "strategy"],
@@ -61,10 +63,12 @@ def document() -> dict[str, Any]:
                              '{"ok": true}'), **_errors(_TOO_LARGE)}}},
             "/api/products": {"get": {"summary": "Every product with its live stock",
                                       "responses": {"200": _json({"type": "array",
-                                                                  "items": _PRODUCT}, "ok")}}},
+                                                                  "items": _PRODUCT}, "ok"),
+                                                    **_errors(_DATABASE_DOWN)}}},
             "/api/products/{sku}": {"get": {
                 "summary": "One product", "parameters": [_SKU],
-                "responses": {"200": _json(_PRODUCT, "ok"), **_errors((404, "unknown_sku"))}}},
+                "responses": {"200": _json(_PRODUCT, "ok"),
+                              **_errors((404, "unknown_sku"), _DATABASE_DOWN)}}},
             "/api/products/{sku}/purchase": {"post": {
                 "summary": "Buy; one order per user per sale",
                 "parameters": [_SKU, {"name": "Idempotency-Key", "in": "header",

@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=_bounded(0, 65535), default=8000,
                         help="0: any free port (the URL printed names it)")
     parser.add_argument("--workers", type=_bounded(1, 64), default=2,
-                        help="gunicorn gevent workers")
+                        help="gunicorn gevent workers (default: 2)")
 
 
 def _report_gone_redis(served: ServedApp, reported: set[int]) -> None:

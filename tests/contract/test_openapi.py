@@ -128,6 +128,9 @@ SEEN_ELSEWHERE = [
     ("/api/admin/sales/{sku}", "put", 413),
     ("/api/sales/{sku}/audit", "get", 503),  # test_outages: Redis down
     ("/api/admin/sales/{sku}", "put", 503),  # a buyer holds the stock lock too long
+    # the database down (a contract audit: Redis down, they read the database instead)
+    ("/api/products", "get", 503),
+    ("/api/products/{sku}", "get", 503),
 ]
 
 
