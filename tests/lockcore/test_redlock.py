@@ -213,8 +213,10 @@ def test_two_frozen_nodes_never_connected_cost_one_deadline_together(redlock_clu
     """Clients made while two nodes are frozen: redis-py's checkout connected each new
     connection, and a frozen node's handshake took the whole node timeout, one node
     after the other (acquire and release 2 x 200 ms, and the validity with them: a
-    lockcore audit). The lane's new connections now connect within the shared deadline."""
-    node_timeout = 0.5
+    lockcore audit). The lane's new connections now connect within the shared deadline.
+    (1 s, not 0.5: on a slower VM a live node's first connect and script load beside a
+    full suite once missed 0.5 s, and the try had no majority.)"""
+    node_timeout = 1.0
     frozen = redlock_cluster.servers[:2]  # first in the list: asked first
     for server in frozen:
         server.pause()
