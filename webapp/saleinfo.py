@@ -156,7 +156,7 @@ def forget_stale_copy(redis: Any, sale: SaleInfo) -> None:
     try:  # compare-and-delete, one step: a reset's new copy between them went too
         scripts.script(redis, "forget_stale_copy")(keys=[sale.keys.info],
                                                    args=[sale.generation])
-    except Exception as exc:  # noqa: BLE001 - the 503 stands; the next SaleReset tries again
+    except Exception as exc:  # noqa: BLE001 - the 503 stands; the next refused row tries again
         logger.warning("%s: stale sale copy not dropped: %r", sale.sku, exc)
 
 

@@ -42,7 +42,7 @@ wait longer (a database busy with another writer)::
     A:      its row lands in the new sale: Redis 5, database 4, and once Redis has
             sold its 5, six orders for five units
     fixed:  the row is written only WHERE the sale is still A's generation: refused
-            (``SaleReset``, 503), and A's unit, the old sale's, is not given back
+            (``SaleMovedOn``, 503), and A's unit, the old sale's, is not given back
 
 The same generation refuses the rows of a sale whose reset failed halfway (its database
 side committed, Redis left with the old sale): the purchase that hears ``SaleMovedOn``

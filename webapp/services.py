@@ -381,8 +381,7 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                 if earlier.idempotency_key == request.idempotency_key:
                     return _replay(earlier, request)
                 raise already_bought(request.user_id, sale.sku)
-        if not soldout_checked and deps.redis.get(keys.soldout) \
-                and not deps.redis.sismember(keys.buyers, request.user_id):
+        if not soldout_checked and _sold_out_to(deps.redis, keys, request.user_id):
             raise SoldOut(f"{sale.sku} is sold out")
         soldout_checked = False
         if request.idempotency_key is not None and not claimed:
@@ -401,6 +400,17 @@ def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
         wait = wait or TwinWait(deps, sale.sku, request.user_id,
                                 keyed=request.idempotency_key is not None)
         wait.look_again()
+
+
+def _sold_out_to(redis: Any, keys: SaleKeys, user_id: str) -> bool:
+    """Whether the sold-out flag is up and ``user_id`` has no purchase reserved: the
+    flag and the buyers asked in one round trip (asked one after the other, a keyed
+    request of a sold-out sale paid two)."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.get(keys.soldout)
+    pipe.sismember(keys.buyers, user_id)
+    flagged, reserved = pipe.execute()
+    return bool(flagged) and not reserved
 
 
 def _undo_fast(deps: Checkout, request: PurchaseRequest, fast: _Fast) -> None:

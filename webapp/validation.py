@@ -41,7 +41,9 @@ _DECODER = json.JSONDecoder(object_pairs_hook=_without_duplicates)
 
 
 def read_body(request: Request) -> bytes:
-    """The request's body, whole, or a 4xx naming what is wrong with it.
+    """The request's body, or a 4xx naming what is wrong with its framing. (A body
+    shorter than its Content-Length is ``json_object``'s to refuse: the no-op reads
+    what came.)
 
     **Failure timelines** (a contract audit, raw sockets against gunicorn)::
 
