@@ -110,15 +110,17 @@ class ShardedPath(StockPath):
         self._reset_in_steps(redis, sessions, sale, stock, generation)
 
     def restore_stock(self, redis: Any, sale: SaleInfo, stock: int) -> bool:
-        """Each shard its share of the database's ``remaining``, each only if absent
-        (``NX``, shard by shard: a cluster keeps them on different nodes)."""
-        pipe = redis.pipeline(transaction=False)
-        for index, units in enumerate(split(stock, self.shards)):
-            if sale.generation is not None:  # before the units: a take checks it
-                pipe.set(shard_gen_key(sale.sku, index), sale.generation, nx=True)
-            pipe.set(shard_key(sale.sku, index), units, nx=True)
-        written = pipe.execute()
-        return any(written[1::2] if sale.generation is not None else written)
+        """Each shard its share of the database's ``remaining`` where it is missing or
+        of an older generation (``restore_shard.lua``: one script per shard, since a
+        cluster keeps them on different nodes; a reload is rare). A shard of the
+        reload's own generation, or a newer one, stands."""
+        restore = scripts.script(redis, "restore_shard")
+        generation = "" if sale.generation is None else sale.generation
+        written = [restore(keys=[shard_key(sale.sku, index), shard_gen_key(sale.sku, index),
+                                 shard_taken_key(sale.sku, index)],
+                           args=[generation, units])
+                   for index, units in enumerate(split(stock, self.shards))]
+        return any(written)
 
     def _shard_values(self, redis: Any, sale: SaleInfo) -> list[bytes | None]:
         """Each shard's stock key as Redis has it (None: missing), in one round trip."""
@@ -198,8 +200,16 @@ class ShardedPath(StockPath):
         shards = pipe.execute()
         if any(value is None or int(value) > 0 for value in shards):
             return
-        scripts.script(redis, "flag_soldout")(keys=[sale.keys.soldout, sale.keys.stock_gen],
-                                              args=[generation])
+        if not scripts.script(redis, "flag_soldout")(keys=[sale.keys.soldout,
+                                                          sale.keys.stock_gen],
+                                                    args=[generation]):
+            return
+        # A give-back (INCRBY, then DEL of the flag) may have landed between the read
+        # above and the set: its DEL went first, and the flag stood over its unit, for
+        # good. Read again: a unit there now lifts the flag. Any give-back later than
+        # this read deletes the flag itself, after its INCRBY.
+        if any(value is None or int(value) > 0 for value in self._shard_values(redis, sale)):
+            redis.delete(sale.keys.soldout)
 
     def _record(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                 keys: tuple[str, str]) -> Any:
