@@ -10,12 +10,12 @@ import pytest
 from redis.crc import key_slot
 from sqlalchemy.orm import Session, sessionmaker
 
-from webapp import paths, sales
+from webapp import orders, paths, sales
 from webapp.extensions import make_engine
 from webapp.models import Base
 from webapp.problems import AlreadyPurchased, ShopError, SoldOut
 from webapp.services import Checkout, PurchaseRequest, checkout, load_sale
-from webapp.sharding import ShardedPath, shard_key, split
+from webapp.sharding import ShardedPath, shard_gen_key, shard_key, split
 
 SKU = "sku-1"
 
@@ -177,3 +177,43 @@ def test_the_sold_out_flag_is_not_set_while_a_shard_is_missing(deps, monkeypatch
     deps.redis.delete(path.keys(sale)[3])
     path._flag_sold_out(deps.redis, sale)
     assert not deps.redis.get(sale.keys.soldout)
+
+
+def test_a_give_back_between_the_flags_check_and_its_set_lifts_the_flag(deps, monkeypatch):
+    """The flag's check (the shards, one round trip) and its set (``flag_soldout.lua``,
+    another) are apart, and a give-back (an order row that failed: INCRBY, then DEL of
+    the flag) can land between them. The flag then went up over the returned unit, and
+    the sale answered ``sold_out`` with a unit on the shelf, for good (an audit). The
+    shards are read again after the set: a unit there lifts the flag."""
+    path = open_sale(deps, monkeypatch, stock=4)  # one unit per shard
+    for n in range(3):
+        buy(deps, f"early-{n}")
+    sale = load_sale(deps.sessions, SKU)
+    last = path.read_shards(deps.redis, sale).index(1)
+    deps.redis.decr(path.keys(sale)[last])  # ann takes the last unit; her row then fails
+    real = deps.redis
+
+    class GiveBackLandsAfterTheCheck:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def pipeline(self, **options: Any) -> Any:
+            pipe = real.pipeline(**options)
+            execute = pipe.execute
+
+            def then_ann_gives_back() -> Any:
+                read = execute()
+                if not real.exists(sale.keys.soldout + ":gave-back"):
+                    real.set(sale.keys.soldout + ":gave-back", 1)
+                    orders.give_back(real, SKU, 1, sale.generation,
+                                     (path.keys(sale)[last], shard_gen_key(SKU, last)))
+                return read
+            pipe.execute = then_ann_gives_back
+            return pipe
+
+    path._flag_sold_out(GiveBackLandsAfterTheCheck(), sale)  # bob's probes all saw 0
+    assert not real.get(sale.keys.soldout)
+    buy(deps, "carl")  # the returned unit sells
+    with pytest.raises(SoldOut):
+        buy(deps, "dave")
+    assert sales.audit(deps.sessions, deps.redis, SKU)["consistent"]
