@@ -59,13 +59,18 @@ class HostRun:
 
     def problems(self, *, safe: bool) -> list[str]:
         """Why this run fails, if it does: the hosts disagree, a safe strategy's books do
-        not balance or its buyers heard wrong answers, or nothing sold at all (a run that
+        not balance, its buyers were told of orders the database does not hold or heard
+        wrong answers, or nothing sold at all (a run that
         proved nothing: it printed "exact: True" and exited 0)."""
         first, found = self.audits[0], []
         if any(a != first for a in self.audits):
             found.append("the hosts' audits differ")
         if safe and not first["consistent"]:
             found.append("the books do not balance")
+        told, rows = sum(self.orders_by_host.values()), int(first.get("orders", 0))
+        if safe and told > rows:  # the showdown's "lost" (phase.py), across the hosts
+            found.append(f"{told - rows} buyer(s) told of an order the database does not "
+                         f"hold ({told} told, {rows} rows)")
         if safe and self.locust_exit != 0:
             found.append(f"Locust counted wrong answers (exit {self.locust_exit}): "
                          f"{dict(self.outcomes)}")

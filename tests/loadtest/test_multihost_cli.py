@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def audit(sold: int, stock: int = 10, consistent: bool = True) -> dict:
     return {"initial_stock": stock, "units_sold": sold, "remaining": stock - sold,
-            "oversold": max(0, sold - stock), "consistent": consistent}
+            "oversold": max(0, sold - stock), "consistent": consistent, "orders": sold}
 
 
 @pytest.mark.parametrize("argv, named", [
@@ -60,6 +60,19 @@ def test_a_safe_run_with_wrong_answers_or_unbalanced_books_fails():
     assert run_problems(audit(11, consistent=False)) == ["the books do not balance"]
     assert run_problems(audit(10), audit(9)) == ["the hosts' audits differ"]
     assert run_problems(audit(10)) == []
+
+
+def test_buyers_told_of_orders_the_database_does_not_hold_fail_a_safe_run():
+    """The showdown counts a lost order (a 201 the audit has no row for, ``phase.py``);
+    the two-host run counted the 201s by host and never compared them: 34 buyers told
+    "201" beside 30 rows printed "hosts agree and exact: True" and exited 0 (an audit)."""
+    books = audit(30, stock=30)
+    run = HostRun("atomic-sharded", [books, books], {"A": 18, "B": 16}, Counter(order=34), 0)
+    assert run.exact  # the audit alone cannot see it
+    assert run.problems(safe=True) == [
+        "4 buyer(s) told of an order the database does not hold (34 told, 30 rows)"]
+    fewer = HostRun("atomic", [books, books], {"A": 15, "B": 14}, Counter(order=29), 0)
+    assert fewer.problems(safe=True) == []  # a 201 lost on the way back is not a lost order
 
 
 def test_an_unsafe_strategy_overselling_is_what_it_teaches():
