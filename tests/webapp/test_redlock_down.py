@@ -86,8 +86,9 @@ def test_buyers_queued_in_one_worker_all_hear_that_the_servers_did_not_answer(
         for server in servers:
             server.kill() if down == "killed" else server.pause()
         first = buy(app.test_client(), "first")  # the worker's own try finds them silent
-        assert "3 of 5 lock servers did not answer" in first.get_json()["detail"], \
-            first.get_json()
+        # a fourth node, alive, may miss a try on a loaded machine (as below): "4 of 5"
+        assert re.search(r"[345] of 5 lock servers did not answer",
+                         first.get_json()["detail"]), first.get_json()
         answers: list[Any] = []
 
         def buyer(n: int) -> None:
