@@ -31,6 +31,12 @@ take checks it against the generation the buyer looked up, the order row is writ
 only in that generation, and a unit goes back only to its own generation's shard. A
 buyer who looked the sale up before a reset hears 503 busy and takes nothing from the
 new sale (the contract sweep's resets amid a crowd had sold 31 units of 30).
+
+**Reloads after Redis lost the sale.** Each process that finds the sale missing starts
+a generation of its own (``saleinfo._new_generation``), so two reloads carry two. A
+later generation's shards replace an earlier one's (``restore_shard.lua``), as its copy
+of the sale does (``restore_sale.lua``); written only where absent, the shards kept the
+first generation under the second's copy, and every buyer heard 503 until a reset.
 """
 
 from __future__ import annotations
