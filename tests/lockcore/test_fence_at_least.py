@@ -8,6 +8,8 @@ orders carried tokens below the earlier ones'.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -112,3 +114,33 @@ def test_fence_at_least_wants_a_whole_number_lua_compares_exactly(redis_client, 
     lock.fence_at_least(2**53 - 1)  # the largest taken
     with lock:
         assert lock.fencing_token == 2**53
+
+
+
+def test_a_waiter_handed_the_lock_before_the_fence_is_raised_claims_a_token_above_it(
+        redis_client):
+    """A release hands the lock to the next waiter, which claims it on its next call. A
+    ``fence_at_least(floor)`` between the two (a web app raises the fence after Redis
+    lost its data, with buyers already queued) must still give the waiter a token above
+    the floor: ``fair.lua`` answered the counter as it stood at the claim, so the
+    waiter got the floor itself, a token already handed out (a lockcore audit). ``token``'s
+    queue mode claims with the same script, pipelined behind its wake-up (a window too
+    short to hit from a test); ``fair`` polling every 0.3 s holds it open."""
+    name = "handed-then-fenced"
+    holder = lockcore.create("fair", redis_client, name, wait="poll", poll_ms=300)
+    waiter = lockcore.create("fair", redis_client, name, wait="poll", poll_ms=300)
+    assert holder.acquire()
+    got: list[tuple[bool, int | None]] = []
+    thread = threading.Thread(target=lambda: got.append(
+        (waiter.acquire(timeout=5), waiter.fencing_token)))
+    thread.start()
+    deadline = time.monotonic() + 3
+    while not redis_client.zcard(f"lock:{{{name}}}:queue") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert redis_client.zcard(f"lock:{{{name}}}:queue") == 1  # the waiter is in line
+    holder.release()  # hands the lock to the waiter, which claims it at its next poll...
+    lockcore.create("fair", redis_client, name).fence_at_least(1000)  # ...after this
+    thread.join(10)
+    assert got and got[0][0] is True, got
+    assert got[0][1] is not None and got[0][1] > 1000, got
+    waiter.release()
