@@ -10,9 +10,16 @@ Failure timeline, and what the holder is told::
 
     t=0      acquire (ttl 3 s), watchdog starts, renews at 1 s, 2 s, ...
     t=4.0    Redis becomes unreachable; renewal fails -> warning, keep trying
-    t=6.0    last successful renewal + ttl has passed: the lock has surely expired.
-             lock.lost becomes True, on_lost(lock, reason) is called, held() is
-             False, and leaving ``with`` raises LockLost.
+    t=6.0    last successful renewal (counted from when it was sent) + ttl has passed:
+             the lock may have expired, and a rival may hold it. lock.lost becomes
+             True, on_lost(lock, reason) is called, held() is False, and leaving
+             ``with`` raises LockLost.
+
+The deadline is kept by a second thread, not by the renewal's own failure: a renewal
+cut off from Redis does not fail at once, it hangs until the client's
+``socket_timeout`` (5 s by redis-py's default). Checked only when ``extend()`` raised,
+the loss was reported that much later: with the default ttl and client, 6.7 s after a
+rival had taken the lock (a lockcore audit).
 
 Renewal cannot help a holder that is paused (GC, SIGSTOP, swap): the watchdog thread is
 paused with it. That is why fencing tokens are still needed (see ``fencing.py``).
@@ -42,34 +49,38 @@ class Watchdog:
         self.interval = interval
         self.renewals = 0
         self._lock_ref = weakref.ref(lock)
+        self._clock = lock.clock
+        self._ttl = (lock.ttl_ms or 0) / 1000
+        #: when the lock may have expired: the last renewal's send time + ttl
+        self._deadline = self._clock.monotonic() + self._ttl
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"lockcore-watchdog:{lock.name}", daemon=True
         )
+        self._expiry = threading.Thread(
+            target=self._watch_deadline, name=f"lockcore-watchdog-deadline:{lock.name}",
+            daemon=True)
         self._thread.start()
+        self._expiry.start()
 
     def stop(self) -> None:
         """Stop renewing; returns once no renewal is in flight."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+        for thread in (self._thread, self._expiry):
+            if thread is not threading.current_thread():
+                thread.join(timeout=5)
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
 
     def _run(self) -> None:
-        clock_lock = self._lock_ref()
-        if clock_lock is None:
-            return
-        clock = clock_lock.clock
-        ttl = (clock_lock.ttl_ms or 0) / 1000
-        last_ok = clock.monotonic()
-        del clock_lock
+        clock = self._clock
         while not self._stop.wait(self.interval):
             lock = self._lock_ref()
-            if lock is None or lock.token is None:
+            if lock is None or lock.token is None or lock.lost:
                 return
+            sent = clock.monotonic()  # the renewed ttl runs from no earlier than this
             try:
                 lock.extend()
             except LockNotOwned:
@@ -78,12 +89,31 @@ class Watchdog:
                 if self._stop.is_set():
                     return
                 logger.warning("renewal of %r failed: %s", lock.name, exc)
-                if clock.monotonic() - last_ok >= ttl:
+                if clock.monotonic() >= self._deadline:
                     lock._mark_lost(f"renewal could not reach the backend for a whole ttl ({exc})")
                     return
             else:
                 self.renewals += 1
-                last_ok = clock.monotonic()
+                self._deadline = sent + self._ttl
                 logger.debug("renewed %r (%d)", lock.name, self.renewals)
             finally:
                 del lock
+
+    def _watch_deadline(self) -> None:
+        """Report the lock lost once a whole ttl has passed since the last renewal was
+        sent, even while a renewal hangs on a backend that does not answer."""
+        clock = self._clock
+        while True:
+            left = self._deadline - clock.monotonic()
+            if left <= 0:
+                lock = self._lock_ref()
+                if lock is not None and lock.token is not None and not self._stop.is_set():
+                    lock._mark_lost("no renewal reached the backend for a whole ttl")
+                return
+            # at most one interval: the lock's clock may be another than time's (a test's)
+            if self._stop.wait(min(left, self.interval)):
+                return
+            lock = self._lock_ref()
+            if lock is None or lock.token is None or lock.lost:
+                return
+            del lock

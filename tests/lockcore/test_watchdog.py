@@ -124,6 +124,28 @@ def test_the_loss_is_reported_one_ttl_after_the_last_renewal_not_later():
         server.cleanup()
 
 
+def test_a_renewal_hanging_on_a_silent_backend_does_not_delay_the_loss():
+    """A renewal cut off from Redis hangs until the client's socket timeout (redis-py's
+    default: 5 s) instead of failing. The loss was checked only when ``extend()`` raised:
+    the holder heard it a socket timeout late, long after a rival could hold the lock
+    (a lockcore audit: 6.7 s with the default ttl and client). A second thread keeps the
+    deadline: lost one ttl after the last renewal was sent, whatever the renewal does."""
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, socket_timeout=30)  # hangs, and hangs
+    lost = threading.Event()
+    try:
+        lock = lockcore.create("token", client, "res", ttl_ms=TTL_MS, watchdog=True,
+                               on_lost=lambda lock, reason: lost.set())
+        assert lock.acquire()
+        server.pause()  # every renewal from here on hangs for the socket timeout
+        assert lost.wait(5), "a renewal hanging for 30 s held the report back"
+        assert lock.lost and lock.held() is False
+    finally:
+        server.resume()
+        client.close()
+        server.cleanup()
+
+
 def test_a_holder_paused_past_its_ttl_finds_out_it_lost_the_lock(redis_client, redis_url):
     spec = {"mode": "hold", "strategy": "token", "backend": {"redis": redis_url},
             "resource": "res", "options": {"ttl_ms": TTL_MS, "watchdog": True}}
