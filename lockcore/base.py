@@ -193,6 +193,7 @@ class DistributedLock(ABC):
         #: PTTL of the current holder seen by the last failed attempt (-1/None: unknown)
         self.holder_ttl_ms: int | None = None
         self._token: str | None = None
+        self._owner_pid = os.getpid()  # the process that took the lock (see release)
         self._lost_reason: str | None = None
         self._mutex = threading.RLock()  # serialises a renewal against a release
         self._watchdog: Any = None
@@ -358,12 +359,18 @@ class DistributedLock(ABC):
             return False
 
     def release(self) -> None:
-        """Give the lock up. Raises ``LockNotOwned`` if this handle no longer holds it."""
+        """Give the lock up. Raises ``LockNotOwned`` if this handle no longer holds it, or
+        if this process is a child forked while it held it (the lock stays the parent's)."""
         self._stop_watchdog()  # a release always wins over a pending renewal
         with self._mutex:
             token, self._token = self._token, None
             if token is None:  # (another thread may be acquiring with it: stays occupied)
                 raise LockNotOwned("release of a lock this handle does not hold", self.name)
+            if self._forked():
+                raise LockNotOwned(
+                    f"release in process {os.getpid()} of a lock process {self._owner_pid} "
+                    "took: a fork copied the handle, and the lock stays the parent's",
+                    self.name)
             try:
                 patiently(lambda: self._release(token))  # a full pool: wait for one
             finally:
@@ -438,8 +445,17 @@ class DistributedLock(ABC):
             raise LockTimeout(f"could not acquire within {timeout}s", self.name)
         return self
 
+    def _forked(self) -> bool:
+        """Whether this is a child forked while the handle held the lock. The child's copy
+        carries the parent's token: its release deleted the parent's key mid-section, and
+        a rival took the lock (a lockcore audit: a child that unwound ``with``)."""
+        return self._owner_pid != os.getpid()
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if self._forked():  # a child leaving its parent's ``with``: not its lock
+            self._token = None
+            return
         reason = self._lost_reason
         try:
             self.release()
@@ -471,7 +487,7 @@ class DistributedLock(ABC):
 
     # -- internals -----------------------------------------------------------------
     def _on_acquired(self, token: str) -> None:
-        self._token = token
+        self._token, self._owner_pid = token, os.getpid()
         self._lost_reason = None
         logger.info("acquired %s lock %r (fencing token %s)", self.strategy, self.name,
                     self.fencing_token)

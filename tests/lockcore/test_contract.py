@@ -415,3 +415,34 @@ def test_a_name_that_is_not_valid_unicode_is_refused_at_create(make_lock, strate
     # UnicodeEncodeError (redlock: False, every node's "no")
     with pytest.raises(ValueError, match="not valid Unicode"):
         make_lock(strategy, "stock:\udcff")
+
+
+@pytest.mark.parametrize("strategy", [s for s in ALL if s not in ("local", "zookeeper")])
+def test_a_forked_child_leaving_the_parents_with_leaves_the_parents_lock(make_lock, strategy):
+    """A fork inside ``with lock:`` copies the handle, token and all. The child unwinding
+    the ``with`` (a worker's ``sys.exit``, say) released the parent's lock mid-section,
+    and a rival took it (a lockcore audit). The child's exit now leaves it alone, and a
+    child's explicit ``release()`` is refused (``LockNotOwned``) without a word to the
+    backend."""
+    import os
+
+    lock_class_or_skip(strategy)
+    lock, rival = make_lock(strategy, "forked"), make_lock(strategy, "forked")
+    with lock:
+        child = os.fork()
+        if child == 0:  # the child: exit codes say what it saw
+            code = 0
+            try:
+                try:
+                    lock.release()
+                    code = 2  # released the parent's lock
+                except lockcore.LockNotOwned:
+                    pass
+                lock.__exit__(None, None, None)  # the child's ``with`` unwinding
+            except BaseException:
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
+        assert rival.acquire(blocking=False) is False, "the child released the parent's lock"
+        assert lock.held()
