@@ -3,7 +3,9 @@
 **Guarantee.** While no node loses its data and clocks run at about the same rate, at
 most one holder has the lock on a majority at a time, so one node (or a failover that
 drops an unreplicated key, seed 004) cannot grant it twice. Fencing tokens never go
-backwards while a majority keeps its counters.
+backwards while every node of the last majority keeps its counter: a new majority
+may share a single node with the last, and if that one restarted empty the new token
+may be lower (the timeline below; ``fence_at_least`` raises the counters again).
 
 **Algorithm** (seed 004, antirez's RedLock).
 
