@@ -161,6 +161,10 @@ class DistributedLock(ABC):
         except UnicodeEncodeError as error:
             raise ValueError(f"lock name {name!r} is not valid Unicode: {error.reason} "
                              f"at {error.start}") from None
+        if name.startswith("}"):  # "lock:{}x}": an empty hash tag, so each key its own slot
+            raise ValueError(f"lock name {name!r} may not start with '}}': its keys "
+                             "(lock:{name}, lock:{name}:fence, ...) would lose their shared "
+                             "Redis Cluster hash tag and land in different slots")
         if ttl_ms is not None:
             ttl_ms = whole_ttl_ms(ttl_ms)
         check_timeout(timeout)

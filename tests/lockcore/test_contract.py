@@ -446,3 +446,19 @@ def test_a_forked_child_leaving_the_parents_with_leaves_the_parents_lock(make_lo
         assert os.waitstatus_to_exitcode(status) == 0, os.waitstatus_to_exitcode(status)
         assert rival.acquire(blocking=False) is False, "the child released the parent's lock"
         assert lock.held()
+
+
+@pytest.mark.parametrize("strategy", [s for s in ALL if s not in ("local", "zookeeper")])
+def test_a_name_that_would_empty_the_hash_tag_is_refused_at_create(make_lock, strategy):
+    """``lock:{name}`` shares its tag with ``lock:{name}:fence`` and the rest, so one
+    script's keys sit in one cluster slot. A name starting with ``}`` ended the tag at
+    once (``lock:{}x}``): each key hashed whole, four slots, a CROSSSLOT error on a
+    cluster (a lockcore audit). A ``}`` later in the name still leaves a shared tag."""
+    from redis.crc import key_slot
+
+    lock_class_or_skip(strategy)
+    with pytest.raises(ValueError, match="may not start with '}'"):
+        make_lock(strategy, "}x")
+    lock = make_lock(strategy, "a}b")
+    slots = {key_slot(key.encode()) for key in (lock.key, f"{lock.key}:fence")}
+    assert len(slots) == 1
