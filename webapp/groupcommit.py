@@ -56,7 +56,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .batching import SERVED, Batcher, Pending, own_copy
 from .commits import committing, remote
 from .models import Order, PlacedOrder
-from .problems import SaleMovedOn, SoldOut
+from .problems import SaleMovedOn, SoldOut, not_enough
 from .rowinsert import RowInsert
 from .saleinfo import generation as generation_of
 from .saleinfo import started_at
@@ -145,6 +145,18 @@ class OrderWriter(Batcher[OrderWrite]):
             return [(pending, ids[pending.item[1]["sale_id"], pending.item[1]["user_id"]])
                     for pending in taken]
 
+    @staticmethod
+    def _refusal(connection: Connection, row: dict[str, Any]) -> SoldOut:
+        """The 409 for units the conditional UPDATE found short: how many are left, as
+        every other path says (``problems.not_enough``); "sold out" had a buyer asking
+        for 3 of 2 stop, where "only 2 left" lets them ask for 2 (a contract audit)."""
+        if row["quantity"] > 1:
+            found = connection.execute(SALE_STOCK_AND_GENERATION,
+                                       {"b_sale_id": row["sale_id"]}).first()
+            if found is not None and 0 < found[0] < row["quantity"]:
+                return not_enough(row["sku"], found[0])
+        return SoldOut(f"{row['sku']} is sold out")
+
     def _take_units(self, connection: Connection,
                     batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
         """The stock is already taken in Redis: one UPDATE per sale (and generation), by
@@ -203,6 +215,18 @@ class ConditionalOrderWriter(OrderWriter):
         self.stock_after.update(self._uncommitted)  # committed: theirs is the database's
         return written
 
+    @staticmethod
+    def _refusal(connection: Connection, row: dict[str, Any]) -> SoldOut:
+        """The 409 for units the conditional UPDATE found short: how many are left, as
+        every other path says (``problems.not_enough``); "sold out" had a buyer asking
+        for 3 of 2 stop, where "only 2 left" lets them ask for 2 (a contract audit)."""
+        if row["quantity"] > 1:
+            found = connection.execute(SALE_STOCK_AND_GENERATION,
+                                       {"b_sale_id": row["sale_id"]}).first()
+            if found is not None and 0 < found[0] < row["quantity"]:
+                return not_enough(row["sku"], found[0])
+        return SoldOut(f"{row['sku']} is sold out")
+
     def _take_units(self, connection: Connection,
                     batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
         taken = []
@@ -220,7 +244,7 @@ class ConditionalOrderWriter(OrderWriter):
                 if read is not None and read_of not in reset:
                     reset[read_of] = reset_since(connection, row["sale_id"], read)
                 pending.error = (SaleMovedOn(row["sku"]) if reset.get(read_of)
-                                 else SoldOut(f"{row['sku']} is sold out"))
+                                 else self._refusal(connection, row))
             else:
                 self._uncommitted[row["sale_id"]] = (left[0], left[1])
                 taken.append(pending)

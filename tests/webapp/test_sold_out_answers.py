@@ -8,10 +8,11 @@ from tests.webapp.conftest import SKU, backends, buy, reset
 from webapp.keys import SaleKeys
 
 
-@pytest.mark.parametrize("strategy", ["atomic", "token"])
+@pytest.mark.parametrize("strategy", ["atomic", "token", "sql"])
 def test_asking_for_more_than_is_left_says_how_many_are(client, strategy):
     """``atomic`` answered "sku-1 is sold out" with 2 left, where a lock path says "only 2
-    left" (two audits): a client told "sold out" stops, one told "2 left" asks for 2."""
+    left" (two audits), and so did ``sql`` (its conditional UPDATE matched no row; a
+    contract audit): a client told "sold out" stops, one told "2 left" asks for 2."""
     reset(client, stock=2, strategy=strategy)
     answer = buy(client, "ann", quantity=3)
     assert answer.status_code == 409, answer.get_json()
