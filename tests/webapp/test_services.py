@@ -254,3 +254,25 @@ def test_a_late_drop_spares_the_reservation_of_an_order_made_meanwhile(deps, loc
     checkout(deps, PurchaseRequest(SKU, "bob"))  # drains: ann has an order, keeps hers
     assert deps.redis.sismember(SaleKeys(SKU).buyers, "ann")
     assert not undropped
+
+
+def test_an_undo_redis_cannot_take_yet_is_one_line_in_the_log(caplog):
+    """While Redis is down every failed purchase queues an undo, and each try logged a
+    three-part traceback: 40 lines a buyer in the serve log (a contract audit)."""
+    import logging
+
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from lockcore.embedded import free_port
+    from webapp.services import _LostReply
+
+    client = redis.Redis(port=free_port(), socket_connect_timeout=0.5,
+                         retry=Retry(NoBackoff(), 0))
+    lost = _LostReply(client, "sku-1", "ann", 1, "nonce", fast_script=True)
+    with caplog.at_level(logging.WARNING, logger="webapp.services"):
+        assert lost.retry() is False
+    [record] = [r for r in caplog.records if "could not undo" in r.getMessage()]
+    assert record.exc_info is None
+    assert "ConnectionError" in record.getMessage() and "\n" not in record.getMessage()
