@@ -155,7 +155,9 @@ def release_after_section(lock: Any, sale: SaleInfo) -> None:
     """Release ``lock``; a failure is logged, not raised: the section's answer stands."""
     try:
         lock.release()
-    except LockNotOwned:  # the TTL ran out inside the section: the seed 004 lesson
-        logger.warning("%s lock on %s expired before release", sale.strategy, sale.sku)
+    except LockNotOwned:  # the TTL ran out inside the section (the seed 004 lesson), or
+        # an unsafe lock let another buyer take it over (naive's check-then-set)
+        logger.warning("%s lock on %s was no longer ours at release (expired, or taken "
+                       "over)", sale.strategy, sale.sku)
     except Exception:
         logger.exception("releasing the %s lock on %s failed", sale.strategy, sale.sku)
