@@ -12,8 +12,10 @@ watchdog, lost-lock reporting and the context manager. A strategy implements onl
   and make the next attempt in the same round trip (``waiting.wake_and_try``).
 
 ``token`` is fresh and random for every acquisition and belongs to this *handle*,
-not to a thread-local: two asyncio tasks or greenlets sharing a thread cannot release
-each other's locks (redis-py's ``thread_local=False`` lesson). So a handle is one
+not to a thread-local: two asyncio tasks sharing a thread cannot release each other's
+locks, and under gevent's monkey-patching (where ``threading.local`` is per greenlet)
+a held lock passed to another greenlet can still be released there (redis-py's
+``thread_local=False`` lesson). So a handle is one
 holder at a time. Threads that share one handle take turns on it, as they would on a
 ``threading.Lock``: a thread acquiring while another acquires or holds with the same
 handle waits for the handle first, within its timeout (``_occupy``), and then for

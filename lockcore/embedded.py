@@ -345,7 +345,8 @@ def _node_count(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=_node_count, default=1,
-                        help=f"how many independent servers, 1-{MAX_NODES} (5 for RedLock)")
+                        help=f"how many independent servers, 1-{MAX_NODES} "
+                             "(default: 1; 5 for RedLock)")
 
 
 def cli_main(args: argparse.Namespace) -> int:

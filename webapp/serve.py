@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", type=_host, default="127.0.0.1",
                         help="address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)")
     parser.add_argument("--port", type=_bounded(0, 65535), default=8000,
-                        help="0: any free port (the URL printed names it)")
+                        help="default: 8000; 0: any free port (the URL printed names it)")
     parser.add_argument("--workers", type=_bounded(1, 64), default=2,
                         help="gunicorn gevent workers (default: 2)")
 

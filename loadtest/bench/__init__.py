@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{MAX_PROCESSES})")
     parser.add_argument("--rounds", type=at_least(1, MAX_ROUNDS), default=1,
                         help="measure each contender this many times, round-robin, and add "
-                             "the rounds up (steadier figures on a busy machine)")
+                             "the rounds up (steadier figures on a busy machine; default: 1)")
     parser.add_argument("--only", type=contender_names, default=[],
                         help="comma-separated contenders (see --list)")
     parser.add_argument("--experimental", action="store_true",
