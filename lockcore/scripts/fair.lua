@@ -4,7 +4,7 @@
 -- KEYS[3]  lock:{name}:leases     ZSET uuid -> lease expiry (ms, Redis's clock)
 -- KEYS[4]  lock:{name}:lease_ms   HASH uuid -> the lease length that waiter asked for
 -- KEYS[5]  lock:{name}:seq        ticket counter
--- KEYS[6]  lock:{name}:fence      fencing counter; bumped at every claim, never deleted
+-- KEYS[6]  lock:{name}:fence      fencing counter; bumped at every grant, never deleted
 -- KEYS[7]  lock:{name}:wake:      prefix of the per-waiter wake lists (same hash tag)
 -- ARGV[1]  op        'acquire' or 'release'
 -- ARGV[2]  uuid      identifies one acquisition across all its attempts
@@ -50,6 +50,7 @@ local function grant_next()
     local window = redis.call('hget', KEYS[4], head)
     forget(head)
     redis.call('set', KEYS[1], head, 'PX', window)
+    redis.call('incr', KEYS[6])
     local wake = KEYS[7] .. head
     redis.call('del', wake)
     redis.call('rpush', wake, 1)  -- wake exactly this waiter: no thundering herd
@@ -57,11 +58,7 @@ local function grant_next()
     return head
 end
 
--- Ours now: stretch the claim window to the full ttl, and settle our wake list. The
--- token is counted here, at the claim, not at the grant: a fence raised between the two
--- (lock.fence_at_least, after Redis lost its data) left a handed waiter the floor itself,
--- a token already issued. A claim repeated after a lost reply counts a new one: tokens
--- only ever grow.
+-- Ours now: stretch the claim window to the full ttl, and settle our wake list.
 local function claimed()
     redis.call('pexpire', KEYS[1], ARGV[3])
     local wake = KEYS[7] .. uuid
@@ -70,7 +67,7 @@ local function claimed()
         redis.call('rpush', wake, 1)
         redis.call('pexpire', wake, ARGV[4])
     end
-    return {1, redis.call('incr', KEYS[6])}
+    return {1, tonumber(redis.call('get', KEYS[6]))}
 end
 
 if op == 'release' then

@@ -63,7 +63,12 @@ class HandOffLock(DistributedLock):
         self._extend_script = scripts.script(client, "token_extend")
 
     def _fence_at_least(self, issued: int) -> None:
-        raise_counter(self.client, self.fence_key, issued)
+        # One past the floor: ``fair.lua`` counts a hand-off's token at the grant and the
+        # waiter reads it at its claim, so a fence raised between the two (the web app
+        # raises it after Redis lost its data, buyers already queued) gave the waiter
+        # the floor itself, a token already issued (a lockcore audit). Counted at the
+        # claim instead, a claim repeated by the pipelined join counted two.
+        raise_counter(self.client, self.fence_key, issued + 1)
 
     @property
     def signal_key(self) -> str:
