@@ -56,6 +56,9 @@ class Sale(Base):
     work_ms: Mapped[int] = mapped_column(Integer, default=0)
     per_user_limit: Mapped[int] = mapped_column(Integer)  # sales.NO_LIMIT: none
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    #: the fencing counter a reload after Redis lost its data last raised the sale's lock
+    #: to: the next reload goes past it (``saleinfo.raise_fence_floor``; migration 0004)
+    fence_floor: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Order(Base):

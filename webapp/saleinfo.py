@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from .keys import SaleKeys
@@ -117,12 +117,33 @@ def _restoring() -> threading.Lock:
     return threading.Lock()
 
 
-#: added to the highest token the sale's orders carry when its lock's counter is raised
-#: after Redis lost it: tokens handed out that no order shows yet. The holder whose rows
-#: were still being written when Redis went writes them later, with its token, and
-#: holders that sold nothing leave none. Tokens jump by this much at each loss: a gap
-#: is harmless, a token handed out twice is not.
-FENCE_SLACK = 1_000
+#: added to the highest token the sale's orders carry, or to the fence the last reload
+#: raised (``sales.fence_floor``) if higher, when its lock's counter is raised after
+#: Redis lost it: tokens handed out that no order shows yet. The holder whose rows were
+#: still being written when Redis went writes them later, with its token, and holders
+#: that sold nothing (a refusal, a hold-off's 503) leave none. Tokens jump by this much
+#: at each loss: a gap is harmless, a token handed out twice is not. It assumes fewer
+#: than this many lock acquisitions since the last reload, or since the last order,
+#: that no order shows: a 10 s hold-off's retries took 800-2,500 (a fault audit).
+FENCE_SLACK = 100_000
+
+
+def raise_fence_floor(sessions: sessionmaker[Session], sale: SaleInfo, issued: int) -> int:
+    """The fence for a reload of ``sale``: past the highest token its orders carry
+    (``issued``) and past the fence the last reload raised, by ``FENCE_SLACK``; kept in
+    the sale row for the next reload. Without it, tokens handed out after one reload
+    with no order to show them were forgotten at the next loss, which computed the same
+    fence again: later orders carried tokens below ones handed out (a fault audit:
+    2797, then 2398)."""
+    with sessions.begin() as session:
+        floor = session.execute(
+            update(Sale).where(Sale.id == sale.id)
+            .values(fence_floor=case((Sale.fence_floor > issued, Sale.fence_floor),
+                                     else_=issued) + FENCE_SLACK)
+            .returning(Sale.fence_floor)).scalar_one_or_none()
+    if floor is None:
+        raise UnknownSku(f"no product with sku {sale.sku!r}")  # deleted since
+    return int(floor)
 
 
 #: ``SaleInfo`` by the hash it was read from: every purchase of a sale reads the same
@@ -245,7 +266,8 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
             pipe.execute()
     if remaining is None:
         remaining = read
-    hold_ms = None if fence is None else fence(sale, (issued or 0) + FENCE_SLACK)
+    hold_ms = None if fence is None else fence(
+        sale, raise_fence_floor(sessions, sale, int(issued or 0)))
     stock = max(remaining, 0)
     elsewhere = path.stock_elsewhere
     # NX, on their own slots: before the script, which writes the rest only if it can

@@ -161,3 +161,36 @@ def test_a_crowd_finding_the_sale_gone_reloads_it_once_per_process(sqlite_url, o
         assert fenced == [max(before) + FENCE_SLACK]
     finally:
         b.close()
+
+
+def test_tokens_handed_out_after_one_reload_stay_below_the_next_reloads_fence(
+        database_url, own_redis, strategy):
+    """The fence was the sale's highest order token plus ``FENCE_SLACK``, and nothing
+    remembered it. Tokens handed out after a reload with no order to show them (a
+    hold-off's 503s, refusals, sections still writing) were forgotten at the next
+    loss: that reload computed the same fence again, and later orders carried tokens
+    below, or equal to, ones already handed out (a fault audit: 2797 then 2398). The
+    sale row keeps the fence it last raised (``sales.fence_floor``); the next one goes
+    past it."""
+    from webapp.saleinfo import cached_sale, load_sale
+
+    name, cluster, redlock_urls = strategy
+    before = _first_start(database_url, own_redis, name, redlock_urls)
+    _restart_empty(own_redis, cluster)
+    app = make_app(database_url, own_redis.url, REDLOCK_URLS=redlock_urls)
+    b = backends(app)
+    burned = []
+    try:
+        cached_sale(b.redis, b.sessions, "sku-1",  # the first reload raises the fence
+                    fence=functools.partial(locks.raise_fence, b, hold=False))
+        lock = locks._new_lock(b, load_sale(b.sessions, "sku-1"), "refused")
+        for _ in range(50):  # sections that sold nothing: tokens no order shows
+            assert lock.acquire(timeout=5)
+            burned.append(lock.fencing_token)
+            lock.release()
+    finally:
+        b.close()
+    assert min(burned) > max(before), (before, burned)
+    _restart_empty(own_redis, cluster)
+    order = _buy_after_restart(database_url, own_redis, redlock_urls)
+    assert order["fencing_token"] > max(burned), (before, burned, order)
