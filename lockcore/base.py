@@ -200,6 +200,7 @@ class DistributedLock(ABC):
         self.holder_ttl_ms: int | None = None
         self._token: str | None = None
         self._owner_pid = os.getpid()  # the process that took the lock (see release)
+        self._tried_at = 0.0  # when the last attempt was sent (the watchdog's first ttl)
         self._lost_reason: str | None = None
         self._mutex = threading.RLock()  # serialises a renewal against a release
         self._watchdog: Any = None
@@ -339,6 +340,7 @@ class DistributedLock(ABC):
                 return False
             # A waiter may make the next attempt itself (notify: in the same round trip
             # as its BLPOP); otherwise the wait is over and we try again here.
+            self._tried_at = self.clock.monotonic()  # the wait may make the attempt
             try:
                 tried = self.waiter.wait(self, remaining, attempt)
             except MaxConnectionsError:  # nothing sent (poolfull.py): the wait is over
@@ -358,6 +360,7 @@ class DistributedLock(ABC):
     def _attempt(self, token: str) -> bool:
         """``_try_acquire``; a pool with no free connection is a try that did not take
         the lock (nothing was sent: ``poolfull.py``)."""
+        self._tried_at = self.clock.monotonic()  # a ttl it sets runs from no earlier
         try:
             return self._try_acquire(token)
         except MaxConnectionsError:
@@ -501,7 +504,7 @@ class DistributedLock(ABC):
             from .watchdog import Watchdog
 
             assert self.ttl_ms is not None
-            self._watchdog = Watchdog(self, self.ttl_ms / 3000)
+            self._watchdog = Watchdog(self, self.ttl_ms / 3000, since=self._tried_at)
 
     def _stop_watchdog(self) -> None:
         dog, self._watchdog = self._watchdog, None

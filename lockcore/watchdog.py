@@ -43,7 +43,10 @@ logger = logging.getLogger(__name__)
 class Watchdog:
     """Renew ``lock`` every ``interval`` seconds until stopped or the lock is lost."""
 
-    def __init__(self, lock: DistributedLock, interval: float) -> None:
+    def __init__(self, lock: DistributedLock, interval: float,
+                 since: float | None = None) -> None:
+        """``since``: when the acquire that took the lock was sent (the lock's clock);
+        its ttl runs from no earlier. None: now."""
         if interval <= 0:
             raise ValueError("interval must be positive")
         self.interval = interval
@@ -51,8 +54,13 @@ class Watchdog:
         self._lock_ref = weakref.ref(lock)
         self._clock = lock.clock
         self._ttl = (lock.ttl_ms or 0) / 1000
-        #: when the lock may have expired: the last renewal's send time + ttl
-        self._deadline = self._clock.monotonic() + self._ttl
+        #: when the lock may have expired: the last renewal's (or the acquire's) send
+        #: time + ttl
+        self._deadline = (self._clock.monotonic() if since is None else since) + self._ttl
+        #: a renewal is on its way, or the last one failed: only then may the deadline
+        #: thread call the lock lost. A renewal that succeeded is never overruled (a
+        #: test's clock may jump past the deadline between two good renewals)
+        self._unsure = False
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"lockcore-watchdog:{lock.name}", daemon=True
@@ -81,6 +89,7 @@ class Watchdog:
             if lock is None or lock.token is None or lock.lost:
                 return
             sent = clock.monotonic()  # the renewed ttl runs from no earlier than this
+            self._unsure = True
             try:
                 lock.extend()
             except LockNotOwned:
@@ -95,6 +104,7 @@ class Watchdog:
             else:
                 self.renewals += 1
                 self._deadline = sent + self._ttl
+                self._unsure = False
                 logger.debug("renewed %r (%d)", lock.name, self.renewals)
             finally:
                 del lock
@@ -105,13 +115,14 @@ class Watchdog:
         clock = self._clock
         while True:
             left = self._deadline - clock.monotonic()
-            if left <= 0:
+            if left <= 0 and self._unsure:
                 lock = self._lock_ref()
                 if lock is not None and lock.token is not None and not self._stop.is_set():
                     lock._mark_lost("no renewal reached the backend for a whole ttl")
                 return
-            # at most one interval: the lock's clock may be another than time's (a test's)
-            if self._stop.wait(min(left, self.interval)):
+            # at most one interval: the lock's clock may be another than time's (a test's);
+            # past the deadline with no renewal out, the next renewal's outcome decides
+            if self._stop.wait(min(left, self.interval) if left > 0 else self.interval / 4):
                 return
             lock = self._lock_ref()
             if lock is None or lock.token is None or lock.lost:

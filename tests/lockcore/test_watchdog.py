@@ -93,6 +93,10 @@ def test_renewals_failing_for_a_whole_ttl_mark_the_lock_lost():
         server.pause()  # Redis stops answering; every renewal times out
         assert lost.wait(5), "after a ttl without a successful renewal, the lock is lost"
         assert lock.held() is False
+        # Told at the earliest the key can expire; the renewals sent meanwhile wait in
+        # the paused server's socket and run when it resumes: before the key's ttl is
+        # out, they would still renew it. Resume after it surely is.
+        time.sleep(2 * TTL_MS / 1000)
         server.resume()
         with pytest.raises(LockNotOwned):
             lock.release()
@@ -202,5 +206,53 @@ def test_the_bodys_exception_survives_a_release_that_cannot_reach_the_backend(ca
                 1 / 0  # noqa: B018 - the body's own failure
         assert "release failed while an exception was raised" in caplog.text
     finally:
+        client.close()
+        server.cleanup()
+
+
+def test_a_renewal_that_succeeded_is_never_overruled_by_the_deadline(redis_client):
+    """The deadline thread reads the lock's clock; a test's clock may jump past the
+    deadline between two renewals that both succeed (a rival's ``acquire`` advancing a
+    shared ``FakeClock``). It called the lock lost at random, with its key still in
+    Redis (a review: 6 of 6 runs). Only a renewal on its way, or one that failed, lets
+    the deadline decide."""
+    clock = FakeClock()
+    lock = lockcore.create("token", redis_client, "jumped", ttl_ms=3_000, watchdog=True,
+                           clock=clock)
+    assert lock.acquire(blocking=False)
+    try:
+        time.sleep(1.2)  # a renewal (every second) has succeeded
+        clock.now += 10  # the clock jumps past the deadline; no renewal is out
+        time.sleep(1.5)
+        assert not lock.lost and lock.held(), lock._lost_reason
+    finally:
+        lock.release()
+
+
+def test_the_first_deadline_runs_from_when_the_acquire_was_sent():
+    """The first ttl runs from the acquire's send time, not from when the watchdog
+    started: an acquire whose reply came late (a loaded host, a GC pause) left the
+    holder told a reply's delay after its key could have expired (a review)."""
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, socket_timeout=0.05)
+    clock = FakeClock()
+    lost = threading.Event()
+    try:
+        lock = lockcore.create("token", client, "late-reply", ttl_ms=TTL_MS, watchdog=True,
+                               clock=clock, on_lost=lambda lock, reason: lost.set())
+        sent_at, real_try = clock.now, lock._try_acquire
+
+        def reply_comes_late(token: str) -> bool:
+            taken = real_try(token)
+            clock.now += TTL_MS / 2000  # half a ttl between the SET and its reply
+            return taken
+
+        lock._try_acquire = reply_comes_late  # type: ignore[method-assign]
+        assert lock.acquire(blocking=False)
+        server.pause()  # every renewal from here on fails
+        clock.now = sent_at + TTL_MS / 1000 + 0.01  # a ttl since the SET was sent
+        assert lost.wait(5), "the first deadline counted from the late reply"
+    finally:
+        server.resume()
         client.close()
         server.cleanup()
