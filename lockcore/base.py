@@ -141,6 +141,11 @@ class DistributedLock(ABC):
     signals_on_release: ClassVar[bool] = False
     #: True when the backend must be a redis-py client (checked at construction)
     needs_redis: ClassVar[bool] = True
+    #: True when the name is the hash tag of the lock's Redis keys (``lock:{name}``)
+    name_is_hash_tag: ClassVar[bool] = True
+    #: True for a lock that lives in the process (``local``): a forked child's copy is
+    #: its own, and releases in the child (see ``_forked``)
+    process_local: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -163,7 +168,7 @@ class DistributedLock(ABC):
         except UnicodeEncodeError as error:
             raise ValueError(f"lock name {name!r} is not valid Unicode: {error.reason} "
                              f"at {error.start}") from None
-        if name.startswith("}"):  # "lock:{}x}": an empty hash tag, so each key its own slot
+        if self.name_is_hash_tag and name.startswith("}"):  # "lock:{}x}": an empty tag
             raise ValueError(f"lock name {name!r} may not start with '}}': its keys "
                              "(lock:{name}, lock:{name}:fence, ...) would lose their shared "
                              "Redis Cluster hash tag and land in different slots")
@@ -458,7 +463,7 @@ class DistributedLock(ABC):
         """Whether this is a child forked while the handle held the lock. The child's copy
         carries the parent's token: its release deleted the parent's key mid-section, and
         a rival took the lock (a lockcore audit: a child that unwound ``with``)."""
-        return self._owner_pid != os.getpid()
+        return not self.process_local and self._owner_pid != os.getpid()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

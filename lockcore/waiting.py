@@ -13,7 +13,10 @@ small pool (``max_connections``), as many waiters as connections left none for t
 holder's release (``MaxConnectionsError``: the lock stayed held for its TTL and every
 waiter timed out). So at most a quarter of a pool's connections block at once
 (``blocking_slot``); a waiter that finds none free polls every ``CROWDED_POLL_S``, and
-so does every waiter on a ``single_connection_client`` (its one connection is shared).
+so does every waiter on a ``single_connection_client``: its one connection cannot both
+block in BLPOP and carry the holder's release. A waiter alone on such a client polls
+too (a hand-off noticed within about 20 ms, not at once): pass a pooled client for
+notify's wake-ups.
 
 A notify-waiter whose lock implements ``_block_then_try`` (token, fair) pipelines its
 next attempt behind the BLPOP (``wake_and_try``): Redis runs it as the wake-up lands,

@@ -145,18 +145,6 @@ class OrderWriter(Batcher[OrderWrite]):
             return [(pending, ids[pending.item[1]["sale_id"], pending.item[1]["user_id"]])
                     for pending in taken]
 
-    @staticmethod
-    def _refusal(connection: Connection, row: dict[str, Any]) -> SoldOut:
-        """The 409 for units the conditional UPDATE found short: how many are left, as
-        every other path says (``problems.not_enough``); "sold out" had a buyer asking
-        for 3 of 2 stop, where "only 2 left" lets them ask for 2 (a contract audit)."""
-        if row["quantity"] > 1:
-            found = connection.execute(SALE_STOCK_AND_GENERATION,
-                                       {"b_sale_id": row["sale_id"]}).first()
-            if found is not None and 0 < found[0] < row["quantity"]:
-                return not_enough(row["sku"], found[0])
-        return SoldOut(f"{row['sku']} is sold out")
-
     def _take_units(self, connection: Connection,
                     batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:
         """The stock is already taken in Redis: one UPDATE per sale (and generation), by

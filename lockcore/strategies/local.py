@@ -61,6 +61,8 @@ class _LocalNotifyWaiter:
 
 class LocalLock(DistributedLock):
     needs_redis = False
+    name_is_hash_tag = False
+    process_local = True  # a forked child's copy of the lock is its own
     strategy = "local"
     safe = False
     origin = "seed 000"

@@ -61,6 +61,7 @@ class MultiLock(DistributedLock):
     origin = "seed 003"
     summary = "all-or-nothing lock of many resources in one Lua script; releases only its own"
     signals_on_release = True
+    name_is_hash_tag = False  # its keys' tag is ``hash_tag``, not the joined names
 
     def __init__(self, client: Any, resources: list[str] | str, *, hash_tag: str = "multi",
                  **options: Any) -> None:

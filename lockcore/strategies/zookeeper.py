@@ -117,6 +117,7 @@ MAX_PATH_BYTES = 16_384
 
 class ZooKeeperLock(DistributedLock):
     needs_redis = False
+    name_is_hash_tag = False  # a znode path, no Redis key
     strategy = "zookeeper"
     safe = True
     origin = "seed 001"
