@@ -104,7 +104,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
     winners: list[Buyer] = []
     refused_at_zero = False
     try:
-        left, generation = stock_if_still(deps, sale)
+        left, generation = stock_if_still(deps, sale, lock.fencing_token)
         for buyer in batch:
             quantity = buyer.request.quantity
             if left >= quantity:

@@ -64,6 +64,13 @@ class SaleKeys:
         the reservation (``atomic_purchase.lua``; ``undo_take.lua``)."""
         return f"sale:{{{self.sku}}}:taken"
 
+    @property
+    def fence_mark(self) -> str:
+        """The lock's fence as the database last recorded it (``sales.fence_floor``): a
+        section whose token runs far past it records its own (``saleinfo.note_token``).
+        Kept across resets, like the floor it mirrors."""
+        return f"sale:{{{self.sku}}}:fence_mark"
+
     def all(self) -> list[str]:
         return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info,
                 self.reloaded, self.holdoff, self.key_owners, self.reservations, self.taken]

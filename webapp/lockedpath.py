@@ -72,7 +72,7 @@ class LockedPath(StockPath):
         if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
             raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
         try:
-            stock, generation = stock_if_still(deps, sale)
+            stock, generation = stock_if_still(deps, sale, lock.fencing_token)
             if stock < request.quantity:
                 if stock <= 0:
                     deps.redis.set(sale.keys.soldout, 1)

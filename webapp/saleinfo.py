@@ -122,10 +122,31 @@ def _restoring() -> threading.Lock:
 #: Redis lost it: tokens handed out that no order shows yet. The holder whose rows were
 #: still being written when Redis went writes them later, with its token, and holders
 #: that sold nothing (a refusal, a hold-off's 503) leave none. Tokens jump by this much
-#: at each loss: a gap is harmless, a token handed out twice is not. It assumes fewer
-#: than this many lock acquisitions since the last reload, or since the last order,
-#: that no order shows: a 10 s hold-off's retries took 800-2,500 (a fault audit).
+#: at each loss: a gap is harmless, a token handed out twice is not. A section whose
+#: token runs more than half of it past the recorded fence records its own first
+#: (``note_token``; a 10 s hold-off's retries took 800-2,500 tokens, and one buyer's
+#: refusals 300-400 a second: a fault audit), so every token handed out stays below
+#: the next reload's fence.
 FENCE_SLACK = 100_000
+
+
+def note_token(sessions: sessionmaker[Session], redis: Any, sale: SaleInfo,
+               token: int) -> None:
+    """Record ``token`` as the sale's fence floor (``sales.fence_floor``), and mirror it
+    in Redis (``fence_mark``). A section calls it when its token runs more than half
+    the slack past the floor recorded: tokens that no order shows (refusals, 503s) are
+    then never more than half the slack above a recorded floor, so the next reload's
+    fence, the floor plus the whole slack, is above every token handed out. Without it
+    one buyer asking for 2 when 1 was left used up the 100,000 in 4-5 minutes, and the
+    tokens went backwards again after a loss (a fault audit)."""
+    with sessions.begin() as session:
+        floor = session.execute(
+            update(Sale).where(Sale.id == sale.id)
+            .values(fence_floor=case((Sale.fence_floor > token, Sale.fence_floor),
+                                     else_=token))
+            .returning(Sale.fence_floor)).scalar_one_or_none()
+    if floor is not None:
+        redis.set(sale.keys.fence_mark, int(floor))
 
 
 def raise_fence_floor(sessions: sessionmaker[Session], sale: SaleInfo, issued: int) -> int:
@@ -266,8 +287,15 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
             pipe.execute()
     if remaining is None:
         remaining = read
-    hold_ms = None if fence is None else fence(
-        sale, raise_fence_floor(sessions, sale, int(issued or 0)))
+    hold_ms, floor = None, None
+    if fence is not None:
+        floor = raise_fence_floor(sessions, sale, int(issued or 0))
+        try:
+            hold_ms = fence(sale, floor)
+        except Exception:  # the lock's servers did not take it: no copy, no buyers staged
+            redis.delete(staged)
+            raise
+        redis.set(sale.keys.fence_mark, floor)  # sections compare their tokens with it
     stock = max(remaining, 0)
     elsewhere = path.stock_elsewhere
     # NX, on their own slots: before the script, which writes the rest only if it can
@@ -282,6 +310,13 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     if shards_restored or written == 2:
         logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
                        remaining)
+    if written and fence is not None and floor is not None:
+        # Redis may have restarted again between the fence and the script, which then
+        # wrote the copy into a Redis whose counter starts at 1 (a fault audit: tokens
+        # 16, then 12). Raised again, now that the copy stands: idempotent, and a later
+        # loss takes the copy with it, so the next buyer reloads
+        fence(sale, floor)
+        redis.set(sale.keys.fence_mark, floor)
     return sale if written else None
 
 

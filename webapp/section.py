@@ -66,6 +66,7 @@ from sqlalchemy import select
 
 from lockcore import LockNotOwned
 
+from . import saleinfo
 from .models import Sale
 from .problems import Busy
 from .services import Checkout, SaleInfo
@@ -84,9 +85,15 @@ class SectionStock(NamedTuple):
     generation: int | None
 
 
-def stock_if_still(deps: Checkout, sale: SaleInfo) -> SectionStock:
+def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> SectionStock:
     """The stock and its generation, read in one round trip with the sale's current
     strategy.
+
+    ``token``: the section's fencing token. Read in the same round trip, the fence the
+    database last recorded (``fence_mark``); a token more than half the slack past it
+    is recorded first (``saleinfo.note_token``), before the section sells or refuses:
+    after Redis loses its data, the reload's fence must be above every token handed
+    out, those of sections that wrote no order too.
 
     :raises Busy: the sale was reset to another strategy since ``sale`` was looked up,
         or Redis lost it (restarted empty).
@@ -94,8 +101,11 @@ def stock_if_still(deps: Checkout, sale: SaleInfo) -> SectionStock:
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
     pipe.hmget(sale.keys.info, "strategy", "generation")
-    pipe.mget([sale.keys.reloaded, sale.keys.holdoff, sale.keys.stock_gen])
-    stock, (strategy, generation), (reloaded, holdoff, stock_gen) = pipe.execute()
+    pipe.mget([sale.keys.reloaded, sale.keys.holdoff, sale.keys.stock_gen,
+               sale.keys.fence_mark])
+    stock, (strategy, generation), (reloaded, holdoff, stock_gen, mark) = pipe.execute()
+    if token is not None and token > int(mark or 0) + saleinfo.FENCE_SLACK // 2:
+        saleinfo.note_token(deps.sessions, deps.redis, sale, token)
     if strategy is not None and strategy.decode() != sale.strategy:
         # first: atomic-sharded keeps no plain stock key, and a buyer of the sale before
         # its reset to it heard "Redis lost the sale (restarted?)"
