@@ -208,12 +208,13 @@ class ConditionalOrderWriter(OrderWriter):
         """The 409 for units the conditional UPDATE found short: how many are left, as
         every other path says (``problems.not_enough``); "sold out" had a buyer asking
         for 3 of 2 stop, where "only 2 left" lets them ask for 2 (a contract audit)."""
+        left = 0  # one unit asked for and refused: none left
         if row["quantity"] > 1:
             found = connection.execute(SALE_STOCK_AND_GENERATION,
                                        {"b_sale_id": row["sale_id"]}).first()
-            if found is not None and 0 < found[0] < row["quantity"]:
-                return not_enough(row["sku"], found[0])
-        return SoldOut(f"{row['sku']} is sold out")
+            if found is not None and found[0] < row["quantity"]:  # else: gone meanwhile
+                left = found[0]
+        return not_enough(row["sku"], left)
 
     def _take_units(self, connection: Connection,
                     batch: list[Pending[OrderWrite]]) -> list[Pending[OrderWrite]]:

@@ -139,14 +139,9 @@ def note_token(sessions: sessionmaker[Session], redis: Any, sale: SaleInfo,
     fence, the floor plus the whole slack, is above every token handed out. Without it
     one buyer asking for 2 when 1 was left used up the 100,000 in 4-5 minutes, and the
     tokens went backwards again after a loss (a fault audit)."""
-    with sessions.begin() as session:
-        floor = session.execute(
-            update(Sale).where(Sale.id == sale.id)
-            .values(fence_floor=case((Sale.fence_floor > token, Sale.fence_floor),
-                                     else_=token))
-            .returning(Sale.fence_floor)).scalar_one_or_none()
+    floor = _floor_past(sessions, sale, token, 0)
     if floor is not None:
-        redis.set(sale.keys.fence_mark, int(floor))
+        redis.set(sale.keys.fence_mark, floor)
 
 
 def raise_fence_floor(sessions: sessionmaker[Session], sale: SaleInfo, issued: int) -> int:
@@ -156,15 +151,23 @@ def raise_fence_floor(sessions: sessionmaker[Session], sale: SaleInfo, issued: i
     with no order to show them were forgotten at the next loss, which computed the same
     fence again: later orders carried tokens below ones handed out (a fault audit:
     2797, then 2398)."""
+    floor = _floor_past(sessions, sale, issued, FENCE_SLACK)
+    if floor is None:
+        raise UnknownSku(f"no product with sku {sale.sku!r}")  # deleted since
+    return floor
+
+
+def _floor_past(sessions: sessionmaker[Session], sale: SaleInfo, token: int,
+                slack: int) -> int | None:
+    """``sales.fence_floor`` set to ``max(fence_floor, token) + slack`` in one UPDATE;
+    the new floor, or None if the sale is gone."""
     with sessions.begin() as session:
         floor = session.execute(
             update(Sale).where(Sale.id == sale.id)
-            .values(fence_floor=case((Sale.fence_floor > issued, Sale.fence_floor),
-                                     else_=issued) + FENCE_SLACK)
+            .values(fence_floor=case((Sale.fence_floor > token, Sale.fence_floor),
+                                     else_=token) + slack)
             .returning(Sale.fence_floor)).scalar_one_or_none()
-    if floor is None:
-        raise UnknownSku(f"no product with sku {sale.sku!r}")  # deleted since
-    return int(floor)
+    return None if floor is None else int(floor)
 
 
 #: ``SaleInfo`` by the hash it was read from: every purchase of a sale reads the same
@@ -288,14 +291,20 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     if remaining is None:
         remaining = read
     hold_ms, floor = None, None
+
+    def raise_fence_to(floor: int) -> int | None:
+        assert fence is not None
+        hold = fence(sale, floor)
+        redis.set(sale.keys.fence_mark, floor)  # sections compare their tokens with it
+        return hold
+
     if fence is not None:
         floor = raise_fence_floor(sessions, sale, int(issued or 0))
         try:
-            hold_ms = fence(sale, floor)
+            hold_ms = raise_fence_to(floor)
         except Exception:  # the lock's servers did not take it: no copy, no buyers staged
             redis.delete(staged)
             raise
-        redis.set(sale.keys.fence_mark, floor)  # sections compare their tokens with it
     stock = max(remaining, 0)
     elsewhere = path.stock_elsewhere
     # NX, on their own slots: before the script, which writes the rest only if it can
@@ -315,8 +324,7 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
         # wrote the copy into a Redis whose counter starts at 1 (a fault audit: tokens
         # 16, then 12). Raised again, now that the copy stands: idempotent, and a later
         # loss takes the copy with it, so the next buyer reloads
-        fence(sale, floor)
-        redis.set(sale.keys.fence_mark, floor)
+        raise_fence_to(floor)
     return sale if written else None
 
 

@@ -200,11 +200,7 @@ class ShardedPath(StockPath):
             # which leaves these shards as they were (empty, of the old generation):
             # they say nothing of the new sale, whose flag this buyer would have set.
             raise SaleReset(sale.sku)
-        pipe = redis.pipeline(transaction=False)
-        for key in self.keys(sale):
-            pipe.get(key)
-        shards = pipe.execute()
-        if any(value is None or int(value) > 0 for value in shards):
+        if not self._all_empty(redis, sale):
             return
         if not scripts.script(redis, "flag_soldout")(keys=[sale.keys.soldout,
                                                           sale.keys.stock_gen],
@@ -214,8 +210,14 @@ class ShardedPath(StockPath):
         # above and the set: its DEL went first, and the flag stood over its unit, for
         # good. Read again: a unit there now lifts the flag. Any give-back later than
         # this read deletes the flag itself, after its INCRBY.
-        if any(value is None or int(value) > 0 for value in self._shard_values(redis, sale)):
+        if not self._all_empty(redis, sale):
             redis.delete(sale.keys.soldout)
+
+    def _all_empty(self, redis: Any, sale: SaleInfo) -> bool:
+        """Every shard there and at 0 (a missing one is not empty: its units may be on
+        their way, from a reset or a reload)."""
+        return all(value is not None and int(value) <= 0
+                   for value in self._shard_values(redis, sale))
 
     def _record(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                 keys: tuple[str, str]) -> Any:
