@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -18,6 +20,20 @@ from tests.support import FakeClock
 pytestmark = pytest.mark.timeout(60)
 
 TTL_MS = 300
+
+
+@contextlib.contextmanager
+def pausable_redis(socket_timeout: float) -> Iterator[tuple[RedisServer, redis.Redis]]:
+    """A server of the test's own (pausing the session's would hurt the others) and a
+    client of it; resumed, closed and removed afterwards."""
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, socket_timeout=socket_timeout)
+    try:
+        yield server, client
+    finally:
+        server.resume()
+        client.close()
+        server.cleanup()
 
 
 def test_a_section_three_times_the_ttl_keeps_the_lock(redis_client):
@@ -83,10 +99,8 @@ def test_a_taken_lock_is_reported_lost_by_callback_held_and_with(redis_client):
 
 
 def test_renewals_failing_for_a_whole_ttl_mark_the_lock_lost():
-    server = RedisServer().start()  # our own: pausing the session server would hurt others
-    client = redis.Redis.from_url(server.url, socket_timeout=0.1)
     lost = threading.Event()
-    try:
+    with pausable_redis(socket_timeout=0.1) as (server, client):
         lock = lockcore.create("token", client, "res", ttl_ms=TTL_MS, watchdog=True,
                                on_lost=lambda lock, reason: lost.set())
         assert lock.acquire()
@@ -100,20 +114,15 @@ def test_renewals_failing_for_a_whole_ttl_mark_the_lock_lost():
         server.resume()
         with pytest.raises(LockNotOwned):
             lock.release()
-    finally:
-        client.close()
-        server.cleanup()
 
 
 def test_the_loss_is_reported_one_ttl_after_the_last_renewal_not_later():
     # the timeline: "last successful renewal + ttl has passed ... lock.lost becomes True".
     # The watchdog reads the lock's clock: a fake one says exactly when a ttl has passed,
     # however slow the machine (a loss reported 3 ttls late passed the test above)
-    server = RedisServer().start()
-    client = redis.Redis.from_url(server.url, socket_timeout=0.05)
     clock = FakeClock()
     lost = threading.Event()
-    try:
+    with pausable_redis(socket_timeout=0.05) as (server, client):
         lock = lockcore.create("token", client, "res", ttl_ms=TTL_MS, watchdog=True,
                                clock=clock, on_lost=lambda lock, reason: lost.set())
         assert lock.acquire(blocking=False)
@@ -122,10 +131,6 @@ def test_the_loss_is_reported_one_ttl_after_the_last_renewal_not_later():
         assert not lost.wait(1.0), "lost before a whole ttl without a renewal had passed"
         clock.now += 0.02
         assert lost.wait(5), "a whole ttl without a renewal passed and the lock is not lost"
-        server.resume()
-    finally:
-        client.close()
-        server.cleanup()
 
 
 def test_a_renewal_hanging_on_a_silent_backend_does_not_delay_the_loss():
@@ -134,20 +139,14 @@ def test_a_renewal_hanging_on_a_silent_backend_does_not_delay_the_loss():
     the holder heard it a socket timeout late, long after a rival could hold the lock
     (a lockcore audit: 6.7 s with the default ttl and client). A second thread keeps the
     deadline: lost one ttl after the last renewal was sent, whatever the renewal does."""
-    server = RedisServer().start()
-    client = redis.Redis.from_url(server.url, socket_timeout=30)  # hangs, and hangs
     lost = threading.Event()
-    try:
+    with pausable_redis(socket_timeout=30) as (server, client):  # hangs, and hangs
         lock = lockcore.create("token", client, "res", ttl_ms=TTL_MS, watchdog=True,
                                on_lost=lambda lock, reason: lost.set())
         assert lock.acquire()
         server.pause()  # every renewal from here on hangs for the socket timeout
         assert lost.wait(5), "a renewal hanging for 30 s held the report back"
         assert lock.lost and lock.held() is False
-    finally:
-        server.resume()
-        client.close()
-        server.cleanup()
 
 
 def test_a_holder_paused_past_its_ttl_finds_out_it_lost_the_lock(redis_client, redis_url):
@@ -233,11 +232,9 @@ def test_the_first_deadline_runs_from_when_the_acquire_was_sent():
     """The first ttl runs from the acquire's send time, not from when the watchdog
     started: an acquire whose reply came late (a loaded host, a GC pause) left the
     holder told a reply's delay after its key could have expired (a review)."""
-    server = RedisServer().start()
-    client = redis.Redis.from_url(server.url, socket_timeout=0.05)
     clock = FakeClock()
     lost = threading.Event()
-    try:
+    with pausable_redis(socket_timeout=0.05) as (server, client):
         lock = lockcore.create("token", client, "late-reply", ttl_ms=TTL_MS, watchdog=True,
                                clock=clock, on_lost=lambda lock, reason: lost.set())
         sent_at, real_try = clock.now, lock._try_acquire
@@ -252,7 +249,3 @@ def test_the_first_deadline_runs_from_when_the_acquire_was_sent():
         server.pause()  # every renewal from here on fails
         clock.now = sent_at + TTL_MS / 1000 + 0.01  # a ttl since the SET was sent
         assert lost.wait(5), "the first deadline counted from the late reply"
-    finally:
-        server.resume()
-        client.close()
-        server.cleanup()
