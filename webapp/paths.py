@@ -22,7 +22,7 @@ from . import scripts
 from .deadlines import LATE, LOST_REPLY, deadline, too_late
 from .groupcommit import stock_after
 from .orders import find_landed, give_back, insert_grouped, maybe_written, record_order
-from .problems import InvalidRequest, SaleReset, SoldOut
+from .problems import InvalidRequest, SaleReset, SoldOut, not_enough
 from .saleinfo import generation, sale_fields
 from .services import Checkout, PurchaseRequest, SaleInfo, undo_take
 from .statements import SALE_STOCK_AND_GENERATION
@@ -137,20 +137,20 @@ class AtomicPath(StockPath):
         generation = "" if sale.generation is None else sale.generation
         keys = sale.keys
         try:
-            left = int(take(keys=[keys.stock, keys.soldout, keys.stock_gen, keys.taken],
-                            args=[request.quantity, sale.per_user_limit, generation,
-                                  deadline(deps.redis), request.user_id, request.nonce]))
+            code, left = take(keys=[keys.stock, keys.soldout, keys.stock_gen, keys.taken],
+                              args=[request.quantity, sale.per_user_limit, generation,
+                                    deadline(deps.redis), request.user_id, request.nonce])
         except LOST_REPLY:  # it may have run: its units back, if it did
             undo_take(deps.redis, sale.sku, request, keys.stock, keys.taken)
             raise
-        if left == LATE:
+        if code == LATE:
             raise too_late()
-        if left == -2:
+        if code == -2:
             raise InvalidRequest(f"at most {sale.per_user_limit} per buyer")
-        if left == -3:  # reset since this request looked the sale up: nothing taken
+        if code == -3:  # reset since this request looked the sale up: nothing taken
             raise SaleReset(sale.sku)
-        if left < 0:
-            raise SoldOut(f"{sale.sku} is sold out")
+        if code == -1:  # fewer left than asked for: how many, as every path says
+            raise not_enough(sale.sku, int(left))
         return self.record_taken(deps, sale, request)
 
     def record_taken(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,

@@ -10,9 +10,19 @@ KEYS = SaleKeys("sku-1")
 
 
 def take(redis_client, quantity: int, limit: int = 5, generation: int | str = "") -> int:
+    """The units left if taken, else the refusal's code (-1 not enough, -2, -3)."""
     script = scripts.script(redis_client, "atomic_purchase")
-    return int(script(keys=[KEYS.stock, KEYS.soldout, KEYS.stock_gen],
-                      args=[quantity, limit, generation]))
+    code, left = script(keys=[KEYS.stock, KEYS.soldout, KEYS.stock_gen],
+                        args=[quantity, limit, generation])
+    return left if code == 1 else code
+
+
+def test_not_enough_left_says_how_many_are(redis_client):
+    script = scripts.script(redis_client, "atomic_purchase")
+    redis_client.set(KEYS.stock, 2)
+    assert script(keys=[KEYS.stock, KEYS.soldout, KEYS.stock_gen], args=[3, 5, ""]) == [-1, 2]
+    redis_client.set(KEYS.stock, 0)
+    assert script(keys=[KEYS.stock, KEYS.soldout, KEYS.stock_gen], args=[1, 5, ""]) == [-1, 0]
 
 
 def test_it_decrements_and_returns_what_is_left(redis_client):

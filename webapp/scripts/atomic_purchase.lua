@@ -12,28 +12,29 @@
 -- ARGV[4]  deadline             optional: ms since the epoch, Redis's clock; run later,
 --                               change nothing (webapp/deadlines.py)
 --
--- Returns  >= 0  the units left after this purchase (it succeeded)
---          -1    sold out (not enough units; nothing changed)
---          -2    quantity above the per-user limit (nothing changed)
---          -3    the sale was reset since the caller looked it up, or is being reset
---                (no generation yet): nothing changed; these units are the new sale's,
---                and the caller's row would be refused
---          -5    past the deadline (the caller gave up on the reply): nothing changed
+-- Returns {code, units}, like atomic_checkout.lua:
+--          { 1, left}  taken: `left` units are left after this purchase
+--          {-1, left}  not enough units (`left` of them, maybe 0): nothing changed
+--          {-2, 0}     quantity above the per-user limit (nothing changed)
+--          {-3, 0}     the sale was reset since the caller looked it up, or is being reset
+--                      (no generation yet): nothing changed; these units are the new
+--                      sale's, and the caller's row would be refused
+--          {-5, 0}     past the deadline (the caller gave up on the reply): nothing changed
 --
 -- Redis runs a script to the end before any other command, so the read, the check
 -- and the decrement cannot interleave with another buyer's: no lost update.
 if ARGV[4] and ARGV[4] ~= '' then
   local now = redis.call('TIME')
   if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[4]) then
-    return -5
+    return {-5, 0}
   end
 end
 local quantity = tonumber(ARGV[1])
 if quantity > tonumber(ARGV[2]) then
-  return -2
+  return {-2, 0}
 end
 if ARGV[3] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[3] then
-  return -3
+  return {-3, 0}
 end
 local current = redis.call('GET', KEYS[1])
 local stock = tonumber(current or '0')
@@ -43,10 +44,10 @@ if stock < quantity then
   if stock <= 0 and current then
     redis.call('SET', KEYS[2], '1')
   end
-  return -1
+  return {-1, math.max(stock, 0)}
 end
 local left = redis.call('DECRBY', KEYS[1], quantity)
 if ARGV[6] and ARGV[6] ~= '' then
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[6])
 end
-return left
+return {1, left}
