@@ -55,7 +55,9 @@ def read_body(request: Request) -> bytes:
         client: a chunked body of 100 KB (no Content-Length to refuse it by)
         server: the stream stops at MAX_CONTENT_LENGTH without a word: the first 64 KiB
                 bought (201), or a valid body cut mid-string was "not valid JSON"
-        fixed:  a chunked body that reaches the limit is 413, as a declared one is
+        fixed:  a chunked body past the limit is 413, as a declared one is (one byte
+                more is asked for: a body of exactly the limit is accepted, as it is
+                with its Content-Length)
     """
     try:
         data = request.get_data(cache=True)
@@ -69,10 +71,20 @@ def read_body(request: Request) -> bytes:
                              f"{str(exc)[:80]}): send it whole, with Content-Length or "
                              "well-formed chunks") from None
     limit = request.max_content_length
-    if request.content_length is None and limit is not None and len(data) >= limit:
+    if request.content_length is None and limit is not None and len(data) >= limit \
+            and _more_after(request):
         _drain(request)
-        raise RequestEntityTooLarge(f"the body reached the {limit} bytes accepted")
+        raise RequestEntityTooLarge(f"the body is longer than the {limit} bytes accepted")
     return data
+
+
+def _more_after(request: Request) -> bool:
+    """Whether the body goes on past what werkzeug read (it stops at the limit)."""
+    stream = request.environ.get("wsgi.input")
+    try:
+        return stream is not None and bool(stream.read(1))
+    except Exception:  # noqa: BLE001 - a malformed rest: more than a whole body
+        return True
 
 
 #: how much of a refused chunked body is read and dropped, so that the refusal reaches a

@@ -203,14 +203,32 @@ def test_a_malformed_chunked_body_is_a_json_400_not_a_500(shop, payload, route):
     assert_error(answer, 400, "invalid_request")
 
 
+def chunks_of(body: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(part), part)
+                    for part in (body[i:i + 8_192] for i in range(0, len(body), 8_192))) \
+        + b"0\r\n\r\n"
+
+
 def test_a_chunked_body_past_the_limit_is_413_not_cut_and_sold(shop):
     """No Content-Length to refuse it by: the stream stopped at 64 KiB without a word,
     and the first 64 KiB of a 100 KB body bought (201)."""
     shop.reset(SKU, 5)
     body = b'{"user_id": "padded"}' + b" " * 100_000
-    payload = b"".join(b"%x\r\n%s\r\n" % (len(part), part)
-                       for part in (body[i:i + 8_192] for i in range(0, len(body), 8_192)))
-    answer = raw_exchange(shop.url, chunked(f"/api/products/{SKU}/purchase",
-                                            payload + b"0\r\n\r\n"))
+    answer = raw_exchange(shop.url, chunked(f"/api/products/{SKU}/purchase", chunks_of(body)))
     assert_error(answer, 413)
     assert shop.audit(SKU)["orders"] == 0
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["at-the-limit", "one-byte-past"])
+def test_a_chunked_body_is_held_to_the_same_limit_as_a_declared_one(shop, extra):
+    """A chunked body of exactly 64 KiB was 413 where the same body with its
+    Content-Length bought: the check was "reached the limit" (an HTTP audit)."""
+    shop.reset(SKU, 5)
+    limit = 64 * 1024
+    head = b'{"user_id": "exactly-%d"}' % extra
+    body = head + b" " * (limit + extra - len(head))
+    answer = raw_exchange(shop.url, chunked(f"/api/products/{SKU}/purchase", chunks_of(body)))
+    if extra:
+        assert_error(answer, 413)
+    else:
+        assert answer.status == 201, (answer.status, answer.body[:300])
