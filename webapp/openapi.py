@@ -42,6 +42,11 @@ _AUDIT = {"type": "object", "properties": {
 
 
 def document() -> dict[str, Any]:
+    # the bounds the handlers keep, from where they keep them (both modules import this)
+    from .admin import MAX_STOCK, MAX_WORK_MS
+    from .api import MAX_QUANTITY
+    from .paths import names
+
     return {
         "openapi": "3.1.0",
         "info": {"title": "seckill flash-sale API", "version": "0.1.0"},
@@ -81,7 +86,7 @@ def document() -> dict[str, Any]:
                     "properties": {"user_id": {"type": "string", "minLength": 1,
                                                "maxLength": 64},
                                    "quantity": {"type": "integer", "minimum": 1,
-                                                "default": 1}}}}}},
+                                                "maximum": MAX_QUANTITY, "default": 1}}}}}},
                 "responses": {"201": _json(_ORDER, "order created"),
                               "200": _json(_ORDER, "the order this Idempotency-Key made"),
                               **_errors((400, "invalid_request"), (404, "unknown_sku"),
@@ -92,9 +97,14 @@ def document() -> dict[str, Any]:
                 "security": [{"bearer": []}], "parameters": [_SKU],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["stock", "strategy"],
-                    "properties": {"stock": {"type": "integer", "minimum": 0},
-                                   "strategy": {"type": "string"},
-                                   "work_ms": {"type": "integer", "minimum": 0, "default": 0},
+                    "properties": {"stock": {"type": "integer", "minimum": 0,
+                                             "maximum": MAX_STOCK},
+                                   "strategy": {"type": "string", "enum": names(),
+                                                "description": "GET /api/strategies?usable="
+                                                               "true: those this shop has "
+                                                               "the servers for"},
+                                   "work_ms": {"type": "integer", "minimum": 0,
+                                               "maximum": MAX_WORK_MS, "default": 0},
                                    "limit": {"type": "integer", "minimum": 1,
                                              "maximum": NO_LIMIT, "default": NO_LIMIT,
                                              "description": "units per buyer; default: "

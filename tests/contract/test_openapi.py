@@ -140,3 +140,40 @@ def test_every_status_the_app_really_sends_is_documented(spec):
     if "/api/strategies" not in spec["paths"]:
         missing.append(("get", "/api/strategies", "the route"))
     assert not missing, missing
+
+
+@pytest.mark.parametrize(("path", "method", "field"), [
+    ("/api/products/{sku}/purchase", "post", "quantity"),
+    ("/api/admin/sales/{sku}", "put", "stock"),
+    ("/api/admin/sales/{sku}", "put", "work_ms"),
+    ("/api/admin/sales/{sku}", "put", "limit"),
+])
+def test_every_bound_the_server_keeps_is_in_the_document(shop, spec, path, method, field):
+    """The document gave quantity, stock and work_ms no maximum while the server refused
+    1,000,001 units and 10,001 ms: a client generated from it sent what the shop
+    refuses (an HTTP audit). The documented maximum is accepted, one more is not."""
+    schema = spec["paths"][path][method]["requestBody"]["content"]["application/json"]
+    bound = schema["schema"]["properties"][field].get("maximum")
+    assert isinstance(bound, int), f"{field} has no documented maximum"
+    shop.reset(SKU, 5, "token")
+    token = {"Authorization": f"Bearer {shop.admin_token}"}
+
+    def send(value: int) -> Answer:
+        if method == "post":
+            return shop.call("POST", path.replace("{sku}", SKU),
+                             {"user_id": f"bound-{value}", field: value})
+        return shop.call("PUT", path.replace("{sku}", SKU),
+                         {"stock": 5, "strategy": "token", field: value}, headers=token)
+
+    over = send(bound + 1)
+    assert over.status == 400 and field in over.json["detail"], over.body
+    at = send(bound)
+    assert at.status != 400 or field not in at.json["detail"], at.body
+
+
+def test_the_strategies_the_document_offers_are_the_ones_a_reset_accepts(shop, spec):
+    schema = spec["paths"]["/api/admin/sales/{sku}"]["put"]["requestBody"]
+    offered = schema["content"]["application/json"]["schema"]["properties"]["strategy"]
+    products = shop.call("GET", "/api/strategies")
+    assert products.status == 200, products.body
+    assert sorted(offered.get("enum", [])) == sorted(products.json)
