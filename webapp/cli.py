@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -92,7 +93,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # unwound: what the command started is stopped
         print(f"{command}: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `seckill ... | head`: the reader had enough; unwound too
+        _stdout_to_devnull()
+        return 141  # what a shell reports for a command SIGPIPE ended
     return code
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is still
+    buffered for the closed pipe does not print another BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

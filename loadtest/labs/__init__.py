@@ -70,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Exit status: 0 the lab demonstrated what it claims; 1 it did not, or "
                      "could not run (its VERDICT line says why: NOT DEMONSTRATED, SKIPPED, "
                      "lab error); 2 no lab or an unknown one named; 130 interrupted "
-                     "(Ctrl-C, SIGTERM), with no VERDICT line.")
+                     "(Ctrl-C, SIGTERM), with no VERDICT line; 141 the reader of the "
+                     "output stopped early (| head).")
 
 
 def print_list() -> None:
@@ -79,8 +80,20 @@ def print_list() -> None:
             module = load(name)
             seed, title = str(module.SEED), str(module.TITLE)
         except ImportError as exc:  # a lab whose module is not importable here
-            seed, title = "?", f"(unavailable: {exc})"
+            seed, title = "?", f"(unavailable: {missing_package(exc)})"
         print(f"{name:<18} seed {seed:<8} {title}")
+
+
+#: the extra that brings an optional package a lab imports
+EXTRAS = {"kazoo": "zookeeper"}
+
+
+def missing_package(exc: ImportError) -> str:
+    """What to install for a lab whose import failed."""
+    name = (exc.name or "").partition(".")[0]
+    if name in EXTRAS:
+        return f"needs the Python package {name!r} (pip install 'seckill[{EXTRAS[name]}]')"
+    return f"cannot be imported here: {exc}"
 
 
 def interrupted(exc: BaseException) -> bool:
@@ -111,6 +124,9 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"seckill scenario: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:  # an optional package (kazoo: the zookeeper extra)
+        print(f"VERDICT: NOT DEMONSTRATED: SKIPPED: {missing_package(exc)}")
+        return 1
     print(f"== {args.name}: {module.TITLE} (seed {module.SEED}) ==", flush=True)
     narrator = Narrator()
     try:
@@ -118,6 +134,8 @@ def main(args: argparse.Namespace) -> int:
     except Exception as exc:  # the lab itself broke: say so, in the one verdict line
         if interrupted(exc):  # Ctrl-C, then cleanup against a frozen server timed out
             raise KeyboardInterrupt from exc
+        if isinstance(exc, BrokenPipeError):  # `| head`: nobody reads the verdict either
+            raise
         if not isinstance(exc, MISSING_PARTS):  # a missing package says so in one line
             traceback.print_exc()
         print(f"VERDICT: lab error, nothing demonstrated: {type(exc).__name__}: {exc}")

@@ -191,3 +191,51 @@ def test_ctrl_c_while_the_ghost_node_labs_clients_wait_exits_at_once(tmp_path) -
     assert proc.returncode == 130, (out + rest, err[-2000:])
     assert "Traceback" not in err, err[-2000:]
     assert took_s < 7, f"exited {took_s:.1f} s after its Ctrl-C"
+
+
+BLOCK_KAZOO = '''
+import sys
+class _NoKazoo:
+    def find_spec(self, name, path=None, target=None):
+        if name == "kazoo" or name.startswith("kazoo."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _NoKazoo())
+'''
+
+
+def test_a_lab_whose_optional_package_is_missing_says_so_in_its_verdict(tmp_path) -> None:
+    """Without kazoo (an optional extra), ``scenario ghost-node`` printed a traceback
+    and no VERDICT line, where ``--list`` already said "(unavailable: ...)" (a labs
+    audit)."""
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_KAZOO)
+    done = subprocess.run([sys.executable, "-m", "webapp.cli", "scenario", "ghost-node"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    verdict = [line for line in done.stdout.splitlines() if line.startswith("VERDICT:")]
+    assert verdict == ["VERDICT: NOT DEMONSTRATED: SKIPPED: needs the Python package "
+                       "'kazoo' (pip install 'seckill[zookeeper]')"], done.stdout
+
+
+@pytest.mark.parametrize("argv", [["scenario", "--list"], ["scenario", "crash-no-ttl"]],
+                         ids=["list", "lab"])
+def test_a_reader_that_stops_early_gets_no_traceback(argv: list[str]) -> None:
+    """``seckill scenario --list | head -1`` printed a BrokenPipeError traceback (a lab
+    two, the second from its VERDICT line; a labs audit). A closed pipe is the reader's
+    "enough": quiet, exit 141 as a shell's SIGPIPE death would be."""
+    proc = subprocess.Popen([sys.executable, "-m", "webapp.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # the reader is done: every later write meets a broken pipe
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 141, err
+        assert "Traceback" not in err and "BrokenPipe" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()  # type: ignore[union-attr]
