@@ -28,6 +28,7 @@ import urllib.request
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from lockcore.embedded import EmbeddedRedis, RedisServer, free_port
 from lockcore.lifeline import tied_to_parent
@@ -55,15 +56,21 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def _redis_problem(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
-    """Why the Redis at ``url`` does not answer a PING in ``timeout`` (None: it does)."""
+def _one_try_client(url: str, timeout: float) -> Any:
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
     # one try: redis-py 8 retries three times with backoff, 20 s for a silent server
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout,
-                                  socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+    return redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout,
+                                retry=Retry(NoBackoff(), 0))
+
+
+def _redis_problem(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """Why the Redis at ``url`` does not answer a PING in ``timeout`` (None: it does)."""
+    import redis
+
+    client = _one_try_client(url, timeout)
     try:
         client.ping()
     except redis.RedisError as exc:
@@ -73,12 +80,80 @@ def _redis_problem(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
     return None
 
 
+def _redis_info(url: str) -> dict[str, Any]:
+    """The ``INFO`` fields that say what kind of Redis ``url`` is (cluster, replication,
+    memory); empty if it will not say (an ACL user without ``INFO``: not checked)."""
+    import redis
+
+    client = _one_try_client(url, REACH_TIMEOUT_S)
+    fields: dict[str, Any] = {}
+    try:
+        for section in ("cluster", "replication", "memory"):  # one each: Redis 6.2 too
+            fields.update(client.info(section))
+        if fields.get("cluster_enabled"):  # its shards: cluster_size
+            fields.update(client.execute_command("CLUSTER INFO"))
+    except redis.RedisError:
+        return {}
+    finally:
+        client.close()
+    return fields
+
+
+def unfit_redis(info: dict[str, Any]) -> str | None:
+    """Why a Redis with these ``INFO`` fields cannot hold the sale (None: it can).
+
+    * A **replica** refuses every write: each purchase and reset would be a 503 (a
+      Redis audit served against one: 20 of 20 buyers "redis is unavailable").
+    * A **cluster of several shards** answers the shop's single-node client with MOVED
+      for the keys on other nodes: serve failed with a raw ``MovedError``. The keys are
+      laid out for a cluster (docs/deployment.md, "Hash tags"); the client is not. A
+      one-node cluster owning every slot never redirects: it serves (the hash-tag tests
+      run the shop on one).
+    """
+    if info.get("role") == "slave":
+        return ("a read-only replica (INFO replication: role slave): every purchase "
+                "would be refused; give the shop the primary")
+    shards = int(info.get("cluster_size", 0) or 0) if info.get("cluster_enabled") else 0
+    if shards > 1:
+        return (f"a Redis Cluster of {shards} shards: the shop's client talks to one node "
+                "and would be redirected (MOVED) for the keys on the others; give it one "
+                "Redis (its keys are ready for a cluster, its client is not: "
+                "docs/deployment.md)")
+    return None
+
+
+def evicting_redis(info: dict[str, Any]) -> str | None:
+    """A note when the Redis may evict keys: with ``maxmemory`` set and any policy but
+    ``noeviction`` it drops keys under memory pressure, and the shop's keys are not a
+    cache. An evicted lock key lets a second buyer into the section (two holders, the
+    oversell the safe strategies exist to prevent), an evicted fencing counter starts
+    the tokens again at 1, and an evicted stock key leaves the sale refusing everyone
+    while its copy in the database still has units (a Redis audit: allkeys-random
+    dropped ``sale:{sku}:stock`` alone; 70 units unsellable until an admin reset)."""
+    policy = str(info.get("maxmemory_policy", "noeviction"))
+    if int(info.get("maxmemory", 0) or 0) > 0 and policy != "noeviction":
+        return (f"maxmemory-policy is {policy}: under memory pressure this Redis evicts "
+                "the sale's keys (a lock key evicted admits two holders; a stock key "
+                "evicted stops the sale): set maxmemory-policy noeviction, or no maxmemory")
+    return None
+
+
 def reachable_redis(url: str) -> None:
-    """``REDIS_URL`` answers a PING in time, or ``StartupError`` naming it."""
+    """``REDIS_URL`` answers a PING in time and can hold the sale, or ``StartupError``
+    naming it."""
     problem = _redis_problem(url)
     if problem is not None:
         raise StartupError(f"REDIS_URL {settings.without_password(url)}: cannot reach it "
                            f"({problem})")
+    unfit = unfit_redis(_redis_info(url))
+    if unfit is not None:
+        raise StartupError(f"REDIS_URL {settings.without_password(url)}: {unfit}")
+
+
+def redis_notes(url: str | None) -> list[str]:
+    """Notes on the shop's Redis that do not stop it starting (eviction)."""
+    note = evicting_redis(_redis_info(url)) if url else None
+    return [f"REDIS_URL {settings.without_password(url or '')}: {note}"] if note else []
 
 
 def unreachable_lock_servers(redlock_urls: list[str] | None,

@@ -1,0 +1,129 @@
+"""The shop's Redis must take writes, answer for all its keys and keep them: a replica and
+a multi-shard cluster are refused at start, an evicting Redis is named in a note, and
+``/healthz`` says a Redis that stopped taking writes is down (a Redis audit served the
+shop against each)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from lockcore.embedded import RedisServer
+from tests.clustermode import free_cluster_port
+from tests.webapp.conftest import make_app
+from webapp.served import (
+    StartupError,
+    _redis_info,
+    reachable_redis,
+    redis_notes,
+    unfit_redis,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def started() -> Iterator[list[RedisServer]]:
+    """The redis-servers a test starts, stopped by pid after it."""
+    servers: list[RedisServer] = []
+    yield servers
+    for server in servers:
+        server.cleanup()
+
+
+def start(started: list[RedisServer], *args: str, port: int | None = None) -> RedisServer:
+    server = RedisServer(port=port, args=list(args)).start()
+    started.append(server)
+    return server
+
+
+def replica_of(started: list[RedisServer]) -> tuple[RedisServer, RedisServer]:
+    primary, replica = start(started), start(started)
+    client = redis.Redis.from_url(replica.url)
+    client.replicaof("127.0.0.1", primary.port)
+    deadline = time.monotonic() + 15
+    while client.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, "the replica never linked to its primary"
+        time.sleep(0.05)
+    client.close()
+    return primary, replica
+
+
+def test_a_replica_is_refused_at_start_and_its_primary_is_not(started):
+    primary, replica = replica_of(started)
+    with pytest.raises(StartupError, match="read-only replica"):
+        reachable_redis(replica.url)
+    reachable_redis(primary.url)
+
+
+def test_healthz_says_redis_is_down_when_it_stops_taking_writes(started, sqlite_url):
+    """A primary turned replica under the shop: every purchase was a 503 while
+    ``/healthz`` answered 200 ``{"redis": "ok"}`` (it sent a PING)."""
+    primary, replica = start(started), start(started)
+    app = make_app(sqlite_url, replica.url)
+    try:
+        client = app.test_client()
+        assert client.get("/healthz").get_json()["redis"] == "ok"
+        redis.Redis.from_url(replica.url).replicaof("127.0.0.1", primary.port)
+        answer = client.get("/healthz")
+        assert answer.status_code == 503, answer.get_json()
+        assert answer.get_json()["redis"].startswith("down: "), answer.get_json()
+    finally:
+        app.extensions["seckill"].close()
+
+
+def test_a_cluster_of_two_shards_is_refused_and_a_one_node_cluster_is_not(started):
+    """serve against a three-node cluster failed with a raw ``MovedError`` from its
+    first pipeline; a one-node cluster owning every slot never redirects (the hash-tag
+    tests run the shop on one)."""
+    nodes = [start(started, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                   port=free_cluster_port()) for _ in range(2)]
+    clients = [redis.Redis.from_url(node.url) for node in nodes]
+    try:
+        clients[0].execute_command("CLUSTER ADDSLOTS", *range(16384))
+        deadline = time.monotonic() + 15
+        while clients[0].execute_command("CLUSTER INFO").get("cluster_state") != "ok":
+            assert time.monotonic() < deadline, "the one-node cluster never came up"
+            time.sleep(0.05)
+        assert unfit_redis(_redis_info(nodes[0].url)) is None
+        clients[0].execute_command("CLUSTER DELSLOTS", *range(8192, 16384))
+        clients[1].execute_command("CLUSTER ADDSLOTS", *range(8192, 16384))
+        clients[0].execute_command("CLUSTER MEET", "127.0.0.1", nodes[1].port)
+        while int(_redis_info(nodes[0].url).get("cluster_size", 0)) < 2:
+            assert time.monotonic() < deadline + 15, "the two nodes never met"
+            time.sleep(0.05)
+        with pytest.raises(StartupError, match="Redis Cluster of 2 shards"):
+            reachable_redis(nodes[0].url)
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.mark.parametrize(("args", "noted"), [
+    (("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"), True),
+    (("--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl"), True),  # lock keys have TTLs
+    (("--maxmemory", "64mb", "--maxmemory-policy", "noeviction"), False),
+    ((), False),
+], ids=["allkeys-lru", "volatile-ttl", "noeviction", "no-maxmemory"])
+def test_a_redis_that_may_evict_the_sale_is_named_in_a_note(started, args, noted):
+    server = start(started, *args)
+    notes = redis_notes(server.url)
+    assert bool(notes) == noted, notes
+    if noted:
+        assert "maxmemory-policy noeviction" in notes[0] and args[3] in notes[0], notes
+
+
+def test_an_acl_user_without_info_is_served_unchecked(started, tmp_path: Path):
+    """``INFO`` is a @dangerous command; a shop user without it still starts."""
+    server = start(started)
+    admin = redis.Redis.from_url(server.url)
+    admin.acl_setuser("shop", enabled=True, passwords=["+pw"], keys=["*"],
+                      commands=["+@all", "-@dangerous"])
+    admin.close()
+    url = f"redis://shop:pw@127.0.0.1:{server.port}/0"
+    reachable_redis(url)
+    assert redis_notes(url) == []
