@@ -129,12 +129,13 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
         yield  # not configured (any more): no buyer here can hold it either
         return
     timeout = backends.config["LOCK_TIMEOUT_S"]
-    try:
-        lock = locks.lock_for(backends, sale, "admin-reset")
-        acquired = lock.acquire(blocking=True, timeout=timeout)
-        down = None if acquired else _redlock_majority_down(backends, sale)
-    except _unreachable() as exc:
-        down = str(exc)
+    with _sections_refused(backends, sale, timeout):
+        try:
+            lock = locks.lock_for(backends, sale, "admin-reset")
+            acquired = lock.acquire(blocking=True, timeout=timeout)
+            down = None if acquired else _redlock_majority_down(backends, sale)
+        except _unreachable() as exc:
+            down = str(exc)
     if down is not None:
         # ZooKeeper, or a majority of the redlock nodes, is down, for this worker at
         # least (a sale set to it could never be switched away: every reset was 503).
@@ -166,6 +167,31 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
             lock.release()
         except LockError:  # the TTL ran out during the reset: nothing left to release
             pass
+
+
+@contextlib.contextmanager
+def _sections_refused(backends: Backends, sale: Any, timeout: float) -> Iterator[None]:
+    """While the reset waits for the sale's lock, a section that takes it sells nothing
+    and lets go (``section.stock_if_still``): the reset waits for the section in
+    progress and the quick refusals of those queued, not for the crowd.
+
+    **Failure timeline** it prevents (an HTTP audit, 100 buyers without pause)::
+
+        reset:   asks for the redlock lock, LOCK_TIMEOUT_S to get it
+        buyers:  each release, another buyer's try wins it (they are 100, it is one)
+        reset:   503 after 10 s, twice in a row; token and fair got in after 9 s
+
+    The mark goes with the reset's Redis side (``SaleKeys.all``), or here."""
+    keys = SaleKeys(sale.sku)
+    try:
+        backends.redis.set(keys.resetting, 1, px=int(timeout * 1000) + 5_000)
+    except RedisError:  # the lock's wait decides alone, as before
+        pass
+    try:
+        yield
+    finally:
+        with contextlib.suppress(RedisError):
+            backends.redis.delete(keys.resetting)
 
 
 def _redlock_majority_down(backends: Backends, sale: Any) -> str | None:

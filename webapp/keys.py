@@ -71,6 +71,13 @@ class SaleKeys:
         Kept across resets, like the floor it mirrors."""
         return f"sale:{{{self.sku}}}:fence_mark"
 
+    @property
+    def resetting(self) -> str:
+        """Lives while an admin reset waits for the sale's lock: a lock section that
+        takes it meanwhile sells nothing and lets go (``admin._current_lock``)."""
+        return f"sale:{{{self.sku}}}:resetting"
+
     def all(self) -> list[str]:
         return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info,
-                self.reloaded, self.holdoff, self.key_owners, self.reservations, self.taken]
+                self.reloaded, self.holdoff, self.key_owners, self.reservations, self.taken,
+                self.resetting]

@@ -96,16 +96,19 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
     out, those of sections that wrote no order too.
 
     :raises Busy: the sale was reset to another strategy since ``sale`` was looked up,
-        or Redis lost it (restarted empty).
+        or Redis lost it (restarted empty), or an admin reset waits for the lock.
     """
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
     pipe.hmget(sale.keys.info, "strategy", "generation")
     pipe.mget([sale.keys.reloaded, sale.keys.holdoff, sale.keys.stock_gen,
-               sale.keys.fence_mark])
-    stock, (strategy, generation), (reloaded, holdoff, stock_gen, mark) = pipe.execute()
+               sale.keys.fence_mark, sale.keys.resetting])
+    stock, (strategy, generation), (reloaded, holdoff, stock_gen, mark, resetting) = \
+        pipe.execute()
     if token is not None and token > int(mark or 0) + saleinfo.FENCE_SLACK // 2:
         saleinfo.note_token(deps.sessions, deps.redis, sale, token)
+    if resetting is not None:  # a reset waits for this lock: let it in, sell nothing
+        raise Busy(f"the sale of {sale.sku} is being reset; try again", retry_after_s=1)
     if strategy is not None and strategy.decode() != sale.strategy:
         # first: atomic-sharded keeps no plain stock key, and a buyer of the sale before
         # its reset to it heard "Redis lost the sale (restarted?)"
