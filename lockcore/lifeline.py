@@ -6,13 +6,23 @@ runner's hard stop) runs none of that: gunicorn, redis-server and ZooKeeper ran 
 no parent, holding their ports, until someone found them.
 
 Linux's ``PR_SET_PDEATHSIG`` has the kernel send a signal to a process when its parent
-dies. We set it with ``setpriv --pdeathsig TERM -- <command>`` (util-linux): setpriv
+dies. We set it with ``setpriv --pdeathsig SIG -- <command>`` (util-linux): setpriv
 sets it and execs the command, which keeps it (same pid, so stopping by pid is
 unchanged). That is an exec'd program, not Python run between fork and exec
 (``preexec_fn``), which can deadlock a process with threads.
 
+Which signal: TERM lets a server stop its own way (gunicorn and Locust stop their
+workers). But the labs freeze processes with SIGSTOP, and a stopped process acts on
+no signal but SIGKILL: a SIGTERM sent to it stays pending until someone sends SIGCONT,
+and after its parent's death nobody will, so it stays frozen, holding its port, for
+ever (``alarm()`` in a frozen child never fires either). A process a lab may freeze
+(the scratch redis-servers and ZooKeepers, the labs' holder children) is tied with
+KILL, which the kernel carries out on a stopped process too. KILL is only for what
+has nothing to save: they run without persistence, in temp dirs nobody reads once
+their parent is gone.
+
 The "parent" is the *thread* that forked the child: a server started from a worker
-thread would get its SIGTERM when that thread ends. So only servers started from the
+thread would get its signal when that thread ends. So only servers started from the
 main thread are tied; others (and machines without setpriv or without Linux) start
 as before, stopped by pid as before.
 """
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import shutil
+import signal as signals
 import subprocess
 import sys
 import threading
@@ -43,13 +54,19 @@ def _setpriv() -> str | None:
     return setpriv if done.returncode == 0 else None
 
 
-def tied_to_parent(command: Sequence[str]) -> list[str]:
-    """``command`` so that it gets SIGTERM when this process dies, however it dies
-    (when called from the main thread on Linux with setpriv; ``command`` unchanged
-    otherwise)."""
+def tied_to_parent(command: Sequence[str], signal: str = "TERM") -> list[str]:
+    """``command`` so that it gets ``signal`` (a name: "TERM", "KILL") when this process
+    dies, however it dies (when called from the main thread on Linux with setpriv;
+    ``command`` unchanged otherwise).
+
+    TERM for a process that shuts down its own way (gunicorn, Locust); "KILL" for one
+    that may be frozen by SIGSTOP when its parent dies: a stopped process acts on
+    SIGKILL only, a SIGTERM would wait for a SIGCONT that never comes."""
+    if f"SIG{signal}" not in signals.Signals.__members__:
+        raise ValueError(f"not a signal name: {signal!r} (TERM, KILL, ...)")
     if threading.current_thread() is not threading.main_thread():
         return list(command)
     setpriv = _setpriv()
     if setpriv is None:
         return list(command)
-    return [setpriv, "--pdeathsig", "TERM", "--", *command]
+    return [setpriv, "--pdeathsig", signal, "--", *command]

@@ -1,6 +1,7 @@
 """A redis-server started from the main thread dies with its parent, even a parent
 killed by SIGKILL (which runs no cleanup); one started from another thread is not tied
-to that thread's end (``lockcore/lifeline.py``)."""
+to that thread's end; a process tied with KILL dies with its parent even while frozen
+by SIGSTOP, where one tied with TERM stays frozen (``lockcore/lifeline.py``)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,87 @@ def test_a_server_from_the_main_thread_dies_with_a_parent_killed_by_sigkill(tmp_
         for pid in pids:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+FREEZER = r'''
+import subprocess, time
+from lockcore.lifeline import tied_to_parent
+kill = subprocess.Popen(tied_to_parent(["sleep", "120"], "KILL"), start_new_session=True)
+term = subprocess.Popen(tied_to_parent(["sleep", "120"], "TERM"), start_new_session=True)
+print(kill.pid, term.pid, flush=True)
+time.sleep(120)
+'''
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _execd_sleep(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().split(b"\0")[0] == b"sleep"
+    except OSError:
+        return False
+
+
+def _pending(pid: int) -> int:
+    """The signals pending for the whole process (a bit per signal, SIGTERM is bit 14)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("ShdPnd:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+@pytest.mark.skipif(_setpriv() is None, reason="no setpriv --pdeathsig (util-linux >= 2.33)")
+def test_a_frozen_child_tied_with_kill_dies_with_its_parent_one_tied_with_term_stays_frozen():
+    parent = subprocess.Popen([sys.executable, "-c", FREEZER], stdout=subprocess.PIPE,
+                              text=True, stdin=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        assert parent.stdout is not None
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 2, parent.communicate(timeout=5)
+        with_kill, with_term = pids
+        deadline = time.monotonic() + 10
+        while not all(_execd_sleep(pid) for pid in pids):  # setpriv has set PDEATHSIG
+            assert time.monotonic() < deadline, "setpriv never exec'd sleep"
+            time.sleep(0.01)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)  # frozen, as the labs freeze a server or a holder
+        deadline = time.monotonic() + 10
+        while {_state(pid) for pid in pids} != {"T"} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [_state(pid) for pid in pids] == ["T", "T"]
+        parent.kill()
+        parent.wait(timeout=10)
+        assert _gone_within(with_kill, 10), "a frozen child tied with KILL outlived its parent"
+        # TERM was sent (it is pending) but a stopped process acts on SIGKILL only: it
+        # would stay frozen, holding whatever it holds, until someone sent SIGCONT
+        deadline = time.monotonic() + 10
+        while not _pending(with_term) & (1 << (signal.SIGTERM - 1)):
+            assert time.monotonic() < deadline, "the parent's death sent no SIGTERM"
+            time.sleep(0.01)
+        time.sleep(0.5)
+        assert _state(with_term) == "T"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        parent.stdout.close()  # type: ignore[union-attr]
+        for pid in pids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_an_unknown_signal_name_is_refused():
+    with pytest.raises(ValueError, match="not a signal name"):
+        tied_to_parent(["true"], "TREM")
 
 
 def test_a_command_from_another_thread_is_left_as_it_is():
