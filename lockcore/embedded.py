@@ -179,7 +179,10 @@ class RedisServer:
                "--dir", str(self.workdir), "--logfile", str(self.logfile),
                "--maxclients", "10000", *self.args]
         logged = self.logfile.stat().st_size if self.logfile.exists() else 0
-        proc = self.proc = subprocess.Popen(tied_to_parent(cmd), stdin=subprocess.DEVNULL,
+        # KILL, not TERM, when our process dies: the labs freeze this server (SIGSTOP), and
+        # a stopped process acts on SIGKILL only; with --save "" nothing is lost by it
+        proc = self.proc = subprocess.Popen(tied_to_parent(cmd, "KILL"),
+                                            stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, start_new_session=True)
         _live[proc.pid] = proc

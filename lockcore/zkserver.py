@@ -129,8 +129,12 @@ class ZooKeeperServer:
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr\nmaxClientCnxns=200\n")
         log = (self.workdir / "zookeeper.log").open("ab")
+        # KILL when our process dies, as for the embedded redis-server: a scratch server
+        # that a test or lab may freeze (SIGSTOP), and a stopped process acts on SIGKILL
+        # only. Nothing is lost: ZooKeeper syncs each transaction to its log before it
+        # answers, and the data dir is a temp dir nobody reads once we are gone.
         self.proc = subprocess.Popen(tied_to_parent(["java", *JVM_OPTIONS, "-cp", cp,
-                                                     MAIN_CLASS, str(config)]),
+                                                     MAIN_CLASS, str(config)], "KILL"),
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                      start_new_session=True)
         log.close()
