@@ -5,8 +5,14 @@ A thread cannot be SIGKILLed or SIGSTOPped on its own, and a "crash" simulated b
 exception still runs ``finally: release()``. The crash and pause labs therefore put the
 holder in a child process and talk to it over pipes: the child prints one line per
 event (``ACQUIRED 7``, ``IN_GAP``, ``RELEASED``); the parent waits for those lines
-(bounded), then signals the child by pid. Every child also arms ``alarm(MAX_LIFE_S)``,
-so an orphan cannot outlive a lab whose parent died.
+(bounded), then signals the child by pid.
+
+An orphan cannot outlive a lab whose parent died: every child is started tied to its
+parent with ``PR_SET_PDEATHSIG`` = SIGKILL (``lockcore.lifeline``), so the kernel kills
+it when the lab dies, even a lab killed by SIGKILL, even while the child is frozen by
+SIGSTOP (a stopped process acts on nothing else: a SIGTERM, or the ``alarm()`` below,
+would wait for a SIGCONT that nobody sends). Every child also arms ``alarm(MAX_LIFE_S)``,
+a safety net for where setpriv is missing, which works only while it runs.
 
 Child protocol (``python -m loadtest.labs.holder STRATEGY URL RESOURCE [--ttl-ms N]``)::
 
@@ -26,6 +32,8 @@ import sys
 from collections.abc import Sequence
 from types import TracebackType
 
+from lockcore.lifeline import tied_to_parent
+
 MAX_LIFE_S = 60
 
 
@@ -33,8 +41,9 @@ class Child:
     """A ``python -m <module> <args>`` child; line-oriented stdin/stdout; stopped by pid."""
 
     def __init__(self, module: str, args: Sequence[str]) -> None:
+        # KILL: the labs freeze this child (SIGSTOP), and a stopped process acts on nothing else
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
+            tied_to_parent([sys.executable, "-m", module, *args], "KILL"), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
 
     @property

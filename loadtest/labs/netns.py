@@ -29,6 +29,8 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
+from lockcore.lifeline import tied_to_parent
+
 logger = logging.getLogger(__name__)
 
 
@@ -94,9 +96,15 @@ class Island:
 
     def spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
         """Start ``argv`` inside the namespace; ``ip netns exec`` execs it, so the pid is
-        the program's own and ``close()`` can kill it."""
+        the program's own and ``close()`` can kill it.
+
+        It is tied to this process with SIGKILL (``lockcore.lifeline``): setpriv sets
+        ``PR_SET_PDEATHSIG``, which survives both execs (``ip``, then ``argv``), so the
+        kernel kills it when the lab dies, even by SIGKILL. KILL, not TERM: an island
+        process may be frozen (SIGSTOP), and a stopped process acts on nothing else."""
         proc: subprocess.Popen[Any] = subprocess.Popen(
-            ["ip", "netns", "exec", self.name, *argv], start_new_session=True, **popen)
+            tied_to_parent(["ip", "netns", "exec", self.name, *argv], "KILL"),
+            start_new_session=True, **popen)
         self.procs.append(proc)
         return proc
 

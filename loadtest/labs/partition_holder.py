@@ -12,7 +12,9 @@ JSON object per line::
 ``believes`` is what a program that does not look would think: its handle still has a
 token. ``validity_left_ms`` is RedLock's own answer (validity at acquire minus the time
 since), and ``nodes`` is what each node says now (``mine``, ``other``, ``none`` or
-``unreachable``). The process arms ``alarm()`` so it cannot outlive a lab that died.
+``unreachable``). It cannot outlive a lab that died: ``Island.spawn`` ties it to the lab
+with SIGKILL (``PR_SET_PDEATHSIG``). Its ``alarm()`` is only a safety net for where
+setpriv is missing, and fires only while the process runs (not while it is stopped).
 """
 
 from __future__ import annotations

@@ -1,0 +1,179 @@
+"""Nothing a lab started outlives a lab killed by SIGKILL (which runs no clean-up).
+
+* A holder child (``holder.Child``) frozen by SIGSTOP dies with its parent: it is tied
+  with SIGKILL, the one signal a stopped process acts on.
+* A process in a partition lab's island (``Island.spawn``) dies with the lab, frozen
+  or not, although ``ip netns exec`` stands between them (PDEATHSIG survives the exec).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadtest.labs import netns
+from lockcore.lifeline import _setpriv
+from tests.support import missing_system_part, running
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+needs_setpriv = pytest.mark.skipif(_setpriv() is None,
+                                   reason="no setpriv --pdeathsig (util-linux >= 2.33)")
+
+FROZEN_CHILD = r'''
+import signal, time
+from loadtest.labs.holder import Child
+child = Child("timeit", ["-n", "1", "-r", "1", "import time; time.sleep(90)"])
+time.sleep(0.5)  # python is running timeit: setpriv has set PDEATHSIG and exec'd it
+child.signal(signal.SIGSTOP)
+print(child.pid, flush=True)
+time.sleep(90)
+'''
+
+#: a lab that opens an island and runs ``sleep`` in it: one from the main thread (tied,
+#: then frozen) and one from a worker thread (never tied: what an older seckill left)
+ISLAND_LAB = r'''
+import signal, subprocess, threading, time
+from loadtest.labs import netns
+island = netns.Island().open()
+quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+tied = island.spawn(["sleep", "90"], **quiet)
+box = []
+worker = threading.Thread(target=lambda: box.append(island.spawn(["sleep", "90"], **quiet)))
+worker.start()
+worker.join()
+time.sleep(0.5)  # both have exec'd sleep inside the namespace
+tied.send_signal(signal.SIGSTOP)
+print(island.name, island.host_end, island.subnet, tied.pid, box[0].pid, flush=True)
+time.sleep(90)
+'''
+
+
+def _env() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+
+
+def _start(script: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, cwd=ROOT, env=_env())
+
+
+def _first_line(proc: subprocess.Popen[str], timeout: float = 30) -> list[str]:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            raise TimeoutError(f"pid {proc.pid} said nothing for {timeout}s")
+    line = proc.stdout.readline().split()
+    assert line, f"pid {proc.pid} exited with {proc.wait(timeout=10)} before it was ready"
+    return line
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running(pid)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
+
+
+def _has_link(name: str) -> bool:
+    return subprocess.run(["ip", "link", "show", name], capture_output=True,
+                          timeout=10).returncode == 0
+
+
+def _blackhole(subnet: str) -> bool:
+    out = subprocess.run(["ip", "-4", "route", "show", "type", "blackhole", subnet],
+                         capture_output=True, text=True, timeout=10).stdout
+    return "metric 4242" in out
+
+
+def _remove(name: str, host_end: str, subnet: str) -> None:
+    """What a dead lab left, removed by hand (works without the sweep, too)."""
+    subprocess.run(["ip", "link", "del", host_end], capture_output=True, timeout=10)
+    subprocess.run(["ip", "route", "del", "blackhole", subnet, "metric", "4242"],
+                   capture_output=True, timeout=10)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def namespaces_here() -> Iterator[None]:
+    reason = netns.unsupported()
+    if reason is not None:
+        missing_system_part(f"network namespaces: {reason}")
+    yield
+
+
+@needs_setpriv
+def test_a_frozen_holder_child_dies_with_a_parent_killed_by_sigkill() -> None:
+    parent = _start(FROZEN_CHILD)
+    pids: list[int] = []
+    try:
+        pids = [int(_first_line(parent)[0])]
+        deadline = time.monotonic() + 10
+        while _state(pids[0]) != "T":
+            assert time.monotonic() < deadline, "the child was never frozen"
+            time.sleep(0.01)
+        parent.kill()
+        parent.wait(timeout=10)
+        assert _gone_within(pids[0], 10), "a frozen holder child outlived its dead lab"
+    finally:
+        _stop(parent)
+        _kill(pids)
+
+
+@pytest.mark.netns
+@needs_setpriv
+def test_an_island_process_dies_with_a_lab_killed_by_sigkill(namespaces_here: None) -> None:
+    lab = _start(ISLAND_LAB)
+    pids: list[int] = []
+    left: list[str] = []
+    try:
+        name, host_end, subnet, tied, untied = _first_line(lab)
+        left, pids = [name, host_end, subnet], [int(tied), int(untied)]
+        lab.kill()
+        lab.wait(timeout=10)
+        assert _gone_within(int(tied), 10), \
+            "a frozen process in the island outlived its lab (ip netns exec lost PDEATHSIG?)"
+    finally:
+        _stop(lab)
+        _kill(pids)
+        if left:
+            _remove(*left)
