@@ -18,14 +18,26 @@ iproute2):
 ``Island.close()`` kills what it started inside by pid and deletes the namespace,
 which deletes the veth pair with it. ``unsupported()`` says why this machine cannot
 do it (not root, no ``ip``, namespaces refused) so the lab can skip, saying why.
+
+A lab killed by SIGKILL runs no ``close()``. What it started inside dies with it (tied
+with SIGKILL, see ``spawn``), but the kernel keeps the namespace, the veth and the
+blackhole route. So ``Island.open()`` first sweeps what such a lab left
+(``sweep_leftovers``): a namespace ``skp<pid>`` (exactly that name) whose process is
+dead, what still runs inside it, its veth ``skh<pid>``, its subnet's blackhole route,
+and blackhole routes of ours whose subnet no interface has any more (a reused subnet's
+``route add`` would fail). A live lab's are never touched: two labs may run at once.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import re
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +65,107 @@ def unsupported() -> str | None:
     return None
 
 
+#: names our labs give their namespace and host veth end: the lab's pid after a prefix
+_NAMESPACE, _HOST_END = re.compile(r"skp(\d+)"), re.compile(r"skh(\d+)")
+#: the subnets our labs take (10.213.N.0/24) and the metric of their blackhole routes
+_OURS = ipaddress.IPv4Network("10.213.0.0/16")
+_BLACKHOLE_METRIC = "4242"
+
+
+def _pid_dead(pid: int) -> bool:
+    """No such process, or only its zombie (a SIGKILLed lab nobody has reaped yet). A
+    pid reused by an unrelated process counts as alive: its namespace is left alone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _leftover_pids() -> set[int]:
+    """Pids of dead labs that left a namespace ``skp<pid>`` or a host veth ``skh<pid>``."""
+    names = [line.split()[0] for line in _ip("netns", "list", check=False).stdout.splitlines()
+             if line.strip()]
+    pids = {int(m[1]) for name in names if (m := _NAMESPACE.fullmatch(name))}
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) == 3 and (m := _HOST_END.fullmatch(fields[1].strip().split("@")[0])):
+            pids.add(int(m[1]))
+    return {pid for pid in pids if _pid_dead(pid)}
+
+
+def _kill_inside(namespace: str, wait_s: float = 5.0) -> None:
+    """SIGKILL, by pid, every process still in ``namespace``; wait (bounded) for them."""
+    listed = _ip("netns", "pids", namespace, check=False).stdout.split()
+    pids = [int(pid) for pid in listed if pid.isdigit()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        logger.info("sweep: killed pid %s left in namespace %s", pid, namespace)
+    deadline = time.monotonic() + wait_s
+    while any(not _pid_dead(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _host_subnet(host_end: str) -> str | None:
+    """The 10.213.N.0/24 of a host veth end's address (None if it has none of ours)."""
+    for line in _ip("-4", "-o", "addr", "show", "dev", host_end, check=False).stdout.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            network = ipaddress.IPv4Interface(fields[fields.index("inet") + 1]).network
+            if network.subnet_of(_OURS):
+                return str(network)
+    return None
+
+
+def _drop_blackhole(subnet: str) -> None:
+    _ip("route", "del", "blackhole", subnet, "metric", _BLACKHOLE_METRIC, check=False)
+
+
+def _orphan_blackholes() -> list[str]:
+    """Our blackhole routes (10.213.N.0/24, metric 4242) whose subnet no interface has an
+    address in any more: a live lab adds its address before its route, and deletes it
+    (its veth) before its route, so every live lab's route has one."""
+    orphans = []
+    for line in _ip("-4", "route", "show", "type", "blackhole", check=False).stdout.splitlines():
+        fields = line.split()
+        if len(fields) < 2 or fields[0] != "blackhole":
+            continue
+        metric = fields[fields.index("metric") + 1] if "metric" in fields[:-1] else None
+        try:
+            network = ipaddress.IPv4Network(fields[1])
+        except ValueError:
+            continue
+        if (metric == _BLACKHOLE_METRIC and network.prefixlen == 24
+                and network.subnet_of(_OURS)
+                and not _ip("-4", "-o", "addr", "show", "to", str(network),
+                            check=False).stdout.strip()):
+            orphans.append(str(network))
+    return orphans
+
+
+def sweep_leftovers() -> None:
+    """Remove what partition labs killed by SIGKILL left behind (their ``close()`` never
+    ran): for each namespace ``skp<pid>`` or veth ``skh<pid>`` whose pid is dead, the
+    processes inside (SIGKILL, by pid), the veth pair, the blackhole route of its subnet
+    and the namespace; then our blackhole routes that no interface's address belongs to."""
+    for pid in sorted(_leftover_pids()):
+        namespace, host_end = f"skp{pid}", f"skh{pid}"
+        logger.warning("sweeping %s / %s, left by lab pid %s (dead)", namespace, host_end, pid)
+        _kill_inside(namespace)
+        subnet = _host_subnet(host_end)  # before the veth goes, and its address with it
+        _ip("link", "del", host_end, check=False)
+        if subnet is not None:
+            _drop_blackhole(subnet)
+        _ip("netns", "del", namespace, check=False)
+    for subnet in _orphan_blackholes():
+        logger.warning("sweeping blackhole route %s metric %s: no interface has that "
+                       "subnet any more", subnet, _BLACKHOLE_METRIC)
+        _drop_blackhole(subnet)
+
+
 def free_subnet(start: int) -> str:
     """A 10.213.N /24 that no interface here uses yet (two labs may run at once)."""
     for offset in range(250):
@@ -76,6 +189,7 @@ class Island:
         self._created = False
 
     def open(self) -> Island:
+        sweep_leftovers()  # what labs killed by SIGKILL left (a reused subnet's route, ...)
         try:
             _ip("netns", "add", self.name)
             self._created = True
@@ -84,7 +198,7 @@ class Island:
             _ip("addr", "add", f"{self.host_ip}/24", "dev", self.host_end)
             _ip("link", "set", self.host_end, "up")
             # never let packets for the island leave by the default route
-            _ip("route", "add", "blackhole", self.subnet, "metric", "4242")
+            _ip("route", "add", "blackhole", self.subnet, "metric", _BLACKHOLE_METRIC)
             for args in (("addr", "add", f"{self.ns_ip}/24", "dev", self.ns_end),
                          ("link", "set", self.ns_end, "up"), ("link", "set", "lo", "up")):
                 _ip("-n", self.name, *args)
@@ -128,7 +242,7 @@ class Island:
                     stream.close()
         self.procs.clear()
         _ip("link", "del", self.host_end, check=False)
-        _ip("route", "del", "blackhole", self.subnet, "metric", "4242", check=False)
+        _drop_blackhole(self.subnet)
         if self._created:
             _ip("netns", "del", self.name, check=False)
             self._created = False

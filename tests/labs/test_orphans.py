@@ -4,6 +4,8 @@
   with SIGKILL, the one signal a stopped process acts on.
 * A process in a partition lab's island (``Island.spawn``) dies with the lab, frozen
   or not, although ``ip netns exec`` stands between them (PDEATHSIG survives the exec).
+* The namespace, veth and blackhole route such a lab leaves, and anything untied still
+  running inside, are swept by the next ``Island().open()``; a live lab's are not.
 """
 
 from __future__ import annotations
@@ -177,3 +179,50 @@ def test_an_island_process_dies_with_a_lab_killed_by_sigkill(namespaces_here: No
         _kill(pids)
         if left:
             _remove(*left)
+
+
+@pytest.mark.netns
+def test_what_a_sigkilled_lab_left_is_swept_by_the_next_island_but_a_live_labs_is_not(
+        namespaces_here: None) -> None:
+    lab = _start(ISLAND_LAB)
+    pids: list[int] = []
+    left: list[str] = []
+    try:
+        name, host_end, subnet, tied, untied = _first_line(lab)
+        left, pids = [name, host_end, subnet], [int(tied), int(untied)]
+        # while the lab lives, another lab's island leaves everything of it alone
+        netns.Island().open().close()
+        assert name in _namespaces() and _has_link(host_end) and _blackhole(subnet)
+        assert running(int(untied))
+
+        lab.kill()  # SIGKILL: no close(), no clean-up of any kind
+        lab.wait(timeout=10)
+        time.sleep(0.5)
+        assert running(int(untied)), "precondition: an untied process is left inside"
+        assert name in _namespaces() and _has_link(host_end) and _blackhole(subnet)
+
+        netns.Island().open().close()
+        assert name not in _namespaces(), f"namespace {name} of a dead lab is still there"
+        assert not _has_link(host_end), f"veth {host_end} of a dead lab is still there"
+        assert not _blackhole(subnet), f"blackhole route of {subnet} is still there"
+        assert _gone_within(int(untied), 5), "the process left in the namespace still runs"
+    finally:
+        _stop(lab)
+        _kill(pids)
+        if left:
+            _remove(*left)
+
+
+@pytest.mark.netns
+def test_a_blackhole_route_no_interface_belongs_to_is_swept(namespaces_here: None) -> None:
+    """A lab killed between removing its veth and its route left the route alone: the
+    next lab on that subnet could not add its own."""
+    subnet = f"{netns.free_subnet(os.getpid() % 250 + 7)}.0/24"
+    subprocess.run(["ip", "route", "add", "blackhole", subnet, "metric", "4242"],
+                   check=True, capture_output=True, timeout=10)
+    try:
+        netns.Island().open().close()
+        assert not _blackhole(subnet), f"the orphan blackhole route of {subnet} is still there"
+    finally:
+        subprocess.run(["ip", "route", "del", "blackhole", subnet, "metric", "4242"],
+                       capture_output=True, timeout=10)
