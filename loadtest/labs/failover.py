@@ -105,16 +105,17 @@ def run(narrator: Narrator) -> Verdict:
         wait_for_link(replica, up=False)
         narrator("replication link goes down (in production: the few ms of async lag)")
         a = lockcore.create("token", client_for(primary), RESOURCE, ttl_ms=TTL_MS)
-        a.acquire(blocking=False)
-        narrator("A: SET %s NX PX %d on the primary -> OK, fencing token %s; A sells",
-                 a.key, TTL_MS, a.fencing_token)
+        a_got = a.acquire(blocking=False)
+        narrator("A: SET %s NX PX %d on the primary -> %s, fencing token %s%s", a.key,
+                 TTL_MS, "OK" if a_got else "refused", a.fencing_token,
+                 "; A sells" if a_got else "")
         promoted = fail_over(narrator, primary, replica)
         narrator("new primary has %s? %s", a.key, bool(promoted.exists(a.key)))
         b = lockcore.create("token", promoted, RESOURCE, ttl_ms=TTL_MS)
         b_got = b.acquire(blocking=False)
         narrator("B: SET NX PX on the new primary -> %s, fencing token %s",
                  "OK" if b_got else "refused", b.fencing_token)
-        two_holders = b_got and a.token is not None
+        two_holders = a_got and b_got and a.token is not None
         fences = (a.fencing_token, b.fencing_token)
         if two_holders:
             narrator("TWO HOLDERS: A (fence %s) still believes it holds the lock, B (fence "

@@ -112,8 +112,8 @@ def run(narrator: Narrator) -> Verdict:
         facts = immediate_restart(narrator, servers)
         narrator.section("node 3's restart delayed past the max TTL")
         facts.update(delayed_restart(narrator, servers))
-    if facts["b_got_after_immediate_restart"] and facts["b_refused_during_delay"] \
-            and facts["b_got_after_ttl"]:
+    if facts["b_got_after_immediate_restart"] and facts["a_validity_left_ms"] > 0 \
+            and facts["b_refused_during_delay"] and facts["b_got_after_ttl"]:
         return Verdict(True, "a node restarted without persistence gave B a majority while A "
                        "held the lock; delaying the restart past the TTL prevented it", facts)
     return Verdict(False, f"expected two holders, then a refusal; saw {facts}", facts)

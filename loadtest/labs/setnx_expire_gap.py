@@ -68,7 +68,8 @@ def run(narrator: Narrator) -> Verdict:
     facts = {"pttl_after_crash_in_gap": gap_pttl, "waiter_acquired": waiter_got,
              "pttl_after_crash_with_set_nx_px": atomic_pttl}
     demonstrated = gap_pttl == -1 and not waiter_got and atomic_pttl > 0
-    line = (f"killed between SETNX and EXPIRE, the lock was left with PTTL {gap_pttl} "
-            f"(forever) and a waiter {'got it' if waiter_got else 'could not get it'}; "
+    forever = " (forever)" if gap_pttl == -1 else ""
+    line = (f"killed between SETNX and EXPIRE, the lock was left with PTTL {gap_pttl}{forever} "
+            f"and a waiter {'got it' if waiter_got else 'could not get it'}; "
             f"with SET NX PX the same crash left PTTL {atomic_pttl} ms")
     return Verdict(demonstrated, line, facts)
