@@ -9,6 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from webapp.config import without_password
+
+#: what a recorded command line never shows; argparse also takes any unique prefix
+#: (``--admin``), so those are hidden as well
+SECRET_OPTION = "--admin-token"
+HIDDEN = "***"
+
 
 def cpu_model() -> str:
     try:
@@ -27,6 +34,40 @@ def redis_version(client: Any) -> str:
         return "unknown"
 
 
+def _secret_option(arg: str) -> bool:
+    return len(arg) > 2 and SECRET_OPTION.startswith(arg)
+
+
+def shareable(argv: list[str]) -> list[str]:
+    """``argv`` fit for a report that is meant to be shared: the value of
+    ``--admin-token X`` and ``--admin-token=X`` becomes ``***``, and so does the password
+    of any URL (``--url http://user:pw@host``, ``REDIS_URL=redis://:pw@host``).
+
+    The command was recorded as typed, so ``index.html``, ``summary.json`` and ``--json``
+    carried the shop's admin token in plain text (a showdown audit)."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append(HIDDEN)
+            hide_next = False
+            continue
+        name, eq, value = arg.partition("=")
+        if _secret_option(name):
+            if eq:
+                shown.append(f"{name}={HIDDEN}")
+            else:
+                shown.append(arg)
+                hide_next = True
+        elif eq and "://" in value and "://" not in name:
+            shown.append(f"{name}={without_password(value)}")
+        elif "://" in arg:
+            shown.append(without_password(arg))
+        else:
+            shown.append(arg)
+    return shown
+
+
 def describe(redis_client: Any | None = None) -> dict[str, Any]:
     """CPU model, cores, OS, Python, Locust and Redis versions, and the exact command."""
     try:
@@ -41,5 +82,5 @@ def describe(redis_client: Any | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "locust": locust_version,
         "redis": redis_version(redis_client) if redis_client is not None else "unknown",
-        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": shlex.join(shareable([Path(sys.argv[0]).name, *sys.argv[1:]])),
     }

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from webapp.config import without_password
+
 from .machine import describe
 from .phase import Plan
 from .shop import ShopClient, ShopUnreachable
@@ -60,7 +62,7 @@ class Target:
 
     def describe(self) -> dict[str, Any]:
         info = describe(self.redis_clients[0] if self.redis_clients else None)
-        info["url"] = self.shop.url
+        info["url"] = without_password(self.shop.url)  # the report is shared
         info["notes"] = self.notes
         return info
 
@@ -92,8 +94,8 @@ def leave_out_unusable(shop: ShopClient, strategies: list[str], notes: list[str]
         if named:
             raise ShopUnreachable(f"the shop at {shop.url} cannot run {name}: {lacking[name]}")
         strategies.remove(name)
-        notes.append(f"{name} skipped: the shop at {shop.url} cannot run it "
-                     f"({lacking[name]})")
+        notes.append(f"{name} skipped: the shop at {without_password(shop.url)} cannot "
+                     f"run it ({lacking[name]})")
         print(notes[-1], flush=True)
 
 

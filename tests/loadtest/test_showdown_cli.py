@@ -58,6 +58,20 @@ def test_an_exact_sale_passes_and_leaves_the_report_and_raw_data(tmp_path, capsy
     assert {"token_stats.csv", "token_stats_history.csv", "token_arrivals.jsonl"} <= raw
 
 
+def test_the_shared_report_and_json_do_not_carry_the_admin_token(tmp_path, monkeypatch):
+    """index.html, summary.json and --json recorded the command line as typed, with
+    the shop's admin token in plain text (a showdown audit)."""
+    with serve(StubShop(token="s3cret-token")) as url:
+        argv = ["showdown", "--url", url, "--admin-token", "s3cret-token", "--users", "5",
+                "--stock", "2", "--strategies", "token", "--report", str(tmp_path),
+                "--json", str(tmp_path / "out.json")]
+        monkeypatch.setattr("sys.argv", ["seckill", *argv])
+        assert main(argv) == 0
+    for name in ("index.html", "summary.json", "out.json"):
+        text = (tmp_path / name).read_text()
+        assert "--admin-token" in text and "s3cret" not in text, name
+
+
 def test_a_second_run_into_the_same_report_links_only_its_own_raw_files(tmp_path, capsys):
     # the first run's raw files stayed in raw/ and the second's index.html linked them
     with serve(StubShop()) as url:
