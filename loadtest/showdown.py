@@ -199,13 +199,18 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
 
 
 def _summary(r: StrategyResult) -> str:
+    """A phase in one line, and what ``FAILED:`` says of a safe strategy that went wrong:
+    so it names every cause the verdict weighs. It named only oversold and consistent,
+    and a safe strategy that lost an order or sold to a buyer twice failed with "oversold
+    0, consistent True" (a showdown audit)."""
     if r.error:
         return f"ERROR: {r.error}"
     if r.mode == "noop":
         return f"{r.purchases_per_s or 0:.0f} answers/s ({r.rps:.0f} req/s) in {r.seconds:.0f}s"
     if r.mode == "noop-get":
         return f"{r.rps:.0f} req/s in {r.seconds:.0f}s"
-    return (f"sold {r.sold}, oversold {r.oversold}, consistent {r.consistent}, "
+    return (f"sold {r.sold}, oversold {r.oversold}, lost {r.lost}, duplicate buyers "
+            f"{r.duplicates}, consistent {r.consistent}, "
             f"{r.rps:.0f} req/s, verdict {r.verdict} ({r.seconds:.0f}s)")
 
 

@@ -23,8 +23,11 @@ class StubShop:
                  token: str = "t", busy_after: int | None = None,
                  section_s: float = 0.0, answers_lost_after: int | None = None,
                  strategies: tuple[str, ...] = ("naive", "token", "stub"),
-                 unusable: dict[str, str] | None = None) -> None:
+                 unusable: dict[str, str] | None = None,
+                 duplicate_buyers: int = 0) -> None:
         self.lock = threading.Lock()
+        #: what the audit reports as buyers with two orders (a broken one-per-buyer rule)
+        self.duplicate_buyers = duplicate_buyers
         #: what ``GET /api/strategies`` names; ``unusable``: {name: what it lacks}
         self.strategies, self.unusable = strategies, dict(unusable or {})
         self.token = token
@@ -65,7 +68,7 @@ class StubShop:
         oversold = max(sold - self.initial, 0)
         return {"initial_stock": self.initial, "remaining": max(self.remaining, 0),
                 "orders": sold, "units_sold": sold, "oversold": oversold,
-                "duplicate_buyers": 0, "consistent": oversold == 0}
+                "duplicate_buyers": self.duplicate_buyers, "consistent": oversold == 0}
 
     def __call__(self, environ: Any, start_response: Any) -> Any:
         request = Request(environ)

@@ -43,6 +43,28 @@ def test_an_oversold_sale_under_a_safe_strategy_makes_the_showdown_fail(tmp_path
     assert results["token"]["oversold"] == 2 and results["token"]["verdict"] == "FAIL"
 
 
+def test_a_safe_strategy_that_sold_to_a_buyer_twice_fails_naming_it(tmp_path, capsys):
+    """The FAILED line said "sold 10, oversold 0, consistent True": not why it failed
+    (a showdown audit)."""
+    with serve(StubShop(duplicate_buyers=1)) as url:
+        code = showdown(url, tmp_path, "token")
+    out = capsys.readouterr().out
+    assert code == 1
+    assert ("FAILED: token: marked safe but sold 10, oversold 0, lost 0, duplicate buyers "
+            "1, consistent True") in out, out[-2000:]
+
+
+def test_the_summary_of_a_phase_names_its_lost_orders_and_duplicate_buyers():
+    from loadtest.compare import StrategyResult
+    from loadtest.showdown import _summary
+
+    lost = StrategyResult("token", True, users=10, stock=10, sold=8, lost=2, duplicates=1,
+                          consistent=True)
+    assert lost.verdict == "FAIL"
+    assert _summary(lost).startswith(
+        "sold 8, oversold 0, lost 2, duplicate buyers 1, consistent True,")
+
+
 def test_an_exact_sale_passes_and_leaves_the_report_and_raw_data(tmp_path, capsys,
                                                                  monkeypatch):
     monkeypatch.delenv("REDIS_URL", raising=False)
