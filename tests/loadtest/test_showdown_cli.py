@@ -263,6 +263,34 @@ def test_duration_without_sustained_is_refused_not_ignored(capsys):
     assert code == 2 and "--duration is for --sustained runs" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, why", [
+    (["--sustained", "--stock", "50"], "--stock is for flash sales; a --sustained phase has "
+                                       "1,000,000 units"),
+    (["--admin-token", "t"], "--admin-token is for a shop at --url"),
+])
+def test_options_the_run_would_ignore_are_refused_before_anything_starts(
+        monkeypatch, capsys, argv, why):
+    """``--stock`` with ``--sustained`` was silently 1,000,000 (the report's settings said
+    so), and ``--admin-token`` without ``--url`` went unused (a showdown audit)."""
+    from loadtest import showdown as module
+
+    started = []
+    monkeypatch.setattr(module, "_run", lambda *args: started.append(args) or 0)
+    code = main(["showdown", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and not started
+    assert err.startswith(f"seckill showdown: error: {why}") and err.count("\n") == 1, err
+
+
+def test_a_flash_sale_without_stock_has_the_default_and_a_sustained_run_its_own():
+    from loadtest.showdown import plan_from
+
+    parser = build_parser()
+    assert plan_from(parser.parse_args(["showdown"])).stock == 100
+    assert plan_from(parser.parse_args(["showdown", "--stock", "7"])).stock == 7
+    assert plan_from(parser.parse_args(["showdown", "--sustained"])).stock == 1_000_000
+
+
 #: what a shop with no ZOOKEEPER_HOSTS says it lacks (GET /api/strategies?unusable=true)
 NO_ZOOKEEPER = {"zookeeper": "strategy 'zookeeper' needs ZOOKEEPER_HOSTS"}
 
