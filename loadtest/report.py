@@ -86,7 +86,7 @@ def _explained(results: list[StrategyResult]) -> str:
                 "baselines run beside it, the purchase's own client code against an "
                 "endpoint that does nothing; <em>% GET no-op</em> the same against the "
                 "old bare GET. <em>redis/purchase</em> counts every Redis command of the "
-                "run per purchase.</p>")
+                "run per purchase attempt, a busy answer's included.</p>")
     return (verdicts + "<em>sell-out s</em> is from the first purchase attempt to the "
             "answer that sold the last unit; a dash means the buyers' answers did not "
             "account for every unit: fewer buyers than units, or a phase that ended first "

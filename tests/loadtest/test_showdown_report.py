@@ -231,6 +231,13 @@ def test_a_sustained_report_explains_its_own_columns_not_the_flash_sales():
     assert "% POST no-op</em>" in sustained and "sell-out s" not in sustained
 
 
+def test_a_sustained_report_says_redis_per_purchase_is_per_attempt_as_measured():
+    """The measure divides by every purchase attempt; the sustained text said "per
+    purchase" (a showdown audit)."""
+    sustained = render([result("token", True, mode="sustained")], {})
+    assert "every Redis command of the run per purchase attempt" in sustained
+
+
 @pytest.mark.parametrize("largest, top", [(4800.0, 6000.0), (1.0, 1.0), (0.98, 1.0),
                                           (37.0, 40.0), (101.0, 120.0), (0.0, 1.0)])
 def test_an_axis_is_four_round_steps_at_or_above_the_largest_value(largest, top):
