@@ -302,6 +302,21 @@ def test_a_figure_just_short_of_a_target_is_a_miss_not_rounded_up_to_it():
     assert checked["token-notify acq/s / python-redis-lock acq/s >= 1.5"]["value"] == 1.495
 
 
+@pytest.mark.parametrize("trips, met", [(2 * 14466 + 50, False), (2 * 14466, True)])
+def test_the_round_trips_target_is_checked_on_the_unrounded_figure(trips, met):
+    """round_trips_per_op is rounded to 2 places (2.003 -> 2.0) and the target was checked
+    on it: 50 round trips too many in 14,466 ops met "== 2" (a bench audit)."""
+    from loadtest.bench.report import targets
+    from loadtest.bench.stats import uncontended
+
+    solo = uncontended([{"acquisitions": 14466, "round_trips": trips, "cpu_s": 1.0}],
+                       duration=10.0, commands=None, server_cpu_s=0.0)
+    assert solo["round_trips_per_op"] == 2.0  # as shown, and as the JSON had it
+    checked = {t["target"]: t for t in targets([{"name": "token-notify",
+                                                 "uncontended": solo}])}
+    assert checked["token uncontended round trips per acquire+release == 2"]["met"] is met
+
+
 def test_python_redis_lock_waits_longer_than_its_expire_without_refusing(redis_client):
     # redis_lock refuses a timeout above expire (10 s): every python-redis-lock worker
     # of a run longer than 10 s failed with TimeoutTooLarge (a bench audit)
