@@ -14,12 +14,21 @@ from typing import Any
 from urllib.parse import quote
 
 from . import svg
-from .compare import FAIL, NOTHING_SOLD, OK, StrategyResult, format_rounds, table_rows
+from .compare import (
+    BASELINE,
+    FAIL,
+    NOTHING_SOLD,
+    OK,
+    StrategyResult,
+    format_rounds,
+    table_rows,
+)
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}
 table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px}
 td{text-align:right}td:first-child{text-align:left}.FAIL,.ERROR{background:#f8d0d0}
-.ok{background:#d8f0d8}.taught{background:#fde9c8}svg{margin:1em 0;display:block}
+.ok{background:#d8f0d8}.taught{background:#fde9c8}.baseline{background:#eef0f3}
+svg{margin:1em 0;display:block}
 code{background:#f4f4f4;padding:2px 4px}"""
 
 
@@ -27,7 +36,9 @@ def _table(results: list[StrategyResult]) -> str:
     header, rows = table_rows(results)
     out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>"]
     for result, row in zip(results, rows, strict=True):
-        css = {OK: "ok", FAIL: "FAIL", NOTHING_SOLD: "FAIL"}.get(
+        # a no-op baseline sells nothing and is judged on nothing: neither green nor the
+        # orange of an unsafe strategy's taught failure, which it was given (a showdown audit)
+        css = {OK: "ok", FAIL: "FAIL", NOTHING_SOLD: "FAIL", BASELINE: "baseline"}.get(
             result.verdict, "ERROR" if result.error else "taught")
         out.append(f'<tr class="{css}">' + "".join(f"<td>{escape(c)}</td>" for c in row)
                    + "</tr>")

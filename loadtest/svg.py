@@ -110,7 +110,10 @@ def lines(title: str, series: dict[str, list[tuple[float, float]]], unit: str = 
                      f'</polyline>')
     for i in range(TICKS + 1):  # the x axis: its round steps (only the last was named)
         x = LEFT + plot_w * i / TICKS
-        parts.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 16}" text-anchor="middle" '
+        # the last tick is 10 px from the edge: its label, centred there, was cut off
+        # ("3.2 s" showed as "3.2 :"), so it ends at its tick instead
+        anchor = "end" if i == TICKS else "middle"
+        parts.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 16}" text-anchor="{anchor}" '
                      f'font-size="11">{_tick(right * i / TICKS)}'
                      f'{" " + escape(x_unit) if i == TICKS else ""}</text>')
     return "\n".join(parts + legend + ["</svg>"])

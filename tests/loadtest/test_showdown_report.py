@@ -245,10 +245,15 @@ def test_an_axis_is_four_round_steps_at_or_above_the_largest_value(largest, top)
     assert svg._top([largest]) == pytest.approx(top)
 
 
+#: where a line chart's x-axis labels sit
+X_LABELS_Y = svg.H - svg.BOTTOM + 16
+
+
 def test_a_line_chart_names_its_x_axis_steps_and_lays_long_names_out_without_overlap():
     names = [f"no-op baseline (after strategy-{i} #2)" for i in range(8)]
     chart = svg.lines("t", {name: [(0.0, 1.0), (61.0, 5.0)] for name in names})
-    ticks = re.findall(r'text-anchor="middle" font-size="11">([^<]+)</text>', chart)
+    ticks = re.findall(rf'y="{X_LABELS_Y}" text-anchor="\w+" font-size="11">([^<]+)</text>',
+                       chart)
     assert ticks == ["0", "20", "40", "60", "80 s"]
     legend = [(float(x), float(y)) for x, y in
               re.findall(r'<text x="([\d.]+)" y="([\d.]+)" font-size="11">no-op', chart)]
@@ -258,6 +263,29 @@ def test_a_line_chart_names_its_x_axis_steps_and_lays_long_names_out_without_ove
     for (x1, y1), (x2, y2) in zip(legend, legend[1:], strict=False):
         if y1 == y2:  # neighbours on one row are a whole name apart
             assert x2 - x1 >= len(names[0]) * 6.5
+
+
+def test_a_line_charts_last_x_axis_label_fits_inside_the_picture():
+    """Centred on the last tick, 10 px from the edge, "3.2 s" was cut to "3.2 :" (a
+    showdown audit). A character is taken as 6.2 px wide at 11 px, as for the bars."""
+    chart = svg.lines("t", {"token": [(0.0, 1.0), (3.1, 2.0)]})
+    width = float(re.search(r'<svg [^>]*width="(\d+)"', chart)[1])
+    labels = re.findall(rf'<text x="([\d.]+)" y="{X_LABELS_Y}" text-anchor="(\w+)" '
+                        r'font-size="11">([^<]+)</text>', chart)
+    assert labels[-1][2] == "3.2 s"
+    for x, anchor, text in labels:
+        right = float(x) + len(text) * 6.2 * {"start": 1, "middle": 0.5, "end": 0}[anchor]
+        assert right <= width, (x, anchor, text)
+
+
+def test_a_no_op_baselines_row_has_its_own_neutral_colour_not_a_taught_failures():
+    """A sustained run's baselines were coloured like "unsafe, as taught" (a showdown
+    audit)."""
+    page = render([result("no-op baseline", True, mode="noop"),
+                   result("naive", False, mode="sustained", oversold=1)], {})
+    rows = re.findall(r'<tr class="(\w+)"><td>([^<]+)</td>', page)
+    assert rows == [("baseline", "no-op baseline"), ("taught", "naive")]
+    assert ".baseline{background:" in page
 
 
 def test_a_bar_charts_slanted_labels_fit_inside_the_picture():
