@@ -67,6 +67,7 @@ from sqlalchemy import select
 from lockcore import LockNotOwned
 
 from . import saleinfo
+from .logthrottle import PER_REQUEST
 from .models import Sale
 from .problems import Busy
 from .services import Checkout, SaleInfo
@@ -172,5 +173,7 @@ def release_after_section(lock: Any, sale: SaleInfo) -> None:
         # an unsafe lock let another buyer take it over (naive's check-then-set)
         logger.warning("%s lock on %s was no longer ours at release (expired, or taken "
                        "over)", sale.strategy, sale.sku)
-    except Exception:
-        logger.exception("releasing the %s lock on %s failed", sale.strategy, sale.sku)
+    except Exception as exc:  # a lock server down: once a minute, not once a buyer
+        PER_REQUEST.log(logger, logging.ERROR, ("release", sale.strategy, type(exc).__name__),
+                        "releasing the %s lock on %s failed", sale.strategy, sale.sku,
+                        exc_info=True)

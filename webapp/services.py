@@ -43,6 +43,7 @@ from . import scripts
 from .batching import Pending
 from .deadlines import LATE, LOST_REPLY, deadline, reserve, too_late
 from .keys import SaleKeys
+from .logthrottle import PER_REQUEST
 from .models import OrderLike
 from .orders import (
     IN_DOUBT,
@@ -465,9 +466,12 @@ def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
     """
     try:
         deps.redis.srem(SaleKeys(sku).buyers, user_id)
-    except Exception:  # Redis down: retried by a later purchase of this process
-        logger.warning("could not drop the reservation of %r (%s) yet; will retry",
-                       user_id, sku, exc_info=True)
+    except Exception as exc:  # Redis down: retried by a later purchase of this process
+        # once a minute: while Redis is down every failed purchase comes here (an
+        # operator hears of those still undone at the worker's exit: ``last_chance``)
+        PER_REQUEST.log(logger, logging.WARNING, ("unreserve", type(exc).__name__),
+                        "could not drop the reservation of %r (%s) yet; will retry",
+                        user_id, sku, exc_info=True)
         UNDONE_LATER.add(_Undropped(deps.redis, deps.sessions, sku, user_id))
 
 
@@ -518,9 +522,10 @@ class _LostTake:
                 self.redis.delete(SaleKeys(self.sku).soldout)  # set while they were out
                 logger.warning("a take of %d unit(s) of %s for %r lost its reply: given "
                                "back", self.quantity, self.sku, self.user_id)
-        except Exception:  # noqa: BLE001 - still unreachable: tried again later
-            logger.warning("could not undo the lost take of %r (%s) yet; will retry",
-                           self.user_id, self.sku, exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - still unreachable: tried again later
+            PER_REQUEST.log(logger, logging.WARNING, ("undo_take", type(exc).__name__),
+                            "could not undo the lost take of %r (%s) yet; will retry",
+                            self.user_id, self.sku, exc_info=True)
             return False
         return True
 
