@@ -9,8 +9,10 @@ two unrelated process-local locks.
 
 import gc
 import json
+import logging
 import os
 import re
+import sys
 
 from gunicorn import util
 from gunicorn.workers.ggevent import GeventWorker
@@ -26,13 +28,38 @@ def write_json_error(sock, status_int, reason, mesg):  # type: ignore[no-untyped
     util.write_nonblock(sock, head.encode("latin-1") + body)
 
 
+#: the shop's lines as gunicorn writes its own ("[date] [pid] [LEVEL] ..."), and whose
+LOG_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"
+LOG_DATEFMT = "[%Y-%m-%d %H:%M:%S %z]"
+
+
+def log_like_gunicorn(level: str) -> None:
+    """The app's log records to stderr (gunicorn's log: the file ``seckill serve``
+    names), each with its time, pid, level and logger.
+
+    No handler was set up: the records went through Python's last-resort handler, the
+    message alone ("settled the order in doubt of 'ann' for sku-1: not written, units
+    back": when, which worker?). A handler on the root logger, set up in the served
+    worker only: the tests' app keeps pytest's own capture."""
+    handler = logging.StreamHandler(sys.stderr)  # fd 2: gunicorn reopens it on SIGUSR1
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATEFMT))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
 class JsonErrorGeventWorker(GeventWorker):
-    """The gevent worker, with JSON instead of gunicorn's HTML error page. Defined here,
-    not in the webapp package, so the master never imports the app before the fork."""
+    """The gevent worker, with JSON instead of gunicorn's HTML error page, and the app's
+    log lines dated (``log_like_gunicorn``). Defined here, not in the webapp package, so
+    the master never imports the app before the fork."""
 
     def init_process(self):  # type: ignore[no-untyped-def]
         util.write_error = write_json_error  # looked up at call time by handle_error
         super().init_process()
+
+    def load_wsgi(self):  # type: ignore[no-untyped-def]
+        log_like_gunicorn(self.cfg.loglevel)  # after gevent's patching, before the app logs
+        super().load_wsgi()
 
 
 wsgi_app = "webapp:create_app()"

@@ -109,6 +109,7 @@ def main(args: argparse.Namespace) -> int:
             while served.proc is not None and served.proc.poll() is None:
                 time.sleep(0.5)
                 _report_gone_redis(served, reported)
+                served.rotate_log()
         except KeyboardInterrupt:
             print("stopping ...", flush=True)
             return 0
