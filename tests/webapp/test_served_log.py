@@ -45,6 +45,8 @@ def test_a_served_shops_warning_carries_its_time_pid_level_and_logger(served):
     lose_the_sale(served, "ann")
     lines = lost_lines(served.logfile)
     assert lines and all(DATED.match(line) for line in lines), lines
+    # warnings and up only, as before: gunicorn's loglevel (info) wrote a line per order
+    assert "[INFO] webapp" not in served.logfile.read_text()
 
 
 def test_a_full_log_is_moved_aside_and_gunicorn_writes_a_new_one(served):
