@@ -45,7 +45,7 @@ def test_a_served_shops_warning_carries_its_time_pid_level_and_logger(served):
     lose_the_sale(served, "ann")
     lines = lost_lines(served.logfile)
     assert lines and all(DATED.match(line) for line in lines), lines
-    # warnings and up only, as before: gunicorn's loglevel (info) wrote a line per order
+    # warnings and up by default (SECKILL_LOG_LEVEL), as before: not a line per order
     assert "[INFO] webapp" not in served.logfile.read_text()
 
 
