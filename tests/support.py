@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -61,6 +62,24 @@ def running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def state(pid: int) -> str:
+    """A process's state letter (``/proc/<pid>/stat``: R, S, T for stopped, Z...), or
+    "gone"."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    """Whether the process stops running (or is only a zombie) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not running(pid)
 
 
 def cmdline(pid: int) -> str:

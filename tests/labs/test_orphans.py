@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -23,7 +24,7 @@ import pytest
 
 from loadtest.labs import netns
 from lockcore.lifeline import _setpriv
-from tests.support import missing_system_part, running
+from tests.support import gone_within, missing_system_part, running, state
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,21 +83,6 @@ def _first_line(proc: subprocess.Popen[str], timeout: float = 30) -> list[str]:
     return line
 
 
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not running(pid)
-
-
 def _stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()
@@ -150,30 +136,28 @@ def test_a_frozen_holder_child_dies_with_a_parent_killed_by_sigkill() -> None:
     try:
         pids = [int(_first_line(parent)[0])]
         deadline = time.monotonic() + 10
-        while _state(pids[0]) != "T":
+        while state(pids[0]) != "T":
             assert time.monotonic() < deadline, "the child was never frozen"
             time.sleep(0.01)
         parent.kill()
         parent.wait(timeout=10)
-        assert _gone_within(pids[0], 10), "a frozen holder child outlived its dead lab"
+        assert gone_within(pids[0], 10), "a frozen holder child outlived its dead lab"
     finally:
         _stop(parent)
         _kill(pids)
 
 
-@pytest.mark.netns
-@needs_setpriv
-def test_an_island_process_dies_with_a_lab_killed_by_sigkill(namespaces_here: None) -> None:
+@contextlib.contextmanager
+def _island_lab() -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """``ISLAND_LAB`` running: it and its first line (namespace, veth, subnet, the tied
+    and the untied pid); on leaving, whatever is left of it is removed by hand."""
     lab = _start(ISLAND_LAB)
     pids: list[int] = []
     left: list[str] = []
     try:
-        name, host_end, subnet, tied, untied = _first_line(lab)
-        left, pids = [name, host_end, subnet], [int(tied), int(untied)]
-        lab.kill()
-        lab.wait(timeout=10)
-        assert _gone_within(int(tied), 10), \
-            "a frozen process in the island outlived its lab (ip netns exec lost PDEATHSIG?)"
+        line = _first_line(lab)
+        left, pids = line[:3], [int(pid) for pid in line[3:]]
+        yield lab, line
     finally:
         _stop(lab)
         _kill(pids)
@@ -182,14 +166,19 @@ def test_an_island_process_dies_with_a_lab_killed_by_sigkill(namespaces_here: No
 
 
 @pytest.mark.netns
+@needs_setpriv
+def test_an_island_process_dies_with_a_lab_killed_by_sigkill(namespaces_here: None) -> None:
+    with _island_lab() as (lab, (_, _, _, tied, _)):
+        lab.kill()
+        lab.wait(timeout=10)
+        assert gone_within(int(tied), 10), \
+            "a frozen process in the island outlived its lab (ip netns exec lost PDEATHSIG?)"
+
+
+@pytest.mark.netns
 def test_what_a_sigkilled_lab_left_is_swept_by_the_next_island_but_a_live_labs_is_not(
         namespaces_here: None) -> None:
-    lab = _start(ISLAND_LAB)
-    pids: list[int] = []
-    left: list[str] = []
-    try:
-        name, host_end, subnet, tied, untied = _first_line(lab)
-        left, pids = [name, host_end, subnet], [int(tied), int(untied)]
+    with _island_lab() as (lab, (name, host_end, subnet, _, untied)):
         # while the lab lives, another lab's island leaves everything of it alone
         netns.Island().open().close()
         assert name in _namespaces() and _has_link(host_end) and _blackhole(subnet)
@@ -205,12 +194,7 @@ def test_what_a_sigkilled_lab_left_is_swept_by_the_next_island_but_a_live_labs_i
         assert name not in _namespaces(), f"namespace {name} of a dead lab is still there"
         assert not _has_link(host_end), f"veth {host_end} of a dead lab is still there"
         assert not _blackhole(subnet), f"blackhole route of {subnet} is still there"
-        assert _gone_within(int(untied), 5), "the process left in the namespace still runs"
-    finally:
-        _stop(lab)
-        _kill(pids)
-        if left:
-            _remove(*left)
+        assert gone_within(int(untied), 5), "the process left in the namespace still runs"
 
 
 @pytest.mark.netns

@@ -5,15 +5,18 @@ by SIGSTOP, where one tied with TERM stays frozen (``lockcore/lifeline.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from lockcore.lifeline import _setpriv, tied_to_parent
+from tests.support import gone_within, running, state
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -31,46 +34,40 @@ time.sleep(120)
 '''
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:  # a zombie has died, only not been reaped
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not _running(pid)
-
-
-@pytest.mark.skipif(_setpriv() is None, reason="no setpriv --pdeathsig (util-linux >= 2.33)")
-def test_a_server_from_the_main_thread_dies_with_a_parent_killed_by_sigkill(tmp_path):
-    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE,
-                              text=True, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "TMPDIR": str(tmp_path)})  # left by SIGKILL
+@contextlib.contextmanager
+def parent_of_two(script: str, env: dict[str, str] | None = None
+                  ) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    """A Python parent running ``script``, which prints the pids of the two processes it
+    started; on leaving, the parent and both are killed by pid, whatever the test did."""
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              text=True, stdin=subprocess.DEVNULL, env=env)
     pids: list[int] = []
     try:
         assert parent.stdout is not None
         pids = [int(pid) for pid in parent.stdout.readline().split()]
         assert len(pids) == 2, parent.communicate(timeout=5)
-        from_main, from_thread = pids
-        # the worker thread's end did not take its server with it
-        assert _running(from_thread), "a server died with the thread that started it"
-        parent.kill()
-        parent.wait(timeout=10)
-        assert _gone_within(from_main, 10), "SIGKILL left the parent's redis-server running"
-        assert _running(from_thread)  # not tied: stopped by pid (below), as before
+        yield parent, pids
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
         parent.stdout.close()  # type: ignore[union-attr]
         for pid in pids:
-            if _running(pid):
+            if running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(_setpriv() is None, reason="no setpriv --pdeathsig (util-linux >= 2.33)")
+def test_a_server_from_the_main_thread_dies_with_a_parent_killed_by_sigkill(tmp_path):
+    # TMPDIR: the servers' dirs, left by the SIGKILL
+    with parent_of_two(PARENT, {**os.environ, "TMPDIR": str(tmp_path)}) as (parent, pids):
+        from_main, from_thread = pids
+        # the worker thread's end did not take its server with it
+        assert running(from_thread), "a server died with the thread that started it"
+        parent.kill()
+        parent.wait(timeout=10)
+        assert gone_within(from_main, 10), "SIGKILL left the parent's redis-server running"
+        assert running(from_thread)  # not tied: stopped by pid (on leaving), as before
 
 
 FREEZER = r'''
@@ -81,14 +78,6 @@ term = subprocess.Popen(tied_to_parent(["sleep", "120"], "TERM"), start_new_sess
 print(kill.pid, term.pid, flush=True)
 time.sleep(120)
 '''
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
 
 
 def _execd_sleep(pid: int) -> bool:
@@ -110,13 +99,7 @@ def _pending(pid: int) -> int:
 
 @pytest.mark.skipif(_setpriv() is None, reason="no setpriv --pdeathsig (util-linux >= 2.33)")
 def test_a_frozen_child_tied_with_kill_dies_with_its_parent_one_tied_with_term_stays_frozen():
-    parent = subprocess.Popen([sys.executable, "-c", FREEZER], stdout=subprocess.PIPE,
-                              text=True, stdin=subprocess.DEVNULL)
-    pids: list[int] = []
-    try:
-        assert parent.stdout is not None
-        pids = [int(pid) for pid in parent.stdout.readline().split()]
-        assert len(pids) == 2, parent.communicate(timeout=5)
+    with parent_of_two(FREEZER) as (parent, pids):
         with_kill, with_term = pids
         deadline = time.monotonic() + 10
         while not all(_execd_sleep(pid) for pid in pids):  # setpriv has set PDEATHSIG
@@ -125,12 +108,12 @@ def test_a_frozen_child_tied_with_kill_dies_with_its_parent_one_tied_with_term_s
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)  # frozen, as the labs freeze a server or a holder
         deadline = time.monotonic() + 10
-        while {_state(pid) for pid in pids} != {"T"} and time.monotonic() < deadline:
+        while {state(pid) for pid in pids} != {"T"} and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert [_state(pid) for pid in pids] == ["T", "T"]
+        assert [state(pid) for pid in pids] == ["T", "T"]
         parent.kill()
         parent.wait(timeout=10)
-        assert _gone_within(with_kill, 10), "a frozen child tied with KILL outlived its parent"
+        assert gone_within(with_kill, 10), "a frozen child tied with KILL outlived its parent"
         # TERM was sent (it is pending) but a stopped process acts on SIGKILL only: it
         # would stay frozen, holding whatever it holds, until someone sent SIGCONT
         deadline = time.monotonic() + 10
@@ -138,15 +121,7 @@ def test_a_frozen_child_tied_with_kill_dies_with_its_parent_one_tied_with_term_s
             assert time.monotonic() < deadline, "the parent's death sent no SIGTERM"
             time.sleep(0.01)
         time.sleep(0.5)
-        assert _state(with_term) == "T"
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-        parent.stdout.close()  # type: ignore[union-attr]
-        for pid in pids:
-            if _running(pid):
-                os.kill(pid, signal.SIGKILL)
+        assert state(with_term) == "T"
 
 
 def test_an_unknown_signal_name_is_refused():
