@@ -52,6 +52,25 @@ def deadline(client: Any) -> int | str:
     return int((time.time() + timeout - min(MARGIN_S, timeout / 2)) * 1000)
 
 
+class _AtSend:
+    """``AT_SEND``'s type: a placeholder with a name of its own in a traceback."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "AT_SEND"
+
+
+#: a script argument a ``ScriptPipeline`` replaces with ``deadline(client)`` when it
+#: sends the script. A pipelined script may wait in its queue behind the batch ahead,
+#: whose leader also writes ``atomic`` rows to the database (``takenorders.py``): with
+#: its deadline taken when it queued, one that waited 9 s behind a stalled database ran
+#: past it, and its buyer heard "Redis answered too late" from a Redis that answered in
+#: milliseconds (a PostgreSQL audit). The client gives up ``socket_timeout`` after the
+#: send, so the deadline is the send's.
+AT_SEND: Any = _AtSend()
+
+
 def too_late() -> Busy:
     """The 503 for a script that answered ``LATE``: Redis ran it after the deadline."""
     return Busy("Redis answered too late; nothing was bought, try again", retry_after_s=1)

@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
 from .batching import Pending
-from .deadlines import LATE, LOST_REPLY, deadline, reserve, too_late
+from .deadlines import AT_SEND, LATE, LOST_REPLY, deadline, reserve, too_late
 from .keys import SaleKeys
 from .logthrottle import PER_REQUEST
 from .models import OrderLike
@@ -276,7 +276,7 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
         request.user_id, request.quantity,
         # the script leaves out a row we have; and changes nothing if run too late
         known.generation if known is not None and known.generation is not None else "",
-        deadline(deps.redis), request.nonce]
+        deadline(deps.redis) if deps.script_pipeline is None else AT_SEND, request.nonce]
     then = None
     if deps.script_pipeline is not None:
         then = TakenOrder(deps.sessions, request.sku, request.user_id, request.quantity, known)

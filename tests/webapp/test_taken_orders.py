@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
+import redis
 from sqlalchemy import func, select, update
 
 from tests.webapp.heldbatch import run_behind_a_held_batch
@@ -164,3 +167,45 @@ def test_a_purchase_of_the_known_generation_uses_the_known_sale(piped, monkeypat
     assert replies == [[1, 48]]  # taken, 48 left, no row
     assert orders_by_user(piped)["bob"] == order.id
     assert groupcommit.writer_for(piped.sessions).batches == 0  # written by the batch
+
+
+def test_a_script_queued_behind_a_stalled_row_write_gets_its_deadline_when_sent(
+        piped, redis_url):
+    """A purchase's script waits in its queue while the batch ahead writes its rows; its
+    deadline (``deadlines.py``) is the send's, not the queue's. Before, it was taken at
+    the queue: behind a leader writing rows to a stalled database, it ran out before the
+    script was sent, and its buyer heard "Redis answered too late" from a Redis that
+    answered at once (a PostgreSQL audit: 503s after 9-15 s)."""
+    quick = redis.Redis.from_url(redis_url, socket_timeout=1.0)  # deadline: 0.5 s ahead
+    stalled, release = threading.Event(), threading.Event()
+
+    def stalled_database(follow):  # type: ignore[no-untyped-def]
+        if not stalled.is_set():  # the first batch's rows: the database stalls
+            stalled.set()
+            assert release.wait(10)
+        write_taken(follow)
+
+    piped.redis, piped.script_pipeline = quick, ScriptPipeline(quick, after=stalled_database)
+    answers: dict[str, object] = {}
+
+    def buy(user: str) -> None:
+        try:
+            answers[user] = checkout(piped, PurchaseRequest(SKU, user)).order
+        except Exception as exc:  # noqa: BLE001 - the answer under test
+            answers[user] = exc
+
+    first = threading.Thread(target=buy, args=("ann",))
+    first.start()
+    assert stalled.wait(10)
+    behind = [threading.Thread(target=buy, args=(user,)) for user in ("bob", "cy", "dee")]
+    for thread in behind:
+        thread.start()
+    while len(piped.script_pipeline._queue) < len(behind):
+        time.sleep(0.01)
+    time.sleep(0.7)  # the stall outlasts a deadline taken at the queue
+    release.set()
+    for thread in [first, *behind]:
+        thread.join(10)
+    quick.close()
+    assert all(isinstance(answer, PlacedOrder) for answer in answers.values()), answers
+    assert sorted(orders_by_user(piped)) == ["ann", "bob", "cy", "dee"]
