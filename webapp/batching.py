@@ -111,6 +111,9 @@ class Pending(Generic[Item]):
     error: BaseException | None = None
     done: Signal = field(default_factory=threading.Event)
     lead: bool = False
+    #: when it was queued (``time.monotonic()``): an order write has a budget from then
+    #: (``writedeadline.py``)
+    since: float = 0.0
 
     @property
     def answered(self) -> bool:
@@ -139,7 +142,7 @@ class Batcher(Generic[Item]):
 
     def submit(self, item: Item) -> Any:
         """Queue ``item``; return its result once its batch is served, or raise its error."""
-        pending = Pending(item, done=self._signal())
+        pending = Pending(item, done=self._signal(), since=time.monotonic())
         with self._lock:
             self._queue.append(pending)
             lead, self._serving = not self._serving, True

@@ -53,10 +53,12 @@ def alembic_config(database_url: str) -> Config:
 #: how long a PostgreSQL connection may take to open: a server that accepts and never
 #: answers (a wrong port, a frozen host) hung ``seckill serve`` for good
 PG_CONNECT_TIMEOUT_S = 10
-#: the server cancels a statement of the shop's that runs longer: an order write stuck
-#: behind another transaction's lock fails, and its units go back. Without it a buyer
-#: waited as long as the lock was held (a PostgreSQL audit: 44 s behind a table lock,
-#: past the 30 s a proxy in front waits). Well above a write's normal worst case.
+#: the server cancels a statement of the shop's that runs longer: a statement stuck
+#: behind another transaction's lock fails. Without it a buyer waited as long as the
+#: lock was held (a PostgreSQL audit: 44 s behind a table lock, past the 30 s a proxy in
+#: front waits). One statement's bound, not an order write's: a write is several
+#: statements and a queue, and has a budget of its own (``writedeadline.py``, which
+#: lowers this within its transaction).
 PG_STATEMENT_TIMEOUT_MS = 10_000
 #: a transaction of the shop's left open and idle this long is ended by the server, and
 #: the locks it held with it

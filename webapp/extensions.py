@@ -27,10 +27,11 @@ from lockcore.strategies.zookeeper_clients import reconnect_retry
 from . import config as settings
 from .batching import gevent_patched
 from .cohort import Cohorts
-from .db import connect_args, sqlite_file_layout
+from .db import PG_STATEMENT_TIMEOUT_MS, connect_args, sqlite_file_layout
 from .pipelining import ScriptPipeline
 from .problems import Busy
 from .takenorders import write_taken
+from .writedeadline import keep_deadlines
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +76,12 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_size=5, max_overflow=10, pool_timeout=POOL_TIMEOUT_S,
-                         pool_pre_ping=True,
-                         connect_args=connect_args(url, serving=True))
+    serving = connect_args(url, serving=True)
+    engine = create_engine(url, pool_size=5, max_overflow=10, pool_timeout=POOL_TIMEOUT_S,
+                           pool_pre_ping=True, connect_args=serving)
+    if engine.dialect.name == "postgresql":  # an order write's budget (writedeadline.py)
+        keep_deadlines(engine, PG_STATEMENT_TIMEOUT_MS if "options" in serving else None)
+    return engine
 
 
 def _semaphore(size: int) -> Any:

@@ -36,6 +36,12 @@ is the engine's (``engine.begin()``): an ORM ``Session`` around it cost 76 us a
 transaction in a micro-benchmark (104 us against 28 us for an empty one), a quarter of
 what writing one order alone costs (docs/performance.md, session 8).
 
+**A budget per write** (``writedeadline.py``): a write still queued ``ORDER_WRITE_S``
+after it queued is answered 503 unsent (its caller gives its units back), and a batch's
+transaction is cancelled at its oldest write's deadline. Behind a held lock a buyer
+waited through the batch ahead and each statement's own timeout (a PostgreSQL audit:
+30 s, where 10 were promised).
+
 **SQLite under gevent.** The leader's transaction never yields: nothing between BEGIN
 and COMMIT talks to Redis or waits (``batching.py`` says why the leader yields first).
 """
@@ -44,8 +50,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -68,6 +76,7 @@ from .statements import (
     TAKE_UNITS_IF_LEFT_RETURNING,
     TAKE_UNITS_OF_GENERATION,
 )
+from .writedeadline import ORDER_WRITE_S, bounded, out_of_time
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +97,8 @@ class OrderWriter(Batcher[OrderWrite]):
 
     def __init__(self, sessions: sessionmaker[Session], max_batch: int = MAX_BATCH) -> None:
         super().__init__(max_batch)
+        #: how long a write may take from when it queued (``writedeadline.py``)
+        self.budget_s = ORDER_WRITE_S
         #: the engine the sessions are bound to (its transactions skip the ORM's)
         self._engine: Engine = sessions.kw["bind"]
         #: whether a COMMIT's reply can be lost (``commits.py``)
@@ -105,17 +116,32 @@ class OrderWriter(Batcher[OrderWrite]):
         written: PlacedOrder = self.submit((order, row, generation))
         return written
 
-    def write_now(self, writes: list[OrderWrite]) -> list[Pending[OrderWrite]]:
+    def write_now(self, writes: list[OrderWrite],
+                  since: Sequence[float] | None = None) -> list[Pending[OrderWrite]]:
         """The same transaction for a batch the caller already has, served by the caller
         at once instead of queued: no greenlet switch (a combined lock section, where
         every switch is a scheduler round the stock lock stays held: ``allocation.py``;
         the script batch that took an ``atomic`` purchase's units: ``takenorders.py``).
-        Each ``Pending`` comes back with its order (with its id) or its own error."""
-        batch = [Pending(write, done=SERVED) for write in writes]
+        Each ``Pending`` comes back with its order (with its id) or its own error.
+
+        :param since: when each write's wait began (its budget's start); default now."""
+        now = time.monotonic()
+        batch = [Pending(write, done=SERVED, since=now) for write in writes]
+        if since is not None:
+            for pending, began in zip(batch, since, strict=True):
+                pending.since = began
         self._serve(batch)
         return batch
 
     def _serve(self, batch: list[Pending[OrderWrite]]) -> None:
+        now = time.monotonic()
+        if any(now - pending.since >= self.budget_s for pending in batch):
+            for pending in batch:  # queued past their budget: answered unsent
+                if now - pending.since >= self.budget_s:
+                    pending.error = out_of_time()
+            batch = [pending for pending in batch if pending.error is None]
+            if not batch:
+                return
         try:
             written = self._transaction(batch)
         except Exception as exc:
@@ -135,6 +161,7 @@ class OrderWriter(Batcher[OrderWrite]):
         """Count the units off ``sales.remaining``, insert the rows, commit; each row
         written with its id (a row refused by ``_take_units`` has its error instead)."""
         with committing(self._engine.begin(), self._remote) as connection:
+            bounded(connection, min(pending.since for pending in batch) + self.budget_s)
             taken = self._take_units(connection, batch)
             if not taken:
                 return []

@@ -50,6 +50,8 @@ from .statements import (
     TAKE_UNITS_IF_LEFT_OF_GENERATION,
     TAKE_UNITS_OF_GENERATION,
 )
+from .writedeadline import OPTION as DEADLINE_OPTION
+from .writedeadline import ORDER_WRITE_S, WriteDeadline
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +138,9 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
         # a purchase's CPU in the profile, much of it the ORM's unit of work (identity
         # map, flush ordering, events) for one UPDATE and one INSERT of a fixed shape
         with committing(sessions.begin(), remote(_dialect(sessions))) as session:
-            connection = session.connection()
+            # the whole transaction within one budget, not each statement (writedeadline.py)
+            connection = session.connection(execution_options={
+                DEADLINE_OPTION: WriteDeadline(time.monotonic() + ORDER_WRITE_S)})
             if connection.execute(decrement, parameters).rowcount == 0:
                 if generation is not None and (not conditional or reset_since(
                         connection, sale.id, generation)):

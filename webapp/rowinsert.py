@@ -78,6 +78,10 @@ class RowInsert:
         parameters = [value for values in zip(*columns, strict=True) for value in values]
         cursor = connection.connection.cursor()
         try:
+            # what Core fires before a statement: the transaction's deadline listens there
+            # (``writedeadline.py``); a multi-row INSERT is the statement a table lock holds
+            connection.dispatch.before_cursor_execute(connection, cursor, statement,
+                                                      parameters, None, False)
             cursor.execute(statement, parameters)
             return list(cursor.fetchall())
         except self.dialect.loaded_dbapi.Error as exc:  # as Core would raise it

@@ -14,7 +14,8 @@ before it wakes them: a purchase waits once.
 **What does not change.** A row is written only in the sale generation its units came
 from; each purchase gets its own answer, its order or the error its own transaction
 would have raised, and on an error its caller gives its units back (``record_order``);
-nobody is answered before its row is committed. The transaction does not yield (SQLite
+nobody is answered before its row is committed; a row has ``ORDER_WRITE_S`` from when
+its purchase queued its script (``writedeadline.py``). The transaction does not yield (SQLite
 under gevent: ``orders.py``), and the batch's callers are all waiting while it runs.
 
 **When it does not apply** (the caller writes its row itself, as before): the script
@@ -28,6 +29,7 @@ transaction that wrote it, and the caller writes only when it is unset.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 from typing import Any
 
@@ -47,7 +49,8 @@ class TakenOrder:
     the leader has written it, the sale it was written for and ``written`` (the row's
     ``Pending``: its order with its id, or its own error)."""
 
-    __slots__ = ("sessions", "sku", "user_id", "quantity", "known", "sale", "written")
+    __slots__ = ("sessions", "sku", "user_id", "quantity", "known", "sale", "written",
+                 "since")
 
     def __init__(self, sessions: sessionmaker[Session], sku: str, user_id: str,
                  quantity: int, known: SaleInfo | None = None) -> None:
@@ -59,6 +62,9 @@ class TakenOrder:
         self.known = known
         self.sale: SaleInfo | None = None
         self.written: Pending[OrderWrite] | None = None
+        #: when the purchase queued its script: its row's budget starts there, the wait
+        #: behind the batch ahead (whose leader writes rows too) counted in
+        self.since = time.monotonic()
 
     def row(self, reply: Any, taken_at: datetime) -> OrderWrite | None:
         """The row to write after ``atomic_checkout.lua``'s ``reply``, or None: the
@@ -101,5 +107,6 @@ def write_taken(follow: list[tuple[Any, Any]]) -> None:
             owners.append(then)
             writes.append(write)
     for sessions, (owners, writes) in batches.items():
-        for owner, pending in zip(owners, writer_for(sessions).write_now(writes), strict=True):
+        written = writer_for(sessions).write_now(writes, [owner.since for owner in owners])
+        for owner, pending in zip(owners, written, strict=True):
             owner.written = pending

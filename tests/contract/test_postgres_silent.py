@@ -5,6 +5,7 @@ lock was held (a PostgreSQL audit). Both are bounded now, and the unit goes back
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ from tests.contract.silentproxy import SilentProxy
 from tests.contract.wire import assert_error
 from tests.support import PG_ADMIN_URL, scratch_postgres
 from webapp.db import PG_STATEMENT_TIMEOUT_MS, connect_args
+from webapp.writedeadline import ORDER_WRITE_S, SLACK_S
 
 pytestmark = pytest.mark.postgres
 
@@ -67,6 +69,51 @@ def test_an_order_write_stuck_behind_a_lock_is_cancelled_and_its_unit_returned(d
         audit = shop.assert_books_balance(sku)
         assert audit["remaining"] == 3 and audit["units_sold"] == 0, audit
         assert shop.buy("stuck", sku).status == 201  # nothing of the first attempt stayed
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "sql"])
+def test_buyers_of_two_workers_behind_a_held_lock_hear_within_the_order_write_budget(
+        database, strategy):
+    """Buyers arriving all along behind ``LOCK TABLE orders`` (22 s), on two workers:
+    each hears within the order write's budget (``ORDER_WRITE_S``), 503 with its unit
+    back or 201 once the lock goes. Before, ``statement_timeout`` bounded a statement,
+    not the write: one worker's UPDATE waited 10 s on the other's row lock, then its
+    INSERT 10 s on the table, and the buyers queued behind them longer still: waits of
+    26-30 s, a 201 after 29.6 s, where 10 s were promised (a PostgreSQL audit)."""
+    import psycopg
+
+    _, _, url = database
+    sku = f"qa-pg-held-{strategy}"
+    with served_shop([sku], database_url=url, workers=2) as shop:
+        shop.reset(sku, 100, strategy)
+        waits: dict[str, tuple[int, float, str]] = {}
+
+        def buyer(user: str, after_s: float) -> None:
+            time.sleep(after_s)
+            started = time.monotonic()
+            answer = shop.call("POST", f"/api/products/{sku}/purchase", {"user_id": user},
+                               timeout=60)
+            waits[user] = (answer.status, time.monotonic() - started,
+                           (answer.json or {}).get("error", ""))
+
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as holder:
+            holder.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+            buyers = [threading.Thread(target=buyer, args=(f"held-{n}", n * 0.5))
+                      for n in range(40)]  # one every half second for 20 s
+            for thread in buyers:
+                thread.start()
+            time.sleep(22)
+            holder.rollback()
+        for thread in buyers:
+            thread.join(70)
+        assert len(waits) == 40
+        longest = max(wait for _, wait, _ in waits.values())
+        assert longest <= ORDER_WRITE_S + SLACK_S + 3, sorted(waits.values(),
+                                                              key=lambda w: -w[1])[:5]
+        assert {(status, error) for status, _, error in waits.values()} <= {
+            (201, ""), (503, "busy")}, waits
+        audit = shop.assert_books_balance(sku)
+        assert audit["orders"] == sum(status == 201 for status, _, _ in waits.values())
 
 
 def test_the_shops_connections_carry_the_timeouts_unless_the_url_sets_its_own():

@@ -10,7 +10,7 @@ from sqlalchemy.exc import OperationalError
 from tests.webapp.heldbatch import run_behind_a_held_batch
 from webapp import groupcommit, orders, sales
 from webapp.models import Order, PlacedOrder
-from webapp.problems import AlreadyPurchased, SoldOut
+from webapp.problems import AlreadyPurchased, Busy, SoldOut
 from webapp.saleinfo import load_sale
 from webapp.services import Checkout, PurchaseRequest, checkout
 
@@ -158,3 +158,20 @@ def test_a_rolled_back_sql_batch_leaves_no_stock_figure_behind(deps, monkeypatch
     monkeypatch.undo()
     assert checkout(deps, PurchaseRequest("sku-2", "cy")).created  # another sale commits
     assert writer.stock_after[load_sale(deps.sessions, SKU).id] == committed
+
+
+def test_a_write_queued_past_its_budget_is_answered_busy_unsent_and_its_unit_returned(
+        deps, monkeypatch):
+    """A write still queued when its budget (``writedeadline.ORDER_WRITE_S``) is gone is
+    not sent: its buyer hears 503 and the unit goes back. Before, a buyer queued behind
+    a batch stuck on a lock waited it out, then its own batch's statements, each with a
+    timeout of its own (a PostgreSQL audit: 30 s, where 10 s were promised)."""
+    writer = groupcommit.writer_for(deps.sessions)
+    monkeypatch.setattr(writer, "budget_s", 0.0)  # every write is out of time once queued
+    monkeypatch.setattr(writer, "_transaction", lambda batch: pytest.fail("it was sent"))
+    with pytest.raises(Busy, match="not be written in time"):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    audit = sales.audit(deps.sessions, deps.redis, SKU)
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 50, True)
+    monkeypatch.undo()
+    assert checkout(deps, PurchaseRequest(SKU, "ann")).created  # and she may retry

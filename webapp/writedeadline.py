@@ -1,0 +1,88 @@
+"""An order write's deadline: one budget for the whole wait, not one per statement.
+
+**What failed** (a PostgreSQL audit: ``LOCK TABLE orders`` held 30-50 s, two workers):
+``statement_timeout`` (10 s) bounds one statement, and a buyer waits through several::
+
+    worker 1:  batch A: UPDATE sales (row lock), INSERT orders: waits on the table lock
+    worker 2:  batch B: UPDATE sales: waits on A's row lock ...... 10 s (A cancelled)
+    worker 2:  batch B: INSERT orders: waits on the table lock ... 10 s (cancelled)
+    worker 2:  a buyer queued behind B, in B's successor's batch . 10 s more: 30 s
+
+and one heard 201 after 29.8 s, where the page and the docs promised 10 s for the write.
+
+**The fix.** A write has ``ORDER_WRITE_S`` from the moment it queued (for an ``atomic``
+purchase whose row its script batch writes: from when its script queued). A batch
+leaves out the writes already past it (503, units back: ``groupcommit.py``), and its
+transaction gets what its oldest write has left: before each statement, if that is
+less than the statement timeout in force, ``SET LOCAL statement_timeout`` lowers it,
+so PostgreSQL cancels the statement at the deadline, as it cancelled one at 10 s. A
+cancelled write fails as before: 503 and its units back.
+
+The SET costs a round trip, so it is sent only when the time left is ``SLACK_S`` under
+the timeout in force: a write that queued for milliseconds sends none. A statement may
+so run ``SLACK_S`` past the deadline, never more (the next one gets 1 ms).
+SQLite has no server to cancel a statement: its writes are bounded by the busy timeout
+(5 s) and the queue's deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import Connection, Engine, event
+
+from .problems import Busy
+
+#: a buyer's order write, from when it queued to its answer (PostgreSQL), at most this
+#: (plus ``SLACK_S`` and the COMMIT)
+ORDER_WRITE_S = 10.0
+#: how far under the timeout in force the time left must be to send a SET for it
+SLACK_S = 0.25
+#: the execution option of a Core connection that carries its transaction's deadline
+OPTION = "write_deadline"
+
+
+class WriteDeadline:
+    """One transaction's deadline (``time.monotonic()``) and the statement timeout it
+    has set (None: the session's)."""
+
+    __slots__ = ("at", "set_ms")
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.set_ms: int | None = None
+
+    def before(self, cursor: Any, session_ms: int | None) -> None:
+        """Lower the statement timeout to the time left, if it is well under the one in
+        force (``session_ms``: the session's; None: unknown, so always)."""
+        in_force = self.set_ms if self.set_ms is not None else session_ms
+        left_ms = int((self.at - time.monotonic()) * 1000)
+        if in_force is not None and left_ms > in_force - SLACK_S * 1000:
+            return
+        self.set_ms = max(left_ms, 1)  # 0 would mean no timeout at all
+        cursor.execute(f"SET LOCAL statement_timeout = {self.set_ms}")
+
+
+def bounded(connection: Connection, at: float) -> Connection:
+    """``connection`` (a transaction's) with its statements bounded by deadline ``at``
+    on an engine that ``keeps_deadlines``; elsewhere, unchanged in effect."""
+    return connection.execution_options(**{OPTION: WriteDeadline(at)})
+
+
+def keep_deadlines(engine: Engine, session_ms: int | None) -> None:
+    """Make ``engine`` (PostgreSQL) honour ``bounded``; ``session_ms`` is the statement
+    timeout its connections start with (None: unknown, e.g. a URL's own options)."""
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _deadline(connection: Connection, cursor: Any, statement: str, parameters: Any,
+                  context: Any, executemany: bool) -> None:
+        deadline = connection.get_execution_options().get(OPTION)
+        if deadline is not None:
+            deadline.before(cursor, session_ms)
+
+
+def out_of_time() -> Busy:
+    """The 503 of a write still queued at its deadline: it was never sent."""
+    return Busy("the order could not be written in time (the database is slow); nothing "
+                "was bought, try again")
