@@ -579,3 +579,49 @@ def test_the_pages_small_courtesies(page):
         for path in ("/", "/admin"):
             served = page.request.get(app.url + path).text()
             assert re.search(r"<noscript>.*needs JavaScript.*</noscript>", served, re.S), path
+
+
+def test_a_shop_answering_503_with_its_database_down_is_not_called_not_answering(page):
+    """The shop answered every poll at once, a 503 with its JSON ("the database is
+    unavailable"), and the page counted it as no answer: "The shop is not answering"
+    beside "Not selling: database down" (a browser audit, PostgreSQL refusing
+    connections). The two answers here are the shop's own with its database down: an
+    app of this code on a PostgreSQL port that nobody listens on."""
+    from playwright.sync_api import expect
+
+    from lockcore.embedded import free_port
+    from tests.webapp.conftest import backends, make_app
+
+    with ServedApp(workers=1) as app:
+        down = make_app(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing",
+                        app.redis_url)
+        try:
+            client, polls = down.test_client(), []
+
+            def as_the_shop_answers(route):
+                answer = client.get(route.request.url.removeprefix(app.url))
+                if "/api/products" in route.request.url:
+                    polls.append(answer.status_code)
+                route.fulfill(status=answer.status_code, headers=dict(answer.headers),
+                              body=answer.get_data())
+
+            page.goto(app.url + "/")
+            for path in ("**/api/products", "**/healthz"):
+                page.route(path, as_the_shop_answers)
+            expect(page.locator("#degraded")).to_contain_text("Not selling: database down")
+            while len(polls) < 6:  # the page counts three unanswered polls as "not answering"
+                page.wait_for_timeout(100)
+            assert set(polls) == {503}
+            expect(page.locator("#offline")).to_be_hidden()
+            expect(page.locator("#degraded")).to_be_visible()
+        finally:
+            backends(down).close()
+
+        # a proxy's 502 in JSON (deploy/nginx.conf) says the shop is not answering
+        for path in ("**/api/products", "**/healthz"):
+            page.unroute(path)
+        page.route("**/api/products", lambda route: route.fulfill(
+            status=502, json={"error": "bad_gateway",
+                              "detail": "the shop is not answering, try again shortly"}))
+        expect(page.locator("#offline")).to_be_visible(timeout=5_000)
+

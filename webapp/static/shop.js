@@ -124,6 +124,16 @@ function connection(ok) {
   if (banner) banner.hidden = !offline();
 }
 
+// The shop answers even when a part of it is down: its 503 with the contract's JSON
+// ("the database is unavailable") came at once, and counting it as no answer put "The
+// shop is not answering" beside "Not selling: database down" (a browser audit). No
+// answer is a network error, a timeout, or a proxy's: an HTML error page, or the 502
+// and 504 of deploy/nginx.conf, JSON too, which say the shop is not answering.
+function answered(response) {
+  if (response.status === 502 || response.status === 504) return false;
+  return (response.headers.get("Content-Type") || "").startsWith("application/json");
+}
+
 // A fetch that gives up after `ms`: a shop that answers late (a frozen Redis makes
 // every request wait out the shop's own timeouts) counts as a shop not answering.
 async function fetchWithin(url, ms) {
@@ -176,7 +186,8 @@ async function poll() {
   try {
     const response = await fetchWithin("/api/products", POLL_GIVE_UP_MS);
     if (response.ok) (await response.json()).forEach(render);
-    connection(response.ok);
+    // a 503 (a part down: #degraded names it) keeps the last numbers, and is an answer
+    connection(answered(response));
   } catch (err) {
     connection(false);  // restarting, gone or given up: keep the last numbers
   } finally {
