@@ -625,3 +625,71 @@ def test_a_shop_answering_503_with_its_database_down_is_not_called_not_answering
                               "detail": "the shop is not answering, try again shortly"}))
         expect(page.locator("#offline")).to_be_visible(timeout=5_000)
 
+
+#: (an init script) the page's fetches, with the page's clock, in ``window.asked``;
+#: ``document.hidden`` is ``window.hideTab``'s to set (a headless page is never hidden)
+RECORD_FETCHES = """
+window.asked = [];
+window.tabHidden = false;
+Object.defineProperty(Document.prototype, "hidden", {get: () => window.tabHidden});
+window.hideTab = (hidden) => {
+    window.tabHidden = hidden;
+    document.dispatchEvent(new Event("visibilitychange"));
+};
+const fetchAsIs = window.fetch;
+window.fetch = (url, ...rest) => {
+    window.asked.push([String(url), Date.now()]);
+    return fetchAsIs(url, ...rest);
+};
+"""
+
+
+def health_checks_in(page, seconds: int) -> list[float]:
+    """When the page asked ``/healthz`` in ``seconds`` of its (fake) clock, moved on in
+    steps, each fetch let through before the next (the timers after it are set then)."""
+    page.evaluate("window.asked = []")
+    for _ in range(2 * seconds):
+        page.clock.run_for(500)
+        page.wait_for_timeout(30)
+    return [at for url, at in page.evaluate("window.asked") if url.endswith("/healthz")]
+
+
+def test_health_checks_slow_down_with_jitter_in_a_hidden_tab_and_while_the_shop_is_away(page):
+    """Every open storefront asked /healthz every 2 s on the dot, in a hidden tab and
+    while the shop was not answering too (all pages together as it came back), while
+    the product polls slowed down, with jitter (a browser audit: 30 checks a minute in
+    a hidden tab). Once the shop answers again, what is down is asked at once."""
+    import itertools
+
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        page.add_init_script(RECORD_FETCHES)
+        page.clock.install()
+        page.goto(app.url + "/")
+        expect(page.locator(".card").first).to_be_visible()
+        in_view = health_checks_in(page, 10)
+        assert 4 <= len(in_view) <= 7, in_view  # every 2 s, give or take a fifth
+
+        page.evaluate("hideTab(true)")
+        hidden = health_checks_in(page, 60)
+        assert len(hidden) <= 4, hidden  # every 20 s, give or take a fifth
+        gaps = [later - earlier for earlier, later in itertools.pairwise(hidden)]
+        assert len(set(gaps)) == len(gaps), gaps  # jitter: no two pages stay in step
+
+        page.evaluate("hideTab(false)")
+        for path in ("**/api/products", "**/healthz"):
+            page.route(path, lambda route: route.abort())
+        health_checks_in(page, 10)
+        expect(page.locator("#offline")).to_be_visible()
+        away = health_checks_in(page, 60)
+        assert len(away) <= 10, away  # every 8 s, give or take a fifth
+        for path in ("**/api/products", "**/healthz"):
+            page.unroute(path)
+        page.evaluate("window.asked = []")
+        while page.locator("#offline").is_visible():
+            page.clock.run_for(100)
+            page.wait_for_timeout(30)
+        asked = page.evaluate("window.asked")
+        answered_at = [at for url, at in asked if url.endswith("/api/products")][-1]
+        assert [url for url, at in asked if at >= answered_at][-1].endswith("/healthz"), asked

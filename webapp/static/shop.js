@@ -119,9 +119,12 @@ function offline() {
 
 function connection(ok) {
   // after a few failed polls in a row, say the numbers are stale (they are kept)
+  const wasOffline = offline();
   failedPolls = ok ? 0 : failedPolls + 1;
   const banner = document.getElementById("offline");
   if (banner) banner.hidden = !offline();
+  // back: what is down is asked now, not after the slow timer of a shop away
+  if (wasOffline && !offline()) checks.nudge();
 }
 
 // The shop answers even when a part of it is down: its 503 with the contract's JSON
@@ -154,7 +157,8 @@ const POLL_GIVE_UP_MS = 15000;
 // The products come from the database when Redis is down, so the page looked fine
 // while every purchase failed: ask /healthz on a timer of its own (not after a poll,
 // which a frozen Redis can hold for seconds), and name the part that is down (its 503
-// body says which) until it is back.
+// body says which) until it is back. Every 2 s while someone watches; slower, as the
+// polls are (nextPollMs), in a hidden tab or while the shop is not answering.
 const HEALTH_MS = 2000;
 
 async function health() {
@@ -169,19 +173,16 @@ async function health() {
     const body = await response.json();
     const text = `Not selling: ${body.detail || "a backend is down"}. Purchases ` +
       "are refused until it is back; the stock shown may be out of date.";
-    // the same alert rewritten every 2 s may be read out again each time
+    // the same alert rewritten at every check may be read out again each time
     if (banner.textContent !== text) banner.textContent = text;
     banner.hidden = false;
   } catch (err) {
     banner.hidden = true;  // what was down before is old news now
     connection(false);  // not answering at all: the #offline banner's news
-  } finally {
-    setTimeout(health, HEALTH_MS);
   }
 }
 
 async function poll() {
-  pollTimer = null;  // in flight: a visibility change leaves this one be
   const late = setTimeout(() => connection(false), POLL_TIMEOUT_MS);
   try {
     const response = await fetchWithin("/api/products", POLL_GIVE_UP_MS);
@@ -193,26 +194,49 @@ async function poll() {
   } finally {
     clearTimeout(late);
   }
-  pollTimer = setTimeout(poll, nextPollMs());
 }
 
 // Twice a second while someone watches; a hidden tab and a shop that is not answering
 // (every open page would hit it together as it comes back) are asked less often, with
-// a little jitter.
+// a little jitter. The health checks slow down alike: they went every 2 s, hidden tab
+// or shop away, all pages in step (a browser audit).
 const HIDDEN_POLL_MS = 5000;
 const OFFLINE_POLL_MS = 2000;
-let pollTimer = null;
 
-function nextPollMs() {
-  const base = document.hidden ? HIDDEN_POLL_MS : offline() ? OFFLINE_POLL_MS : POLL_MS;
-  return base * (0.8 + 0.4 * Math.random());
+function nextPollMs(base = POLL_MS) {
+  const slower = document.hidden ? HIDDEN_POLL_MS / POLL_MS
+    : offline() ? OFFLINE_POLL_MS / POLL_MS : 1;
+  return base * slower * (0.8 + 0.4 * Math.random());
 }
 
+// `task` again and again, nextPollMs(baseMs) after each one ends; nudge() runs it now
+// instead of after the slow timer, unless it is in flight.
+function repeating(task, baseMs) {
+  let timer = null;
+  async function run() {
+    timer = null;  // in flight
+    try {
+      await task();
+    } finally {
+      timer = setTimeout(run, nextPollMs(baseMs));
+    }
+  }
+  return {
+    start: run,
+    nudge() {
+      if (timer === null) return;
+      clearTimeout(timer);
+      run();
+    },
+  };
+}
+const polls = repeating(poll, POLL_MS);
+const checks = repeating(health, HEALTH_MS);
+
 document.addEventListener("visibilitychange", () => {
-  if (document.hidden || pollTimer === null) return;
-  clearTimeout(pollTimer);  // back in view: fresh numbers now, not after the slow timer
-  pollTimer = null;
-  poll();
+  if (document.hidden) return;
+  polls.nudge();  // back in view: fresh numbers now, not after the slow timer
+  checks.nudge();
 });
 
 async function buy(el) {
@@ -300,5 +324,5 @@ document.getElementById("user-name").addEventListener("keydown", (event) => {
 document.querySelectorAll(".card .buy").forEach((button) => {
   button.addEventListener("click", () => buy(button.closest(".card")));
 });
-poll();
-health();
+polls.start();
+checks.start();
