@@ -238,4 +238,5 @@ def page() -> Response:
         # it was a 400 the page showed only after the reset)
         missing = locks.missing_backend(name, config)
         strategies.append((name, safe, missing.split(" needs ", 1)[-1] if missing else None))
-    return shop.page(render_template("admin.html", strategies=strategies))
+    return shop.page(render_template("admin.html", strategies=strategies,
+                                     no_limit=sales.NO_LIMIT))

@@ -693,3 +693,53 @@ def test_health_checks_slow_down_with_jitter_in_a_hidden_tab_and_while_the_shop_
         asked = page.evaluate("window.asked")
         answered_at = [at for url, at in asked if url.endswith("/api/products")][-1]
         assert [url for url, at in asked if at >= answered_at][-1].endswith("/healthz"), asked
+
+
+def test_a_reset_from_the_admin_page_keeps_what_the_admin_did_not_change(page):
+    """The form always said token, 100 units, no work and sent no limit: "Reset sku-3:
+    20 units" from the page switched a sql sale with a limit of 3 to token with no limit
+    (a browser audit). It is filled from the sale, on load and for each sku typed; what
+    the admin changes stays changed."""
+    from playwright.sync_api import expect
+
+    from tests.webapp.served import call
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-3", stock=20, strategy="sql", limit=3, work_ms=5)
+        reset_sale(app, "sku-2", stock=8, strategy="atomic")
+        page.goto(app.url + "/admin")
+        page.fill("#token", app.admin_token)
+        page.fill("#sku", "sku-3")
+        expect(page.locator("#strategy")).to_have_value("sql")
+        expect(page.locator("#limit")).to_have_value("3")
+        expect(page.locator("#work-ms")).to_have_value("5")
+        expect(page.locator("#stock")).to_have_value("20")
+        page.fill("#stock", "12")
+        page.click("#reset-form button")
+        expect(page.locator("#reset-message")).to_have_text(
+            "Reset sku-3: 12 units, strategy sql, work 5 ms, 3 per buyer.")
+        _, sale = call(f"{app.url}/api/products/sku-3")
+        assert (sale["strategy"], sale["limit"], sale["work_ms"]) == ("sql", 3, 5)
+
+        page.fill("#sku", "sku-2")  # no limit: the field is empty, and none is sent
+        expect(page.locator("#strategy")).to_have_value("atomic")
+        expect(page.locator("#limit")).to_have_value("")
+        expect(page.locator("#stock")).to_have_value("8")
+        page.fill("#limit", "2")
+        page.click("#reset-form button")
+        expect(page.locator("#reset-message")).to_have_text(
+            "Reset sku-2: 8 units, strategy atomic, work 0 ms, 2 per buyer.")
+        page.fill("#limit", "")
+        page.click("#reset-form button")
+        expect(page.locator("#reset-message")).to_contain_text("work 0 ms, no limit.")
+
+        def late(route):  # sku-3's values come after the click
+            reply = route.fetch()
+            page.wait_for_timeout(1_000)
+            route.fulfill(response=reply)
+
+        page.route("**/api/products/sku-3", late)
+        page.fill("#sku", "sku-3")  # and at once Reset: it waits for sku-3's values
+        page.click("#reset-form button")
+        expect(page.locator("#reset-message")).to_have_text(
+            "Reset sku-3: 12 units, strategy sql, work 5 ms, 3 per buyer.")

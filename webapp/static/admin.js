@@ -26,6 +26,41 @@ $("reset-form").addEventListener("input", () => {
   if ($("reset-message").className !== "message pending") say("reset-message", "", "");
 });
 
+// The form starts as the sale is: a reset from a form that always said token, 100
+// units and no limit switched a sql sale with a limit of 3 to token with no limit
+// (a browser audit). Filled when the page loads and when the sku changes, except the
+// fields the admin has changed since; a reset sent meanwhile waits for it.
+const NO_LIMIT = Number($("limit").max);
+const SALE = { strategy: "strategy", stock: "initial_stock", "work-ms": "work_ms",
+               limit: "limit" };
+let edited = new Set();
+let filling = Promise.resolve();
+
+Object.keys(SALE).forEach((id) => $(id).addEventListener("input", () => edited.add(id)));
+
+function fillFromSale() {
+  const sku = $("sku").value.trim();
+  edited = new Set();
+  filling = (async () => {
+    try {
+      const response = await fetch(`/api/products/${encodeURIComponent(sku)}`,
+                                   { cache: "no-store" });
+      // no such product (the reset will say so), or the shop down: the form stays
+      if (!response.ok || $("sku").value.trim() !== sku) return;
+      const sale = await response.json();
+      for (const [id, field] of Object.entries(SALE)) {
+        if (edited.has(id) || sale[field] === undefined) continue;
+        const value = id === "limit" && sale.limit >= NO_LIMIT ? "" : String(sale[field]);
+        $(id).value = value;
+      }
+    } catch (err) {
+      // not answering, or not the shop's JSON: the audit below says so
+    }
+  })();
+}
+$("sku").addEventListener("input", fillFromSale);
+fillFromSale();
+
 $("reset-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const token = $("token").value.trim();
@@ -38,16 +73,21 @@ $("reset-form").addEventListener("submit", async (event) => {
   message.className = "message pending";
   message.textContent = "Resetting…";
   try {
+    await filling;  // the sale's own values, for the fields not changed here
+    const sale = { stock: Number($("stock").value), strategy: $("strategy").value,
+                   work_ms: Number($("work-ms").value || 0) };
+    if ($("limit").value) sale.limit = Number($("limit").value);  // none: no limit
     const response = await fetch(`/api/admin/sales/${encodeURIComponent(sku)}`, {
       method: "PUT",
       headers: { "Content-Type": "application/json", Authorization: `Bearer ${asHeader(token)}` },
-      body: JSON.stringify({ stock: Number($("stock").value), strategy: $("strategy").value,
-                             work_ms: Number($("work-ms").value || 0) }),
+      body: JSON.stringify(sale),
     });
     const body = await response.json();
+    const limit = body.limit >= NO_LIMIT ? "no limit" : `${body.limit} per buyer`;
     message.className = "message " + (response.ok ? "ok" : "error");
     message.textContent = response.ok
-      ? `Reset ${body.sku}: ${body.stock} units, strategy ${body.strategy}, work ${body.work_ms} ms.`
+      ? `Reset ${body.sku}: ${body.stock} units, strategy ${body.strategy}, ` +
+        `work ${body.work_ms} ms, ${limit}.`
       : `${body.error}: ${body.detail}`;
   } catch (err) {
     message.className = "message error";
