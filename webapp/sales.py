@@ -23,6 +23,7 @@ from .models import Order, Product, Sale
 from .paths import path_for
 from .problems import Busy, UnknownSku
 from .saleinfo import SaleInfo, generation, next_started_at, shown_started_at
+from .validation import plausible_sku
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,13 @@ def _redis_side(path: Any, redis: Any, sessions: sessionmaker[Session], info: Sa
 def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_cents: int,
                    *, stock: int, strategy: str, description: str = "") -> bool:
     """Add a product and its sale unless the sku exists (demo seeding is idempotent);
-    True if it was added."""
+    True if it was added.
+
+    :raises ValueError: for a sku the API answers 404 (``validation.plausible_sku``):
+        a product ``..`` was listed on the storefront and no browser could buy it."""
+    if not plausible_sku(sku):
+        raise ValueError(f"sku {sku!r} cannot be reached through the API: 1-64 printable "
+                         "characters, not only dots")
     with sessions.begin() as session:
         if session.get(Product, sku) is not None:
             return False

@@ -204,5 +204,11 @@ def idempotency_key(request: Request) -> str | None:
 
 
 def plausible_sku(sku: str) -> bool:
-    """Skus longer than the column or with odd characters cannot exist: 404 early."""
-    return 0 < len(sku) <= 64 and is_clean_text(sku)
+    """Skus longer than the column or with odd characters cannot exist: 404 early.
+
+    Nor can skus of dots only: ``.`` and ``..`` are path segments, which a browser
+    resolves before sending (``/api/products/../purchase`` went to ``/api/purchase``),
+    so products ``.`` and ``..`` were made and listed, and no page could buy them or
+    audit them (a browser audit). ``...`` would reach the shop, and goes with them:
+    one rule, easy to say."""
+    return 0 < len(sku) <= 64 and sku.strip(".") != "" and is_clean_text(sku)

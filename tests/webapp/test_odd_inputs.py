@@ -157,3 +157,35 @@ def test_with_the_database_down_healthz_names_it_and_the_api_answers_503(redis_u
             assert response.get_json()["error"] == "busy"
     finally:
         backends(app).close()
+
+
+@pytest.mark.parametrize("sku", [".", "..", "..."])
+def test_a_sku_of_dots_only_can_be_neither_created_nor_reached(client, app, sku):
+    """Skus ``.`` and ``..`` passed every check and their products were made and listed,
+    yet no browser could buy them: it resolves ``/api/products/../purchase`` to
+    ``/api/purchase`` (a browser audit). Refused where skus are checked and made."""
+    from webapp import sales, validation
+
+    assert not validation.plausible_sku(sku)
+    sent = sku.replace(".", "%2E")  # as sent: a raw client keeps the dots as they are
+    for response in (client.get(f"/api/products/{sent}"),
+                     client.post(f"/api/products/{sent}/purchase", json={"user_id": "ann"}),
+                     client.get(f"/api/sales/{sent}/audit"),
+                     client.put(f"/api/admin/sales/{sent}", headers=auth(),
+                                json={"stock": 3, "strategy": "token"})):
+        assert response.status_code == 404, response.get_json()
+        assert response.get_json()["error"] == "unknown_sku"
+    with pytest.raises(ValueError, match="not only dots"):
+        sales.create_product(backends(app).sessions, sku, "Dots", 100, stock=3,
+                             strategy="atomic")
+    assert sku not in {product["sku"] for product in client.get("/api/products").get_json()}
+
+
+@pytest.mark.parametrize("sku", [".hidden", "v1.2", "a..b", "sku."])
+def test_a_sku_with_dots_and_more_is_still_made_and_sold(client, app, sku):
+    from webapp import sales, validation
+
+    assert validation.plausible_sku(sku)
+    assert sales.create_product(backends(app).sessions, sku, "Dotted", 100, stock=3,
+                                strategy="atomic")
+    assert client.post(f"/api/products/{sku}/purchase", json={"user_id": "ann"}).status_code == 201
