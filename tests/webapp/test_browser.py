@@ -743,3 +743,29 @@ def test_a_reset_from_the_admin_page_keeps_what_the_admin_did_not_change(page):
         page.click("#reset-form button")
         expect(page.locator("#reset-message")).to_have_text(
             "Reset sku-3: 12 units, strategy sql, work 5 ms, 3 per buyer.")
+
+
+def test_a_message_ends_its_sentence_once_and_says_when_once(page):
+    """The admin's audit message added a full stop to a detail that ended in one ("...
+    and try again.."), and a buyer of a held-off sale read "(in about 10 s); try again
+    (in 10s)." (a browser audit). The held-off answer is section.py's, as the shop
+    sends it after Redis lost a sale whose lock holder may still be at work."""
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        page.goto(app.url + "/admin")
+        page.fill("#sku", "..")  # /api/sales/../audit is /api/audit: werkzeug's own 404
+        expect(page.locator("#audit-message")).to_contain_text("try again")
+        said = page.locator("#audit-message").inner_text()
+        assert said.endswith("try again.") and not said.endswith(".."), said
+
+        held_off = ("Redis restarted: sku-1 sells again once a lock holder from before it "
+                    "is done (in about 10 s); try again")
+        page.route("**/purchase", lambda route: route.fulfill(
+            status=503, headers={"Retry-After": "10"},
+            json={"error": "busy", "detail": held_off}))
+        page.goto(app.url + "/")
+        page.fill("#user-name", "ida")
+        card = page.locator('.card[data-sku="sku-1"]')
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_have_text(f"Not sold: {held_off}.")

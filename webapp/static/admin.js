@@ -15,6 +15,12 @@ function asHeader(text) {
   return Array.from(new TextEncoder().encode(text), (byte) => String.fromCharCode(byte)).join("");
 }
 
+// a detail that ends its own sentence (werkzeug's 404: "... and try again.") gets no
+// second full stop (it got one: "try again.."; a browser audit)
+function sentence(text) {
+  return /[.!?]$/.test(text) ? text : `${text}.`;
+}
+
 function say(id, text, kind) {
   // a live region rewritten with the same text (every 500 ms) may be read out again
   if ($(id).textContent !== text) $(id).textContent = text;
@@ -124,7 +130,7 @@ async function refresh() {
       } catch (err) {
         // not the shop's JSON: the status says enough
       }
-      say("audit-message", `No audit of ${sku}: ${why}.`,
+      say("audit-message", sentence(`No audit of ${sku}: ${why}`),
           response.status === 404 ? "warn" : "error");
     }
   } catch (err) {

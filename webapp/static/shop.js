@@ -287,9 +287,13 @@ async function buy(el) {
     } else if (body.error === "busy") {
       const wait = response.headers.get("Retry-After") || "1";
       // the shop says why (a lock not free in time, Redis down): the lab is about that
-      const why = body.detail ? `Not sold: ${body.detail}` : "Too busy right now";
-      // most reasons end "try again" already: the page adds only when
-      show(el, /try again/i.test(why) ? `${why} (in ${wait}s).` : `${why} — try again in ${wait}s.`,
+      const why = (body.detail ? `Not sold: ${body.detail}` : "Too busy right now")
+        .replace(/\.$/, "");
+      // most reasons end "try again" already, and a held-off sale's says when too ("(in
+      // about 10 s); try again" was followed by "(in 10s)."; a browser audit): the page
+      // adds only what is missing
+      const when = /\bin about \d+ ?s\b/.test(why) ? "" : ` (in ${wait}s)`;
+      show(el, /try again/i.test(why) ? `${why}${when}.` : `${why} — try again in ${wait}s.`,
            "warn");
     } else {
       show(el, body.detail || "Something went wrong.", "error");
