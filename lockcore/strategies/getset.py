@@ -29,6 +29,10 @@ The seed calls the second one negligible; with skewed clocks it is not. Tests in
 skewed clock through ``clock_skew_s`` (or any ``clock``) and force the second
 interleaving with ``between_get_and_getset``.
 
+**locked()** reads the timestamp too: the key has no Redis TTL (its expiry is the
+value), so ``EXISTS``, the base class's answer, said "locked" for a holder that crashed
+long ago, while the next ``acquire`` took the lock over at once (a lockcore audit).
+
 **When to use it.** Never with Redis >= 2.6.12: ``SET NX PX`` (``token``) needs no clock
 at all, because Redis itself expires the key.
 """
@@ -109,6 +113,12 @@ class GetsetLock(DistributedLock):
         expiry = self.now_ms() + ttl_ms + 1
         self.client.set(self.key, expiry)  # GET then SET: racy, like the rest of it
         self.expiry_ms = expiry
+
+    def locked(self) -> bool:
+        """Whether the stored timestamp is still in the future by this client's clock,
+        the comparison ``acquire`` makes before taking a lock over."""
+        stored = _as_int(self.client.get(self.key))
+        return stored is not None and stored > self.now_ms()
 
     def _is_held(self, token: str) -> bool:
         stored = _as_int(self.client.get(self.key))

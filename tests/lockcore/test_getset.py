@@ -75,3 +75,18 @@ def test_extend_moves_the_stored_timestamp_and_keeps_the_lock(redis_client, fake
     assert int(redis_client.get(lock.key)) == lock.expiry_ms
     rival = lockcore.create("getset", redis_client, "res", ttl_ms=1_000, clock=fake_clock)
     assert rival.acquire(blocking=False) is False
+
+
+def test_a_crashed_holders_passed_timestamp_is_not_locked(redis_client, fake_clock):
+    """``locked()`` said True for a lock whose stored timestamp had passed, which the
+    next acquire took over at once: it asked ``EXISTS``, and the key has no Redis TTL
+    (a lockcore audit)."""
+    crashed = lockcore.create("getset", redis_client, "res", ttl_ms=200, clock=fake_clock)
+    rival = lockcore.create("getset", redis_client, "res", ttl_ms=200, clock=fake_clock)
+    assert crashed.acquire(blocking=False)
+    assert rival.locked()
+    fake_clock.sleep(0.4)  # the holder never comes back
+    assert redis_client.exists(crashed.key)
+    assert not rival.locked()
+    assert rival.acquire(blocking=False)
+    assert rival.locked()
