@@ -143,6 +143,9 @@ class DistributedLock(ABC):
     needs_redis: ClassVar[bool] = True
     #: True when the name is the hash tag of the lock's Redis keys (``lock:{name}``)
     name_is_hash_tag: ClassVar[bool] = True
+    #: keyword options of a base class that this class's constructor sets itself and
+    #: refuses from its caller (``token``'s ``lease_ms``): not listed as its options
+    fixed_options: ClassVar[frozenset[str]] = frozenset()
     #: True for a lock that lives in the process (``local``): a forked child's copy is
     #: its own, and releases in the child (see ``_forked``)
     process_local: ClassVar[bool] = False

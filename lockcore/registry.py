@@ -85,8 +85,10 @@ def create(strategy: str, backend: Any, resource: Any, **options: Any) -> Distri
                         f"{', '.join(known)}") from None
 
 
-def _option_names(cls: type) -> set[str]:
-    """The keyword options of ``cls`` and of every class its constructor passes them to."""
+def _option_names(cls: type[DistributedLock]) -> set[str]:
+    """The keyword options of ``cls`` and of every class its constructor passes them to,
+    less those it sets itself (``fixed_options``): ``token`` was said to take
+    ``lease_ms``, its base class's, which it refuses (a lockcore audit)."""
     names: set[str] = set()
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
@@ -95,4 +97,4 @@ def _option_names(cls: type) -> set[str]:
         for parameter in inspect.signature(init).parameters.values():
             if parameter.kind is parameter.KEYWORD_ONLY:
                 names.add(parameter.name)
-    return names
+    return names - cls.fixed_options

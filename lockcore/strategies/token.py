@@ -73,6 +73,7 @@ class TokenLock(HandOffLock):
     safe = True
     origin = "seeds 000, 002"
     summary = "SET NX PX with a random token, Lua compare-and-delete release, fencing tokens"
+    fixed_options = frozenset({"lease_ms"})  # the queue lease is QUEUE_LEASE_MS
 
     def __init__(self, client: Any, name: str, *,
                  handoff_after_ms: float = DEFAULT_HANDOFF_AFTER_MS, **options: Any) -> None:

@@ -8,6 +8,7 @@ shown in their own test modules.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import uuid
@@ -290,6 +291,29 @@ def test_an_unknown_option_names_the_strategy_and_its_options(redis_client):
     said = str(raised.value)
     assert said.startswith("'token' lock: unknown option 'ttl'"), said
     assert "ttl_ms" in said and "handoff_after_ms" in said and "__init__" not in said
+
+
+def _default_of(cls: type, option: str) -> Any:
+    """``option``'s default in the first constructor along ``cls``'s MRO that has one
+    (None if none has: a keyword the base requires and the subclass passes itself)."""
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        parameter = None if init is None else inspect.signature(init).parameters.get(option)
+        if parameter is not None and parameter.default is not parameter.empty:
+            return parameter.default
+    return None
+
+
+def test_every_option_an_unknown_option_lists_is_taken(strategy, make_lock):
+    """The options an unknown one lists are those the strategy takes: ``token`` listed
+    ``lease_ms`` (its base class's), and refused it (a lockcore audit)."""
+    with pytest.raises(TypeError) as raised:
+        make_lock(strategy, bogus=1)
+    listed = str(raised.value).partition("its options: ")[2].split(", ")
+    assert "ttl_ms" in listed, raised.value
+    cls = lock_class_or_skip(strategy)
+    for option in listed:
+        make_lock(strategy, **{option: _default_of(cls, option)})
 
 
 def test_a_tiny_redlock_ttl_above_the_drift_allowance_is_accepted(make_lock):
