@@ -60,6 +60,36 @@ def start_cluster_nodes(count: int) -> list[RedisServer]:
     return nodes
 
 
+def start_cluster(count: int) -> list[RedisServer]:
+    """A real Redis Cluster of ``count`` primaries, the 16384 slots split between them
+    (joined with CLUSTER MEET), for a ``redis.cluster.RedisCluster`` client: it
+    redirects, and each node serves only its own slots. Stopped by pid on failure; the
+    caller cleans the nodes up."""
+    nodes: list[RedisServer] = []
+    try:
+        for _ in range(count):
+            nodes.append(RedisServer(port=free_cluster_port(), args=[
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]).start())
+        clients = [redis.Redis.from_url(node.url, decode_responses=True) for node in nodes]
+        bounds = [16384 * i // count for i in range(count + 1)]
+        for client, low, high in zip(clients, bounds, bounds[1:], strict=False):
+            client.execute_command("CLUSTER ADDSLOTS", *range(low, high))
+        for node in nodes[1:]:
+            clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+        deadline = time.monotonic() + 20
+        for client in clients:
+            while (info := client.execute_command("CLUSTER INFO")).get("cluster_state") != "ok" \
+                    or int(info.get("cluster_known_nodes", 0)) != count:
+                assert time.monotonic() < deadline, "the cluster never reached state ok"
+                time.sleep(0.05)
+            client.close()
+    except BaseException:
+        for node in nodes:
+            node.cleanup()
+        raise
+    return nodes
+
+
 class RecordingRedis(redis.Redis):
     """A redis-py client that remembers the keys of every script call."""
 

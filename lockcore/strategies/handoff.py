@@ -15,6 +15,10 @@ Not a strategy: what two strategies share, so each of their modules teaches one 
   claim behind the BLPOP runs inside Redis the moment a hand-off wakes us. The join
   is sent with ``CLIENT REPLY SKIP``: the releaser that joins right after handing the
   lock on is not woken by a reply nobody reads while the new holder needs the CPU.
+  A ``RedisCluster`` client has no connection of its own to pipeline on (each command
+  goes to its slot's node): it joins, BLPOPs and claims in three calls, as ``multi``
+  waits. It raised ``AttributeError`` (no ``connection_pool``) as soon as a waiter
+  blocked, an ``acquire`` with a timeout included (a lockcore audit).
 * **Leaving.** Giving up leaves the queue, or passes on a lock handed over meanwhile.
 """
 
@@ -105,6 +109,8 @@ class HandOffLock(DistributedLock):
 
     def join_block_claim(self, block_s: float, *, join: bool) -> Any:
         """(Join,) BLPOP our wake list and claim: one round trip; the claim's reply."""
+        if getattr(self.client, "connection_pool", None) is None:  # a cluster client
+            return self._join_block_claim_apart(block_s, join=join)
         commands = self.block_claim_commands(block_s, join=join)
         wake, reply = round_trip(self.client, commands, replies=2)
         if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
@@ -113,6 +119,18 @@ class HandOffLock(DistributedLock):
             if isinstance(answer, Exception):
                 raise answer
         return reply
+
+    def _join_block_claim_apart(self, block_s: float, *, join: bool) -> Any:
+        """``join_block_claim`` in separate calls, for a client with no connection to
+        pipeline them on. The join takes a free lock itself: then nothing is left to
+        wait for, and no ring is left on our list. We stay queued when the wait ends,
+        as in one round trip: the next call renews our place, or giving up leaves."""
+        if join:
+            reply = self._queue_try()
+            if reply[0] == 1:
+                return reply
+        self.client.blpop([self.signal_key], timeout=block_s)
+        return self._queue_try()
 
     def block_claim_commands(self, block_s: float, *, join: bool) -> list[tuple[Any, ...]]:
         """``join_block_claim``'s commands; they answer twice (the join answers nothing)."""

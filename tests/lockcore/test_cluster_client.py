@@ -1,0 +1,95 @@
+"""token and fair on a real Redis Cluster of three shards, through ``RedisCluster``.
+
+Their notify-waiters pipeline join, BLPOP and claim on one connection of the client's
+pool; a ``RedisCluster`` has no pool of its own, and the first waiter that blocked
+raised ``AttributeError: 'RedisCluster' object has no attribute 'connection_pool'``,
+an ``acquire(timeout=...)`` under contention included (a lockcore audit). ``multi`` and
+the others already fell back to ``client.blpop``.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import RedisCluster
+
+import lockcore
+from lockcore.embedded import RedisServer
+from tests.clustermode import start_cluster
+
+pytestmark = pytest.mark.timeout(90)
+
+STRATEGIES = ["token", "fair", "multi", "setnx-expire"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[list[RedisServer]]:
+    nodes = start_cluster(3)
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.cleanup()
+
+
+@pytest.fixture
+def client(cluster: list[RedisServer]) -> Iterator[RedisCluster]:
+    found = RedisCluster(host="127.0.0.1", port=cluster[0].port)
+    assert len(found.get_primaries()) == 3  # a real cluster: it redirects
+    yield found
+    found.close()
+
+
+def pair(client: RedisCluster, strategy: str) -> tuple[lockcore.DistributedLock, ...]:
+    resource = f"cl-{strategy}-{uuid.uuid4().hex[:8]}"
+    if strategy == "multi":
+        resource = [resource, resource + ":b"]  # type: ignore[assignment]
+    return tuple(lockcore.create(strategy, client, resource, wait="notify", ttl_ms=5_000)
+                 for _ in range(2))
+
+
+def queue_left(client: RedisCluster, lock: lockcore.DistributedLock) -> int:
+    return int(client.zcard(f"{lock.key}:queue")) if hasattr(lock, "queue_keys") else 0
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_contended_acquire_on_a_cluster_client_times_out_without_raising(client,
+                                                                            strategy):
+    holder, waiter = pair(client, strategy)
+    assert holder.acquire(timeout=1)
+    assert waiter.acquire(timeout=0.5) is False
+    assert queue_left(client, waiter) == 0  # giving up left the queue
+    holder.release()
+    assert waiter.acquire(blocking=False)
+    waiter.release()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_waiter_on_a_cluster_client_gets_the_lock_the_holder_releases(client, strategy):
+    holder, waiter = pair(client, strategy)
+    assert holder.acquire(timeout=1)
+    got, errors = threading.Event(), []
+
+    def wait_for_it() -> None:
+        try:
+            if waiter.acquire(timeout=30):
+                got.set()
+        except Exception as error:  # the test thread reports it
+            errors.append(error)
+
+    thread = threading.Thread(target=wait_for_it)
+    thread.start()
+    got.wait(0.3)  # the waiter blocks meanwhile (a 10 ms hand-off bound for token)
+    holder.release()
+    thread.join(35)
+    assert not errors, errors
+    assert got.is_set() and waiter.held()
+    if holder.fencing_token is not None:  # setnx-expire issues none
+        assert waiter.fencing_token is not None
+        assert waiter.fencing_token > holder.fencing_token
+    waiter.release()
+    assert queue_left(client, waiter) == 0
+    assert not waiter.locked()
