@@ -114,6 +114,7 @@ class HandOffLock(DistributedLock):
         commands = self.block_claim_commands(block_s, join=join)
         wake, reply = round_trip(self.client, commands, replies=2)
         if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
+            scripts.forget_loaded(self.client)  # the join, skipped, failed the same way
             reply = self._queue_try()
         for answer in (wake, reply):
             if isinstance(answer, Exception):
@@ -137,7 +138,8 @@ class HandOffLock(DistributedLock):
         sha, keys = self._queue_script.sha, self.queue_keys
         commands: list[tuple[Any, ...]] = []
         if join:
-            scripts.loaded(self.client, "fair")  # a NOSCRIPT join would block in vain
+            # A NOSCRIPT join would block in vain: loaded again after any NOSCRIPT.
+            scripts.loaded(self.client, "fair")
             # No reply for the join: the claim's reply says it all (module docstring).
             commands += [("CLIENT", "REPLY", "SKIP"),
                          ("EVALSHA", sha, len(keys), *keys, *self._queue_args("1"))]
