@@ -24,6 +24,10 @@ may be lower (the timeline below; ``fence_at_least`` raises the counters again).
    counter (the usual case) each node is already there: the round is skipped.
 4. Release: compare-and-delete on every node, whatever happened during acquire.
 
+A node whose pool had no free connection was sent nothing: it is asked again (for up
+to ``RELEASE_PATIENCE_S`` on release, ``node_timeout_ms`` on acquire, what is left of
+the validity on extend), never counted as a "no" (``redlock_nodes.until_sent``).
+
 **Where the timing assumptions break** (so fencing tokens are needed anyway)::
 
     A: acquires on 3/5, validity 9.9 s;  A pauses 12 s (GC, swap, SIGSTOP)
@@ -51,13 +55,14 @@ from typing import Any
 from .. import scripts
 from ..base import DistributedLock, check_redis_client
 from ..errors import LockError, LockNotOwned
+from ..poolfull import RELEASE_PATIENCE_S, MaxConnectionsError
 from ..waiting import SIGNAL_TTL_MS, BackoffWaiter, positive_ms
 from .redlock_nodes import (
     JitterWaiter,
     check_independent,
     drift_ms,
-    on_every_node,
     quorum,
+    until_sent,
     validity_ms,
 )
 
@@ -100,18 +105,25 @@ class RedLock(DistributedLock):
             for script in ("token_acquire", "redlock_fence", "token_release", "token_extend"):
                 scripts.script(client, script)
 
-    def _call(self, script: str, keys: list[str], args: list[Any],
+    def _call(self, script: str, keys: list[str], args: list[Any], patience_s: float,
               clients: list[Any] | None = None) -> list[Any]:
+        """``script`` on every node (or ``clients``); a node whose pool stays full
+        is asked again for up to ``patience_s`` (``until_sent``)."""
         sha = scripts.script(self.clients[0], script).sha  # the same source on every node
-        return on_every_node(
+        return until_sent(
             self.clients if clients is None else clients,
             ("EVALSHA", sha, len(keys), *keys, *args),
             lambda client: scripts.script(client, script)(keys=keys, args=args),
-            self.node_timeout)
+            self.node_timeout, patience_s)
+
+    def _patience_while_valid(self) -> float:
+        """How long an extend or a check may wait for a connection: while the hold lasts."""
+        return min(RELEASE_PATIENCE_S, max(self.remaining_validity_ms(), 0) / 1000)
 
     def _try_acquire(self, token: str) -> bool:
         start = self.clock.monotonic()
-        answers = self._call("token_acquire", [self.key, self.fence_key], [token, self.ttl_ms])
+        answers = self._call("token_acquire", [self.key, self.fence_key], [token, self.ttl_ms],
+                             self.node_timeout)
         self.unanswered = sum(isinstance(a, BaseException) for a in answers)
         counters = [int(a[1]) for a in answers if not isinstance(a, BaseException) and a[0]]
         if len(counters) >= self.quorum:
@@ -119,7 +131,7 @@ class RedLock(DistributedLock):
             raised = len(counters)  # all equal: every node we hold is already at ``fence``
             if min(counters) != fence:
                 replies = self._call("redlock_fence", [self.key, self.fence_key],
-                                     [token, fence])
+                                     [token, fence], self.node_timeout)
                 raised = sum(r == scripts.OK for r in replies)
             if raised >= self.quorum:
                 assert self.ttl_ms is not None
@@ -131,23 +143,29 @@ class RedLock(DistributedLock):
         refused = [isinstance(a, list) and not a[0] for a in answers]
         pttls = [int(a[1]) for a, no in zip(answers, refused, strict=True) if no]
         self.holder_ttl_ms = max(pttls) if pttls else None
-        maybe_ours = [c for c, no in zip(self.clients, refused, strict=True) if not no]
-        if maybe_ours:  # a clear "no" set nothing there; anything else may have
+        maybe_ours = [c for c, a, no in zip(self.clients, answers, refused, strict=True)
+                      if not no and not isinstance(a, MaxConnectionsError)]
+        if maybe_ours:  # a clear "no" set nothing, nor did a call never sent (a full pool)
             self._call("token_release", [self.key, self.signal_key], [token, SIGNAL_TTL_MS],
-                       maybe_ours)
+                       self.node_timeout, maybe_ours)
         return False
 
     def _release(self, token: str) -> None:
         answers = self._call("token_release", [self.key, self.signal_key],
-                             [token, SIGNAL_TTL_MS])
+                             [token, SIGNAL_TTL_MS], RELEASE_PATIENCE_S)
         freed = sum(a in (1, 2) for a in answers)  # token_release.lua: 2 = released too
         if freed < self.quorum:
-            raise LockNotOwned(f"released on only {freed} of {len(self.clients)} nodes: the "
-                               "lock had expired or been taken on a majority", self.name)
+            unsent = sum(isinstance(a, MaxConnectionsError) for a in answers)
+            why = (f"{unsent} had no free connection for {RELEASE_PATIENCE_S:g} s (their "
+                   "keys expire with the ttl)" if unsent else
+                   "the lock had expired or been taken on a majority")
+            raise LockNotOwned(f"released on only {freed} of {len(self.clients)} nodes: "
+                               f"{why}", self.name)
 
     def _extend(self, token: str, ttl_ms: int) -> None:
         start = self.clock.monotonic()
-        answers = self._call("token_extend", [self.key], [token, ttl_ms])
+        answers = self._call("token_extend", [self.key], [token, ttl_ms],
+                             self._patience_while_valid())
         validity = validity_ms(ttl_ms, (self.clock.monotonic() - start) * 1000)
         if sum(a == scripts.OK for a in answers) < self.quorum or validity <= 0:
             raise LockNotOwned("cannot extend on a majority: the lock is no longer ours",
@@ -157,7 +175,7 @@ class RedLock(DistributedLock):
     def _fence_at_least(self, issued: int) -> None:
         """On a majority at least: any later majority shares a node with it, whose
         ``INCR`` then exceeds ``issued``, and the new token is the majority's max."""
-        replies = self._call("fence_at_least", [self.fence_key], [issued])
+        replies = self._call("fence_at_least", [self.fence_key], [issued], RELEASE_PATIENCE_S)
         raised = sum(not isinstance(r, BaseException) for r in replies)
         if raised < self.quorum:
             raise LockError(f"raised the fencing counter on only {raised} of "
@@ -168,13 +186,14 @@ class RedLock(DistributedLock):
         return (self._valid_until - self.clock.monotonic()) * 1000 if self._token else 0.0
 
     def _is_held(self, token: str) -> bool:
-        values = on_every_node(self.clients, ("GET", self.key),
-                               lambda client: client.get(self.key), self.node_timeout)
+        values = until_sent(self.clients, ("GET", self.key), lambda client: client.get(self.key),
+                            self.node_timeout, self._patience_while_valid())
         mine = sum(v in (token, token.encode()) for v in values if isinstance(v, (str, bytes)))
         return mine >= self.quorum and self.remaining_validity_ms() > 0
 
     def locked(self) -> bool:
         """Whether some holder has the key on a majority of the nodes."""
-        answers = on_every_node(self.clients, ("EXISTS", self.key),
-                                lambda client: client.exists(self.key), self.node_timeout)
+        answers = until_sent(self.clients, ("EXISTS", self.key),
+                             lambda client: client.exists(self.key), self.node_timeout,
+                             self.node_timeout)
         return bool(sum(a == 1 for a in answers) >= self.quorum)

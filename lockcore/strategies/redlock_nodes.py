@@ -7,6 +7,8 @@
   allowance for the servers' expiry clocks running at slightly different rates).
 * ``JitterWaiter``: the spec's retry "after a random delay", so two clients that
   split the votes do not collide again in lockstep.
+* ``until_sent``: ``on_every_node``, asking again the nodes whose pool had no free
+  connection (below).
 * ``on_every_node``: one command to every node *at once*: write it to all N sockets
   first (each node's lane, ``lockcore.wire``, if it has one), then read the N
   replies. The waits overlap as with a thread per node, without the thread
@@ -40,6 +42,16 @@ majority never wins (a contract audit: 3 live nodes of 5, ``acquire`` 9.1 s, rel
 of lockcore's own, made with the client's settings but one connection attempt, and
 connect and socket timeouts no longer than the node timeout. They close when the
 client is garbage collected, not with ``client.close()``.
+
+**A full pool is "not sent", not "no"** (``until_sent``). That pool has the client's
+``max_connections``, and keeps a lane only from 4 up (a quarter of them): with one or
+two connections per node, threads sharing the clients met ``MaxConnectionsError``
+before anything was sent. It was that node's answer: a release counted the node as
+not released, raised ``LockNotOwned("released on only 1 of 3 nodes")``, and left the
+keys held for their whole TTL (a lockcore audit: 8 threads on pools of one). Nothing
+was sent, so the node is asked again once the others' calls have given their
+connections back, within a patience the caller picks: a release waits as long as
+every release does for a free connection (``poolfull.RELEASE_PATIENCE_S``).
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
+from ..poolfull import MAX_PAUSE_S, MaxConnectionsError, pause
 from ..wire import LANE_SIZE, Lane, lane
 
 if TYPE_CHECKING:
@@ -107,6 +120,26 @@ def check_independent(clients: Sequence[Any]) -> None:
             where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
             raise ValueError(f"redlock needs independent nodes; {where} is given twice")
         seen.add(address)
+
+
+def until_sent(clients: Sequence[Any], command: Sequence[Any], call: Callable[[Any], Any],
+               timeout: float, patience_s: float) -> list[Any]:
+    """``on_every_node``; the nodes whose pool had no free connection (nothing sent) are
+    asked again, alone, until ``patience_s`` has passed; then their ``MaxConnectionsError``
+    stays their answer. Between two rounds this thread holds no connection, so threads
+    waiting on each other's nodes cannot block one another."""
+    answers = on_every_node(clients, command, call, timeout)
+    deadline = time.monotonic() + patience_s
+    wait = 0.001
+    while True:
+        unsent = [node for node, a in enumerate(answers) if isinstance(a, MaxConnectionsError)]
+        if not unsent or time.monotonic() >= deadline:
+            return answers
+        pause(wait)
+        wait = min(2 * wait, MAX_PAUSE_S)
+        again = on_every_node([clients[node] for node in unsent], command, call, timeout)
+        for node, answer in zip(unsent, again, strict=True):
+            answers[node] = answer
 
 
 def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable[[Any], Any],

@@ -424,3 +424,39 @@ def test_one_server_given_as_several_nodes_is_refused(redlock_clients) -> None:
             lockcore.create("redlock", [*redlock_clients[:4], again], "stock:sku-1")
     finally:
         again.close()
+
+
+def test_threads_on_pools_of_one_connection_extend_and_release_every_node(redlock_cluster,
+                                                               redlock_clients):
+    """On pools of one connection a node's ``MaxConnectionsError`` (nothing sent) was
+    its answer: a release counted it as not released, raised ``LockNotOwned("released
+    on only 1 of 3 nodes")`` and left the keys held for their TTL; an extend raised
+    too (a lockcore audit)."""
+    urls = redlock_cluster.urls[:3]
+    nodes = [redis.Redis(connection_pool=redis.ConnectionPool.from_url(url, max_connections=1))
+             for url in urls]
+    errors: list[BaseException] = []
+    taken = [0]
+
+    def take_turns() -> None:
+        lock = lockcore.create("redlock", nodes, "pool-of-one", ttl_ms=5_000)
+        for _ in range(20):
+            try:
+                if lock.acquire(timeout=15):
+                    taken[0] += 1
+                    lock.extend()
+                    lock.release()
+            except Exception as error:  # the test thread reports it
+                errors.append(error)
+                return
+
+    threads = [threading.Thread(target=take_turns) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors[:3]
+    assert taken[0] == 160
+    assert [client.exists("lock:{pool-of-one}") for client in redlock_clients[:3]] == [0] * 3
+    for client in nodes:
+        client.close()
