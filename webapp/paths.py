@@ -23,7 +23,7 @@ from .deadlines import LATE, LOST_REPLY, deadline, too_late
 from .groupcommit import stock_after
 from .orders import find_landed, give_back, insert_grouped, maybe_written, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut, not_enough
-from .saleinfo import generation, sale_fields
+from .saleinfo import generation, sale_fields, stock_key_lost
 from .services import Checkout, PurchaseRequest, SaleInfo, undo_take
 from .statements import SALE_STOCK_AND_GENERATION
 
@@ -149,6 +149,8 @@ class AtomicPath(StockPath):
             raise InvalidRequest(f"at most {sale.per_user_limit} per buyer")
         if code == -3:  # reset since this request looked the sale up: nothing taken
             raise SaleReset(sale.sku)
+        if code == -4:  # the stock key alone is gone (an evicting Redis): reload it
+            raise stock_key_lost(deps.redis, sale)
         if code == -1:  # fewer left than asked for: how many, as every path says
             raise not_enough(sale.sku, int(left))
         return self.record_taken(deps, sale, request)

@@ -205,6 +205,24 @@ def forget_stale_copy(redis: Any, sale: SaleInfo) -> None:
         logger.warning("%s: stale sale copy not dropped: %r", sale.sku, exc)
 
 
+def stock_key_lost(redis: Any, sale: SaleInfo) -> Busy:
+    """The 503 for a sale whose hash copy is in Redis and its stock key is not: Redis
+    lost the key alone (an evicting Redis: ``served.evicting_redis``; a ``DEL``). Its
+    copy goes too (if still ``sale``'s generation), so the next buyer reloads the whole
+    sale from the database as after a restart (``cached_sale``).
+
+    **Failure timeline** (a Redis audit, ``allkeys-random``)::
+
+        redis:  evicts sale:{sku-1}:stock; sale:{sku-1}:info stays
+        buyers: the section reads no stock: 503 "the next buyer reloads it", but the
+                reload runs only when the copy is missing: 503 for good, 70 units left
+        fixed:  the copy is dropped with the 503; the next buyer reloads the sale
+    """
+    forget_stale_copy(redis, sale)
+    return Busy(f"Redis lost the stock of {sale.sku}; the next buyer reloads the sale from "
+                "the database: try again", retry_after_s=1)
+
+
 def parsed_sale(sku: str, cached: dict[bytes, bytes]) -> SaleInfo:
     """The sale of ``sku`` from its (non-empty) Redis hash; no I/O."""
     return parsed_sale_reply(sku, [part for item in cached.items() for part in item])

@@ -119,6 +119,8 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
             and int(generation) != sale.generation:
         raise Busy(f"the sale of {sale.sku} was reset since this purchase looked it up; "
                    "try again", retry_after_s=1)  # and its stock is not there yet
+    if stock is None and strategy is not None:  # the key alone: reload the sale
+        raise saleinfo.stock_key_lost(deps.redis, sale)
     if stock is None or strategy is None:
         # Redis lost its data (a restart) since the buyer looked the sale up. No stock
         # key is not "0 left": read as 0, the section set the sold-out flag, which

@@ -154,3 +154,17 @@ def test_a_stale_or_missing_generation_brings_the_row_back(redis_client):
     redis_client.hdel(KEYS.info, "generation")
     code, _, info = checkout(redis_client, "dee", known="")
     assert code == TAKEN and info[b"strategy"] == b"atomic"
+
+
+def test_a_row_without_its_stock_key_is_dropped_for_a_reload(redis_client):
+    """An evicting Redis lost ``:stock`` alone: read as 0, every buyer heard "sold out"
+    for good (a Redis audit). Now the row goes, the buyer is not reserved: -4, reload."""
+    checkout = scripts.script(redis_client, "atomic_checkout")
+    keys = [KEYS.soldout, KEYS.buyers, KEYS.info, KEYS.stock, KEYS.reservations]
+    redis_client.hset(KEYS.info, mapping={"strategy": "atomic", "per_user_limit": 5,
+                                          "generation": 7})
+    assert checkout(keys=keys, args=["ann", 1, "", "", "n1"]) == [-4, 0]
+    assert not redis_client.exists(KEYS.info, KEYS.soldout, KEYS.buyers, KEYS.reservations)
+    take = scripts.script(redis_client, "atomic_purchase")
+    assert take(keys=[KEYS.stock, KEYS.soldout, KEYS.stock_gen], args=[1, 5, ""]) == [-4, 0]
+    assert not redis_client.exists(KEYS.soldout)

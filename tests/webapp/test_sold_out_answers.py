@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.webapp.conftest import SKU, backends, buy, reset
-from webapp.keys import SaleKeys
+from tests.webapp.conftest import SKU, buy, reset
 
 
 @pytest.mark.parametrize("key", [None, "ann-try-1"], ids=["unkeyed", "keyed"])
@@ -21,17 +20,3 @@ def test_asking_for_more_than_is_left_says_how_many_are(client, strategy, key):
     assert answer.get_json() == {"error": "sold_out", "detail": f"only 2 left of {SKU}"}
     assert buy(client, "ann", quantity=2, key=key and key + "b").status_code == 201
     assert "is sold out" in buy(client, "bob", key=key and "bob-1").get_json()["detail"]
-
-
-def test_a_refusal_while_the_stock_key_is_missing_does_not_flag_the_sale_sold_out(client, app):
-    """A reset between deleting the keys and loading the new stock (``_reset_in_steps``):
-    ``atomic_checkout.lua`` read no stock as 0 and set the flag, which then answered 409
-    to the new sale's buyers (``atomic_purchase.lua`` already left it alone)."""
-    reset(client, stock=5, strategy="atomic")
-    redis = backends(app).redis
-    keys = SaleKeys(SKU)
-    redis.delete(keys.stock)  # the new stock not loaded yet
-    assert buy(client, "early").status_code in (409, 503)
-    assert not redis.exists(keys.soldout)
-    redis.set(keys.stock, 5)  # the reset's stock lands
-    assert buy(client, "later").status_code == 201

@@ -29,7 +29,9 @@
 --   -1  sold out (not enough units; the user is not reserved)
 --   -2  quantity above the sale's per-user limit (nothing changed)
 --   -3  already purchased (the user is in KEYS[2])
---   -4  no sale row in Redis (it lost its data): the caller reloads it
+--   -4  no sale row in Redis (it lost its data), or an atomic sale's stock key is gone
+--       while its row stayed (an evicting Redis): the row is dropped, nothing else
+--       changed; the caller reloads the sale from the database
 --   -5  past the deadline: nothing changed (webapp/deadlines.py)
 --
 -- Redis runs a script to the end before any other command: the check of the user,
@@ -72,12 +74,21 @@ if strategy ~= 'atomic' then
   return answer(2, 0)
 end
 local current = redis.call('GET', KEYS[4])
-local stock = tonumber(current or '0')
+if not current then
+  -- the row without its stock: a reset writes both in one MULTI, a reload in one script,
+  -- so Redis lost the key (evicted, deleted). Read as 0 it answered "sold out" for good
+  -- with units in the database; without the row, the next buyer reloads the sale
+  redis.call('SREM', KEYS[2], ARGV[1])
+  if ARGV[5] and ARGV[5] ~= '' then
+    redis.call('HDEL', KEYS[5], ARGV[1])
+  end
+  redis.call('DEL', KEYS[3])
+  return {-4, 0}
+end
+local stock = tonumber(current)
 if stock < quantity then
   redis.call('SREM', KEYS[2], ARGV[1])
-  -- no stock key (a reset between deleting the keys and loading the new stock): a flag
-  -- set now would outlive it and stop the new sale (as in atomic_purchase.lua)
-  if stock <= 0 and current then
+  if stock <= 0 then
     redis.call('SET', KEYS[1], '1')
   end
   return answer(-1, stock)

@@ -19,6 +19,9 @@
 --          {-3, 0}     the sale was reset since the caller looked it up, or is being reset
 --                      (no generation yet): nothing changed; these units are the new
 --                      sale's, and the caller's row would be refused
+--          {-4, 0}     no stock key while the sale was looked up in Redis: Redis lost it
+--                      (evicted, deleted; a reset writes it with the row), nothing changed:
+--                      the caller drops the row so that the next buyer reloads the sale
 --          {-5, 0}     past the deadline (the caller gave up on the reply): nothing changed
 --
 -- Redis runs a script to the end before any other command, so the read, the check
@@ -37,11 +40,12 @@ if ARGV[3] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[3] then
   return {-3, 0}
 end
 local current = redis.call('GET', KEYS[1])
-local stock = tonumber(current or '0')
+if not current then
+  return {-4, 0}
+end
+local stock = tonumber(current)
 if stock < quantity then
-  -- no stock key: a reset is between deleting the keys and loading the new stock, and
-  -- a flag set now would outlive it and stop the new sale
-  if stock <= 0 and current then
+  if stock <= 0 then
     redis.call('SET', KEYS[2], '1')
   end
   return {-1, math.max(stock, 0)}
