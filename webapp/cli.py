@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import signal
 import sys
 from collections.abc import Sequence
@@ -93,10 +94,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # unwound: what the command started is stopped
         print(f"{command}: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `seckill ... | head`: the reader had enough; unwound too
-        _stdout_to_devnull()
+    except BrokenPipeError:
+        if not reader_gone():  # another pipe of the command's own (a child's stdin)
+            raise
+        _stdout_to_devnull()  # `seckill ... | head`: the reader had enough; unwound too
         return 141  # what a shell reports for a command SIGPIPE ended
     return code
+
+
+def reader_gone() -> bool:
+    """Whether stdout is a pipe its reader has closed (``| head`` had enough). Not every
+    BrokenPipeError is that one: a lab writing to a child that died raises it too, and
+    went quiet with 141 and no verdict (a review)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no fd (a test's capture), no poll
+        return False
 
 
 def _stdout_to_devnull() -> None:

@@ -134,8 +134,11 @@ def main(args: argparse.Namespace) -> int:
     except Exception as exc:  # the lab itself broke: say so, in the one verdict line
         if interrupted(exc):  # Ctrl-C, then cleanup against a frozen server timed out
             raise KeyboardInterrupt from exc
-        if isinstance(exc, BrokenPipeError):  # `| head`: nobody reads the verdict either
-            raise
+        if isinstance(exc, BrokenPipeError):
+            from webapp.cli import reader_gone
+
+            if reader_gone():  # `| head`: nobody reads the verdict either
+                raise
         if not isinstance(exc, MISSING_PARTS):  # a missing package says so in one line
             traceback.print_exc()
         print(f"VERDICT: lab error, nothing demonstrated: {type(exc).__name__}: {exc}")

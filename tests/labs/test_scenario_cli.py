@@ -239,3 +239,30 @@ def test_a_reader_that_stops_early_gets_no_traceback(argv: list[str]) -> None:
             proc.kill()
             proc.wait()
         proc.stderr.close()  # type: ignore[union-attr]
+
+
+DEAD_CHILD_LAB = '''
+import subprocess, sys, types
+import loadtest.labs as labs
+from webapp import cli
+
+def run(narrator):
+    narrator("starting a child, which dies at once")
+    child = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE)
+    child.wait()
+    child.stdin.write(b"write\\\\n" * 20000)
+    child.stdin.flush()
+
+labs.load = lambda name: types.SimpleNamespace(TITLE="a dead child", SEED="000", run=run)
+sys.exit(cli.main(["scenario", "pause-past-ttl"]))
+'''
+
+
+def test_a_broken_pipe_of_the_labs_own_is_a_lab_error_not_a_reader_gone() -> None:
+    """Writing to a child that died raises BrokenPipeError too: taken for ``| head``, the
+    lab ended with 141, stdout muted and no verdict (a review)."""
+    done = subprocess.run([sys.executable, "-c", DEAD_CHILD_LAB], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert "VERDICT: lab error, nothing demonstrated: BrokenPipeError" in done.stdout, \
+        done.stdout
