@@ -80,6 +80,7 @@ def make_engine(url: str) -> Engine:
     engine = create_engine(url, pool_size=5, max_overflow=10, pool_timeout=POOL_TIMEOUT_S,
                            pool_pre_ping=True, connect_args=serving)
     if engine.dialect.name == "postgresql":  # an order write's budget (writedeadline.py)
+        # the shop's own statement timeout, or the URL's (asked per connection)
         keep_deadlines(engine, PG_STATEMENT_TIMEOUT_MS if "options" in serving else None)
     return engine
 

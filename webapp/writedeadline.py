@@ -43,6 +43,10 @@ SLACK_S = 0.25
 OPTION = "write_deadline"
 
 
+#: where a pooled connection keeps the statement timeout it started with (ms; None: none)
+SESSION_MS = "statement_timeout_ms"
+
+
 class WriteDeadline:
     """One transaction's deadline (``time.monotonic()``) and the statement timeout it
     has set (None: the session's)."""
@@ -55,7 +59,8 @@ class WriteDeadline:
 
     def before(self, cursor: Any, session_ms: int | None) -> None:
         """Lower the statement timeout to the time left, if it is well under the one in
-        force (``session_ms``: the session's; None: unknown, so always)."""
+        force (``session_ms``: the session's; None: none, so always). Never raised: a
+        SET is only ever below the timeout in force."""
         in_force = self.set_ms if self.set_ms is not None else session_ms
         left_ms = int((self.at - time.monotonic()) * 1000)
         if in_force is not None and left_ms > in_force - SLACK_S * 1000:
@@ -70,16 +75,43 @@ def bounded(connection: Connection, at: float) -> Connection:
     return connection.execution_options(**{OPTION: WriteDeadline(at)})
 
 
-def keep_deadlines(engine: Engine, session_ms: int | None) -> None:
-    """Make ``engine`` (PostgreSQL) honour ``bounded``; ``session_ms`` is the statement
-    timeout its connections start with (None: unknown, e.g. a URL's own options)."""
+def keep_deadlines(engine: Engine, session_ms: int | None = None) -> None:
+    """Make ``engine`` (PostgreSQL) honour ``bounded``. ``session_ms``: the statement
+    timeout its connections start with, if the shop set it; else (a ``DATABASE_URL``
+    with ``options=`` of its own) each connection asks the server once, when it opens.
+
+    It was taken as unknown, so every write sent a SET with the time left (10 s), above
+    a URL's own ``statement_timeout=2000``: its 2 s became 10 s (a review)."""
+    if session_ms is None:
+
+        @event.listens_for(engine, "connect")
+        def _session_timeout(dbapi_connection: Any, record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute("SHOW statement_timeout")
+                record.info[SESSION_MS] = timeout_ms(cursor.fetchone()[0])
+            finally:
+                cursor.close()
+                dbapi_connection.rollback()  # the SHOW began a transaction
 
     @event.listens_for(engine, "before_cursor_execute")
     def _deadline(connection: Connection, cursor: Any, statement: str, parameters: Any,
                   context: Any, executemany: bool) -> None:
         deadline = connection.get_execution_options().get(OPTION)
         if deadline is not None:
-            deadline.before(cursor, session_ms)
+            in_force = session_ms if session_ms is not None else connection.info.get(SESSION_MS)
+            deadline.before(cursor, in_force)
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def timeout_ms(shown: str) -> int | None:
+    """PostgreSQL's ``SHOW statement_timeout`` in ms ("2s", "1500ms", "1min"); None for
+    "0", no timeout."""
+    number = shown.rstrip("abcdefghijklmnopqrstuvwxyz")
+    ms = int(float(number) * _UNITS_MS.get(shown[len(number):], 1))
+    return ms or None
 
 
 def out_of_time() -> Busy:

@@ -126,3 +126,46 @@ def test_the_shops_connections_carry_the_timeouts_unless_the_url_sets_its_own():
                        serving=True)
     assert "options" not in own and "tcp_user_timeout" not in own
     assert connect_args("sqlite:///x.db", serving=True) == {}
+
+
+@pytest.mark.parametrize(("query", "inside"), [
+    ("", "10s"),  # the shop's own 10 s: already the budget, no SET sent
+    ("?options=-c%20statement_timeout%3D2000", "2s"),  # the URL's own, lower: kept
+], ids=["shop-options", "url-timeout-2s"])
+def test_a_bounded_write_never_raises_the_statement_timeout_in_force(database, query, inside):
+    """A URL with ``options=`` of its own was taken as "timeout unknown": every write
+    sent ``SET LOCAL statement_timeout`` with the time left, 10 s over the URL's 2 s (a
+    review)."""
+    import time as clock
+
+    from sqlalchemy import text
+
+    from webapp.extensions import make_engine
+    from webapp.writedeadline import ORDER_WRITE_S, bounded
+
+    _, _, url = database
+    engine = make_engine(url + query)
+    try:
+        with engine.begin() as connection:
+            bounded(connection, clock.monotonic() + ORDER_WRITE_S)
+            assert connection.execute(text("SHOW statement_timeout")).scalar() == inside
+    finally:
+        engine.dispose()
+
+
+def test_a_url_that_lifts_the_timeout_still_has_its_writes_bounded(database):
+    from sqlalchemy import text
+
+    from webapp.extensions import make_engine
+    from webapp.writedeadline import ORDER_WRITE_S, bounded, timeout_ms
+
+    _, _, url = database
+    engine = make_engine(url + "?options=-c%20search_path%3Dpublic")  # no timeout: 0
+    try:
+        with engine.begin() as connection:
+            bounded(connection, time.monotonic() + ORDER_WRITE_S)
+            shown = connection.execute(text("SHOW statement_timeout")).scalar()
+            assert 0 < (timeout_ms(shown) or 0) <= ORDER_WRITE_S * 1000, shown
+    finally:
+        engine.dispose()
+    assert [timeout_ms(t) for t in ("0", "2s", "1500ms", "1min")] == [None, 2000, 1500, 60_000]
