@@ -8,9 +8,11 @@ that would break the day the deployment moves to a real cluster.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -39,25 +41,7 @@ def start_cluster_nodes(count: int) -> list[RedisServer]:
     A node reports ``cluster_state:ok`` about two seconds after it gets its slots, so
     all of them are started first and then awaited together.
     """
-    nodes: list[RedisServer] = []
-    try:
-        for _ in range(count):
-            nodes.append(RedisServer(port=free_cluster_port(), args=[
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]).start())
-        clients = [redis.Redis.from_url(node.url) for node in nodes]
-        for client in clients:
-            client.execute_command("CLUSTER ADDSLOTS", *range(16384))
-        deadline = time.monotonic() + 15
-        for client in clients:
-            while client.execute_command("CLUSTER INFO").get("cluster_state") != "ok":
-                assert time.monotonic() < deadline, "a cluster node never reached state ok"
-                time.sleep(0.05)
-            client.close()
-    except BaseException:
-        for node in nodes:
-            node.cleanup()
-        raise
-    return nodes
+    return _cluster_nodes(count, [(0, 16384)] * count, meet=False)
 
 
 def start_cluster(count: int) -> list[RedisServer]:
@@ -65,22 +49,32 @@ def start_cluster(count: int) -> list[RedisServer]:
     (joined with CLUSTER MEET), for a ``redis.cluster.RedisCluster`` client: it
     redirects, and each node serves only its own slots. Stopped by pid on failure; the
     caller cleans the nodes up."""
+    bounds = [16384 * i // count for i in range(count + 1)]
+    return _cluster_nodes(count, list(zip(bounds, bounds[1:], strict=False)), meet=True)
+
+
+def _cluster_nodes(count: int, slots: list[tuple[int, int]], *, meet: bool
+                   ) -> list[RedisServer]:
+    """``count`` cluster-mode nodes, node i owning ``slots[i]`` (low, high), met into one
+    cluster if ``meet``; returned once every node says ``cluster_state:ok`` and knows
+    the others. Stopped by pid on failure."""
     nodes: list[RedisServer] = []
     try:
         for _ in range(count):
             nodes.append(RedisServer(port=free_cluster_port(), args=[
                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]).start())
         clients = [redis.Redis.from_url(node.url, decode_responses=True) for node in nodes]
-        bounds = [16384 * i // count for i in range(count + 1)]
-        for client, low, high in zip(clients, bounds, bounds[1:], strict=False):
+        for client, (low, high) in zip(clients, slots, strict=True):
             client.execute_command("CLUSTER ADDSLOTS", *range(low, high))
-        for node in nodes[1:]:
-            clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+        if meet:
+            for node in nodes[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+        known = count if meet else 1
         deadline = time.monotonic() + 20
         for client in clients:
             while (info := client.execute_command("CLUSTER INFO")).get("cluster_state") != "ok" \
-                    or int(info.get("cluster_known_nodes", 0)) != count:
-                assert time.monotonic() < deadline, "the cluster never reached state ok"
+                    or int(info.get("cluster_known_nodes", 0)) != known:
+                assert time.monotonic() < deadline, "a cluster never reached state ok"
                 time.sleep(0.05)
             client.close()
     except BaseException:
@@ -88,6 +82,16 @@ def start_cluster(count: int) -> list[RedisServer]:
             node.cleanup()
         raise
     return nodes
+
+
+@contextlib.contextmanager
+def stopped_after(nodes: list[RedisServer]) -> Iterator[list[RedisServer]]:
+    """``nodes``, each stopped by pid on leaving (a module's fixture)."""
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.cleanup()
 
 
 class RecordingRedis(redis.Redis):

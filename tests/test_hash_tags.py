@@ -25,7 +25,7 @@ import redis
 import lockcore
 from lockcore import registry
 from lockcore.embedded import RedisServer
-from tests.clustermode import RecordingRedis, start_cluster_nodes
+from tests.clustermode import RecordingRedis, start_cluster_nodes, stopped_after
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT_DIRS = [REPO / "lockcore" / "scripts", REPO / "webapp" / "scripts"]
@@ -35,12 +35,8 @@ KEYLESS_COMMANDS = {"time", "ping", "echo"}
 @pytest.fixture(scope="module")
 def cluster_nodes() -> Iterator[list[RedisServer]]:
     """Five cluster-mode nodes: one serves single-Redis paths, five serve RedLock."""
-    nodes = start_cluster_nodes(5)
-    try:
+    with stopped_after(start_cluster_nodes(5)) as nodes:
         yield nodes
-    finally:
-        for node in nodes:
-            node.cleanup()
 
 
 @pytest.fixture

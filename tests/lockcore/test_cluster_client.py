@@ -18,7 +18,7 @@ from redis.cluster import RedisCluster
 
 import lockcore
 from lockcore.embedded import RedisServer
-from tests.clustermode import start_cluster
+from tests.clustermode import start_cluster, stopped_after
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -27,12 +27,8 @@ STRATEGIES = ["token", "fair", "multi", "setnx-expire"]
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[list[RedisServer]]:
-    nodes = start_cluster(3)
-    try:
+    with stopped_after(start_cluster(3)) as nodes:
         yield nodes
-    finally:
-        for node in nodes:
-            node.cleanup()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from lockcore.embedded import RedisServer
-from tests.clustermode import free_cluster_port
+from tests.clustermode import start_cluster, start_cluster_nodes, stopped_after
 from tests.webapp.conftest import make_app
 from webapp.served import (
     StartupError,
@@ -76,31 +76,16 @@ def test_healthz_says_redis_is_down_when_it_stops_taking_writes(started, sqlite_
         app.extensions["seckill"].close()
 
 
-def test_a_cluster_of_two_shards_is_refused_and_a_one_node_cluster_is_not(started):
+def test_a_cluster_of_two_shards_is_refused_and_a_one_node_cluster_is_not():
     """serve against a three-node cluster failed with a raw ``MovedError`` from its
     first pipeline; a one-node cluster owning every slot never redirects (the hash-tag
     tests run the shop on one)."""
-    nodes = [start(started, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                   port=free_cluster_port()) for _ in range(2)]
-    clients = [redis.Redis.from_url(node.url) for node in nodes]
-    try:
-        clients[0].execute_command("CLUSTER ADDSLOTS", *range(16384))
-        deadline = time.monotonic() + 15
-        while clients[0].execute_command("CLUSTER INFO").get("cluster_state") != "ok":
-            assert time.monotonic() < deadline, "the one-node cluster never came up"
-            time.sleep(0.05)
-        assert unfit_redis(_redis_info(nodes[0].url)) is None
-        clients[0].execute_command("CLUSTER DELSLOTS", *range(8192, 16384))
-        clients[1].execute_command("CLUSTER ADDSLOTS", *range(8192, 16384))
-        clients[0].execute_command("CLUSTER MEET", "127.0.0.1", nodes[1].port)
-        while int(_redis_info(nodes[0].url).get("cluster_size", 0)) < 2:
-            assert time.monotonic() < deadline + 15, "the two nodes never met"
-            time.sleep(0.05)
+    with stopped_after(start_cluster_nodes(1)) as (alone,):
+        assert unfit_redis(_redis_info(alone.url)) is None
+        reachable_redis(alone.url)
+    with stopped_after(start_cluster(2)) as nodes:
         with pytest.raises(StartupError, match="Redis Cluster of 2 shards"):
             reachable_redis(nodes[0].url)
-    finally:
-        for client in clients:
-            client.close()
 
 
 @pytest.mark.parametrize(("args", "noted"), [
