@@ -49,16 +49,25 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(scope="session")
-def redlock_cluster() -> Iterator[EmbeddedRedis]:
-    """Five independent redis-server processes, as RedLock wants."""
+def redlock_servers() -> Iterator[EmbeddedRedis]:
+    """Five independent redis-server processes, as RedLock wants (for the session)."""
     with EmbeddedRedis(nodes=5) as cluster:
         yield cluster
 
 
 @pytest.fixture
+def redlock_cluster(redlock_servers: EmbeddedRedis) -> EmbeddedRedis:
+    """The five nodes, each running: a previous test may have killed some. Only
+    ``redlock_clients`` restarted them, and a test that took the cluster alone met the
+    nodes an earlier test killed: three of five down, no majority, ``LockTimeout``
+    (a fresh-clone CI run, in the order pytest-randomly drew)."""
+    for server in redlock_servers.servers:
+        server.start()  # a running one is left as it is
+    return redlock_servers
+
+
+@pytest.fixture
 def redlock_clients(redlock_cluster: EmbeddedRedis) -> Iterator[list[redis.Redis]]:
-    for server in redlock_cluster.servers:  # a previous test may have killed one
-        server.start()
     clients = [redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
                for url in redlock_cluster.urls]
     for client in clients:
