@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import config as settings
-from .served import ServedApp, StartupError, redis_notes, unreachable_lock_servers
+from .served import ServedApp, StartupError, unreachable_lock_servers
 
 __all__ = ["ServedApp", "add_arguments", "main"]
 
@@ -97,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
     reported: set[int] = set()
     try:
         try:  # from here a Ctrl-C is a clean stop: one right after the banner was exit 130
-            for note in [*redis_notes(served.redis_url),
+            for note in [*served.redis_notes,
                          *unreachable_lock_servers(served.redlock_urls, served.zookeeper_hosts)]:
                 print(f"seckill serve: note: {note}", file=sys.stderr, flush=True)
             print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"

@@ -142,22 +142,20 @@ def evicting_redis(info: dict[str, Any]) -> str | None:
     return None
 
 
-def reachable_redis(url: str) -> None:
+def reachable_redis(url: str) -> list[str]:
     """``REDIS_URL`` answers a PING in time and can hold the sale, or ``StartupError``
-    naming it."""
+    naming it; the notes on it that do not stop the shop starting (eviction), from the
+    same ``INFO``."""
     problem = _redis_problem(url)
     if problem is not None:
         raise StartupError(f"REDIS_URL {settings.without_password(url)}: cannot reach it "
                            f"({problem})")
-    unfit = unfit_redis(_redis_info(url))
+    info = _redis_info(url)
+    unfit = unfit_redis(info)
     if unfit is not None:
         raise StartupError(f"REDIS_URL {settings.without_password(url)}: {unfit}")
-
-
-def redis_notes(url: str | None) -> list[str]:
-    """Notes on the shop's Redis that do not stop it starting (eviction)."""
-    note = evicting_redis(_redis_info(url)) if url else None
-    return [f"REDIS_URL {settings.without_password(url or '')}: {note}"] if note else []
+    note = evicting_redis(info)
+    return [f"REDIS_URL {settings.without_password(url)}: {note}"] if note else []
 
 
 def unreachable_lock_servers(redlock_urls: list[str] | None,
@@ -283,6 +281,8 @@ class ServedApp:
         self.workdir: Path | None = None
         #: the Redis servers started here (none for a REDIS_URL or REDLOCK_URLS given)
         self.embedded: list[RedisServer] = []
+        #: what ``seckill serve`` notes about a REDIS_URL given (``reachable_redis``)
+        self.redis_notes: list[str] = []
         self._stack = contextlib.ExitStack()
 
     def gone_redis(self) -> list[RedisServer]:
@@ -378,7 +378,7 @@ class ServedApp:
             self.embedded += shop_redis.servers
             self.redis_url = shop_redis.urls[0]
         else:
-            reachable_redis(self.redis_url)
+            self.redis_notes = reachable_redis(self.redis_url)
         if self.redlock_urls is None:
             redlock = self._stack.enter_context(EmbeddedRedis(5))
             self.embedded += redlock.servers
