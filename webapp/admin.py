@@ -182,7 +182,7 @@ def _sections_refused(backends: Backends, sale: Any, timeout: float) -> Iterator
         reset:   503 after 10 s, twice in a row; token and fair got in after 9 s
 
     The mark goes with the reset's Redis side (``SaleKeys.all``), or here."""
-    keys = SaleKeys(sale.sku)
+    keys = sale.keys
     try:
         backends.redis.set(keys.resetting, 1, px=int(timeout * 1000) + 5_000)
     except RedisError:  # the lock's wait decides alone, as before

@@ -125,11 +125,9 @@ class OrderWriter(Batcher[OrderWrite]):
         Each ``Pending`` comes back with its order (with its id) or its own error.
 
         :param since: when each write's wait began (its budget's start); default now."""
-        now = time.monotonic()
-        batch = [Pending(write, done=SERVED, since=now) for write in writes]
-        if since is not None:
-            for pending, began in zip(batch, since, strict=True):
-                pending.since = began
+        began = [time.monotonic()] * len(writes) if since is None else since
+        batch = [Pending(write, done=SERVED, since=start)
+                 for write, start in zip(writes, began, strict=True)]
         self._serve(batch)
         return batch
 

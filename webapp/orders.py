@@ -50,8 +50,7 @@ from .statements import (
     TAKE_UNITS_IF_LEFT_OF_GENERATION,
     TAKE_UNITS_OF_GENERATION,
 )
-from .writedeadline import OPTION as DEADLINE_OPTION
-from .writedeadline import ORDER_WRITE_S, WriteDeadline
+from .writedeadline import ORDER_WRITE_S, bounded
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +138,7 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
         # map, flush ordering, events) for one UPDATE and one INSERT of a fixed shape
         with committing(sessions.begin(), remote(_dialect(sessions))) as session:
             # the whole transaction within one budget, not each statement (writedeadline.py)
-            connection = session.connection(execution_options={
-                DEADLINE_OPTION: WriteDeadline(time.monotonic() + ORDER_WRITE_S)})
+            connection = bounded(session.connection(), time.monotonic() + ORDER_WRITE_S)
             if connection.execute(decrement, parameters).rowcount == 0:
                 if generation is not None and (not conditional or reset_since(
                         connection, sale.id, generation)):
