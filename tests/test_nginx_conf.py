@@ -2,11 +2,17 @@
 
 No Docker runs here, so the shipped file is changed only where the compose network
 would differ: the port it listens on, the upstream's address (``web:8000`` becomes a
-loopback port), the pid file and temp dirs, and, for the 504 test alone, a 1 s read
+loopback port), the pid file and temp dirs, and, for the 504 tests alone, a 1 s read
 timeout. What is checked is what the file itself decides: the shop's own answers pass
 through untouched (status, JSON, ``Retry-After``), and nginx's own errors (a body or URL
 too large for it, a replica not answering or too slow) come in the API's shape
 ``{"error", "detail"}`` too, never nginx's HTML page.
+
+Several replicas: Docker's DNS answers ``web`` with one address per replica and nginx
+round-robins over them, moving to the next on a failure as ``proxy_next_upstream``
+says. The tests that need two replicas put an ``upstream`` block of two loopback ports
+where that DNS answer would be (nginx takes a variable's host from a block of that
+name before asking the resolver); the ``proxy_next_upstream`` line is the shipped one.
 """
 
 from __future__ import annotations
@@ -71,11 +77,21 @@ def free_port() -> int:
         return port
 
 
-def adapted(conf: str, workdir: Path, scratch: Path, port: int, upstream: int,
-            read_timeout: str | None) -> str:
-    """The shipped file with only the compose-network parts swapped for loopback ones."""
+def adapted(conf: str, workdir: Path, scratch: Path, port: int,
+            upstream: int | tuple[int, ...], read_timeout: str | None) -> str:
+    """The shipped file with only the compose-network parts swapped for loopback ones.
+
+    ``upstream``: one port, or several: then ``web`` is an ``upstream`` block of those
+    ports in that order, as the replicas' addresses would be in Docker's DNS answer."""
+    replicas = ""
+    if isinstance(upstream, int):
+        target = f"http://127.0.0.1:{upstream}"
+    else:
+        target = "http://web_replicas"
+        servers = " ".join(f"server 127.0.0.1:{each};" for each in upstream)
+        replicas = f"\n    upstream web_replicas {{ {servers} }}"
     swaps = [("listen 80;", f"listen 127.0.0.1:{port};"),
-             ("http://web:8000", f"http://127.0.0.1:{upstream}"),
+             ("http://web:8000", target),
              ("resolver 127.0.0.11 valid=5s ipv6=off;", "resolver 127.0.0.1;")]
     if read_timeout:
         swaps.append(("proxy_read_timeout 45s;", f"proxy_read_timeout {read_timeout};"))
@@ -84,7 +100,7 @@ def adapted(conf: str, workdir: Path, scratch: Path, port: int, upstream: int,
         conf = conf.replace(old, new)
     temp = " ".join(f"{kind}_temp_path {scratch / kind};"
                     for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    conf = conf.replace("http {", "http {\n    " + temp, 1)
+    conf = conf.replace("http {", "http {\n    " + temp + replicas, 1)
     return f"pid {workdir / 'nginx.pid'};\nerror_log {workdir / 'error.log'};\n" + conf
 
 
@@ -100,7 +116,8 @@ def stub() -> Iterator[int]:
 
 
 @contextmanager
-def run_nginx(tmp_path: Path, upstream: int, read_timeout: str | None = None) -> Iterator[int]:
+def run_nginx(tmp_path: Path, upstream: int | tuple[int, ...],
+              read_timeout: str | None = None) -> Iterator[int]:
     binary = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.access(binary, os.X_OK):
         missing_system_part("nginx is not installed (Debian package nginx; make sysdeps)")
@@ -116,7 +133,7 @@ def run_nginx(tmp_path: Path, upstream: int, read_timeout: str | None = None) ->
 
 
 @contextmanager
-def _nginx(binary: str, tmp_path: Path, scratch: Path, upstream: int,
+def _nginx(binary: str, tmp_path: Path, scratch: Path, upstream: int | tuple[int, ...],
            read_timeout: str | None) -> Iterator[int]:
     port = free_port()
     conf = tmp_path / "nginx.conf"
@@ -241,3 +258,79 @@ def test_a_replica_too_slow_is_504_json_with_retry_after(tmp_path, stub):
         answer = request(port, "POST", "/slow", b'{"user_id": "u"}')
         assert assert_api_error(answer, 504)["error"] == "gateway_timeout"
         assert answer[1]["retry-after"] == "1"
+
+
+class Replica(BaseHTTPRequestHandler):
+    """One web replica that writes down every request it reads (method and path) before
+    answering 201; a replica started with ``stall`` reads and writes down the request,
+    then answers nothing until the test ends, as a replica stuck mid-purchase."""
+
+    protocol_version = "HTTP/1.1"
+    server: ReplicaServer
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.received.append(f"{self.command} {self.path}")
+        if self.server.stall:
+            self.server.released.wait(30)
+            return
+        body = b'{"status": "created"}'
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class ReplicaServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, stall: bool) -> None:
+        super().__init__(("127.0.0.1", 0), Replica)
+        self.stall = stall
+        self.received: list[str] = []
+        self.released = threading.Event()
+
+
+@contextmanager
+def replica(stall: bool = False) -> Iterator[ReplicaServer]:
+    server = ReplicaServer(stall)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.released.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_a_post_to_a_replica_that_refuses_the_connection_goes_to_the_next(tmp_path):
+    # a replica restarting (nothing listens on its port): nothing was sent, so trying the
+    # next replica cannot make a second purchase. `proxy_next_upstream off` answered 502
+    # instead (the first request of each nginx worker goes to the first address).
+    dead = free_port()
+    with replica() as live, run_nginx(tmp_path, (dead, live.server_address[1])) as port:
+        paths = [f"/api/products/sku-1/purchase?attempt={n}" for n in range(6)]
+        for path in paths:
+            status, _, body = request(port, "POST", path, b'{"user_id": "u"}')
+            assert status == 201, body[:200]
+        assert sorted(live.received) == sorted(f"POST {path}" for path in paths)
+
+
+def test_a_post_a_replica_took_and_never_answered_is_not_sent_to_another(tmp_path):
+    # the purchase may be under way on the stuck replica: sending it to the other one too
+    # would be a second purchase attempt the buyer never made. nginx passes a POST it has
+    # sent to the next replica only with `non_idempotent`; the buyer hears 504 and retries
+    # with the same Idempotency-Key.
+    with replica(stall=True) as stuck, replica() as other, \
+            run_nginx(tmp_path, (stuck.server_address[1], other.server_address[1]),
+                      read_timeout="1s") as port:
+        answer = request(port, "POST", "/api/products/sku-1/purchase", b'{"user_id": "u"}')
+        assert assert_api_error(answer, 504)["error"] == "gateway_timeout"
+        assert stuck.received == ["POST /api/products/sku-1/purchase"]
+        assert other.received == []
