@@ -4,13 +4,24 @@ No Docker runs where the tests run, so the stack is validated the way an editor 
 against the Compose Specification's JSON schema, then against what the app needs (every
 backing service present, healthchecks behind every ``service_healthy``, the web
 service's environment named exactly as ``webapp/config.py`` reads it and pointing at
-services that exist).
+services that exist, on the ports they listen on, with the credentials PostgreSQL is
+set up with). ``migrate``'s snippet is run for real, on SQLite and a Redis of ours.
+
+A check that passes a broken file checks nothing: ``test_each_check_catches_a_broken_stack``
+breaks a copy of the file the ways an audit did (a host port where the container port
+belongs, a password that differs, a snippet reading another name) and expects the
+check's failure.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import re
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +38,12 @@ SCHEMA = SHARED_SCHEMA if SHARED_SCHEMA.exists() else REPO / "tests/data/compose
 APP_ENV = {"REDIS_URL", "DATABASE_URL", "REDLOCK_URLS", "ZOOKEEPER_HOSTS", "SECKILL_ADMIN_TOKEN"}
 BACKING = {"redis", "redlock1", "redlock2", "redlock3", "redlock4", "redlock5",
            "zookeeper", "postgres"}
+#: the port each image's server listens on inside the network, unless told otherwise
+IMAGE_PORTS = {"redis": 6379, "postgres": 5432, "zookeeper": 2181, "nginx": 80}
+#: the environment variables that name services, and the port a client assumes when
+#: the value names none (redis-py, libpq, kazoo)
+SERVICE_ENV = {"REDIS_URL": 6379, "DATABASE_URL": 5432, "REDLOCK_URLS": 6379,
+               "ZOOKEEPER_HOSTS": 2181}
 
 yaml = pytest.importorskip("yaml")
 
@@ -50,6 +67,114 @@ def hosts_in(value: str) -> list[str]:
         part = part.strip()
         hosts.append(urlsplit(part if "://" in part else f"//{part}").hostname or "")
     return hosts
+
+
+def endpoints_in(value: str, default_port: int) -> list[tuple[str, int]]:
+    """``(host, port)`` of each URL or ``host:port`` in a comma-separated list."""
+    found = []
+    for part in value.split(","):
+        part = part.strip()
+        url = urlsplit(part if "://" in part else f"//{part}")
+        found.append((url.hostname or "", url.port or default_port))
+    return found
+
+
+def listening_port(service: dict[str, Any]) -> int:
+    """The port a service's server listens on inside the compose network: its command's
+    ``--bind``/``--port`` if it has one, else its image's default."""
+    command = service.get("command") or []
+    words = command if isinstance(command, list) else command.split()
+    text = " ".join(str(word) for word in words)
+    given = re.search(r"--bind[ =]\S*:(\d+)", text) or re.search(r"--port[ =](\d+)", text)
+    if given:
+        return int(given.group(1))
+    image = str(service.get("image", "")).rpartition(":")[0].rpartition("/")[2]
+    assert image in IMAGE_PORTS, f"no known port for image {service.get('image')!r}"
+    return IMAGE_PORTS[image]
+
+
+def check_ports(services: dict[str, Any]) -> None:
+    """Every address the stack hands a client names a service and the port that service
+    listens on inside the network, never the one published on the host."""
+    for name, service in services.items():
+        env = service.get("environment") or {}
+        for variable, default_port in SERVICE_ENV.items():
+            if variable not in env:
+                continue
+            for host, port in endpoints_in(str(env[variable]), default_port):
+                assert host in services, f"{name}: {variable} points at {host!r}"
+                assert port == listening_port(services[host]), (
+                    f"{name}: {variable} says {host}:{port}, "
+                    f"{host} listens on {listening_port(services[host])}")
+        for published in service.get("ports", []):
+            inside = int(str(published).rpartition(":")[2])
+            assert inside == listening_port(service), f"{name} publishes {published}"
+        command = service.get("command") or []
+        if "--host" in command:  # Locust's target
+            [(host, port)] = endpoints_in(command[command.index("--host") + 1], 80)
+            assert port == listening_port(services[host]), f"{name}: --host {host}:{port}"
+
+
+def check_credentials(services: dict[str, Any]) -> None:
+    """DATABASE_URL logs in as the user PostgreSQL's image creates, to its database."""
+    from sqlalchemy.engine import make_url
+
+    postgres = services["postgres"]["environment"]
+    for name, service in services.items():
+        env = service.get("environment") or {}
+        if "DATABASE_URL" not in env:
+            continue
+        url = make_url(env["DATABASE_URL"])
+        assert (url.username, url.password, url.database) == (
+            postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"], postgres["POSTGRES_DB"]
+        ), f"{name}: DATABASE_URL is not the user/password/database of POSTGRES_*"
+    probe = services["postgres"]["healthcheck"]["test"]
+    assert probe[probe.index("-U") + 1] == postgres["POSTGRES_USER"]
+    assert probe[probe.index("-d") + 1] == postgres["POSTGRES_DB"]
+
+
+def run_migrate(services: dict[str, Any], redis_url: str, database: Path) -> None:
+    """Run ``migrate``'s snippet as its container would, with only the environment the
+    file gives it, its database a SQLite file and its Redis one of ours."""
+    command = services["migrate"]["command"]
+    assert command[:2] == ["python", "-c"], command
+    env = {name: str(value) for name, value in services["migrate"]["environment"].items()}
+    env.update(DATABASE_URL=f"sqlite:///{database}", REDIS_URL=redis_url,
+               SECKILL_ADMIN_TOKEN="test-token", PATH=os.environ["PATH"],
+               PYTHONPATH=str(REPO))
+    ran = subprocess.run([sys.executable, "-c", command[2]], env=env, cwd=database.parent,
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+
+
+def check_migrate(services: dict[str, Any], redis_client: Any, redis_url: str,
+                  database: Path) -> None:
+    """``migrate`` brings the schema to head and stocks the demo sales, and on the next
+    ``up`` restocks them (what re-aligns the Redis, which keeps nothing, with the
+    database: docs/deployment.md)."""
+    import sqlite3
+
+    from alembic.script import ScriptDirectory
+
+    from webapp import db, demo
+
+    run_migrate(services, redis_url, database)
+    scripts = ScriptDirectory.from_config(db.alembic_config(f"sqlite:///{database}"))
+    head = scripts.get_current_head()
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("SELECT version_num FROM alembic_version").fetchall() == [(head,)]
+        stocked = dict(connection.execute("SELECT sku, remaining FROM sales").fetchall())
+    assert stocked == {sku: stock for sku, _, _, stock, _, _ in demo.PRODUCTS}
+    assert redis_client.get("sale:{sku-1}:stock") == b"100"
+    # a sale under way, then the next `up`
+    with sqlite3.connect(database) as connection:
+        connection.execute("UPDATE sales SET remaining = 7 WHERE sku = 'sku-1'")
+    redis_client.set("sale:{sku-1}:stock", 7)
+    run_migrate(services, redis_url, database)
+    with sqlite3.connect(database) as connection:
+        [(remaining,)] = connection.execute(
+            "SELECT remaining FROM sales WHERE sku = 'sku-1'").fetchall()
+    assert (remaining, redis_client.get("sale:{sku-1}:stock")) == (100, b"100"), "not restocked"
 
 
 def test_compose_file_is_valid_against_the_compose_specification(compose):
@@ -92,6 +217,83 @@ def test_web_environment_points_at_services_of_this_stack(services):
     redlock_hosts = hosts_in(env["REDLOCK_URLS"])
     assert len(set(redlock_hosts)) == 5, "RedLock needs five independent nodes"
     assert hosts_in(env["REDIS_URL"])[0] not in redlock_hosts
+
+
+def test_every_address_names_the_port_its_service_listens_on(services):
+    check_ports(services)
+
+
+def test_database_url_logs_in_as_postgres_is_set_up(services):
+    check_credentials(services)
+
+
+def test_migrate_migrates_and_restocks_the_demo_sales(services, redis_client, redis_url,
+                                                     tmp_path):
+    # redis_client: our own server, flushed
+    check_migrate(services, redis_client, redis_url, tmp_path / "shop.db")
+
+
+def set_env(name: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(services: dict[str, Any]) -> None:
+        for service in services.values():
+            if name in (service.get("environment") or {}):
+                service["environment"][name] = value
+    return mutate
+
+
+def set_ports(name: str, ports: list[str]) -> Callable[[dict[str, Any]], None]:
+    def mutate(services: dict[str, Any]) -> None:
+        services[name]["ports"] = ports
+    return mutate
+
+
+def edit_migrate(old: str, new: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(services: dict[str, Any]) -> None:
+        snippet = services["migrate"]["command"][-1]
+        assert old in snippet, f"the migrate snippet has no {old!r}: update this test"
+        services["migrate"]["command"][-1] = snippet.replace(old, new)
+    return mutate
+
+
+def edit_locust_host(services: dict[str, Any]) -> None:
+    command = services["locust-master"]["command"]
+    command[command.index("--host") + 1] = "http://nginx:8000"
+
+
+APP_URL = "postgresql+psycopg://seckill:seckill@postgres:5432/seckill"
+REDLOCK = ",".join(f"redis://redlock{n}:638{n}/0" for n in range(1, 6))
+#: id: (how the copy is broken, which check must fail)
+BROKEN = {
+    "redis-host-port": (set_env("REDIS_URL", "redis://redis:6380/0"), "ports"),
+    "postgres-host-port": (set_env("DATABASE_URL", APP_URL.replace("5432", "5433")), "ports"),
+    "redlock-host-ports": (set_env("REDLOCK_URLS", REDLOCK), "ports"),
+    "zookeeper-port": (set_env("ZOOKEEPER_HOSTS", "zookeeper:2182"), "ports"),
+    "locust-host-port": (edit_locust_host, "ports"),
+    "redis-published-port": (set_ports("redis", ["127.0.0.1:6380:6380"]), "ports"),
+    "database-password": (set_env("DATABASE_URL", APP_URL.replace(":seckill@", ":secret@")),
+                          "credentials"),
+    "database-name": (set_env("DATABASE_URL", APP_URL.rpartition("/")[0] + "/shop"),
+                      "credentials"),
+    "migrate-reads-another-name": (edit_migrate("os.environ['DATABASE_URL']",
+                                                "os.environ['DB_URL']"), "migrate"),
+    "migrate-unknown-keyword": (edit_migrate("reset=True", "reset=True, restock=True"),
+                                "migrate"),
+    "migrate-no-restock": (edit_migrate("reset=True", "reset=False"), "migrate"),
+}
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=list(BROKEN))
+def test_each_check_catches_a_broken_stack(services, broken, redis_client, redis_url,
+                                           tmp_path):
+    mutate, check = BROKEN[broken]
+    copied = copy.deepcopy(services)  # keeps the anchors' sharing: an edit to one is to all
+    mutate(copied)
+    checks: dict[str, Callable[[dict[str, Any]], None]] = {
+        "ports": check_ports, "credentials": check_credentials,
+        "migrate": lambda stack: check_migrate(stack, redis_client, redis_url,
+                                               tmp_path / "shop.db")}
+    with pytest.raises(AssertionError):
+        checks[check](copied)
 
 
 def test_every_healthy_dependency_has_a_healthcheck(services):
