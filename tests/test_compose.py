@@ -296,6 +296,71 @@ def test_each_check_catches_a_broken_stack(services, broken, redis_client, redis
         checks[check](copied)
 
 
+def longest_lock_ttl_ms(services: dict[str, Any], tmp_path: Path) -> int:
+    """The longest TTL a sale's lock gets on the RedLock nodes: ``LOCK_TTL_MS`` as the
+    web replicas read it from the file's environment + 2 x the largest ``work_ms``
+    (``webapp.locks.lock_ttl_ms``)."""
+    from webapp.admin import MAX_WORK_MS
+    from webapp.config import from_env
+
+    env = {name: str(value) for name, value in services["web"]["environment"].items()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("LOCK_TTL_MS", raising=False)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        lock_ttl_ms = int(from_env(str(tmp_path))["LOCK_TTL_MS"])
+    return lock_ttl_ms + 2 * MAX_WORK_MS
+
+
+def start_node(service: dict[str, Any], data: Path, bin_dir: Path) -> list[list[str]]:
+    """Run a RedLock node's command as its container would (re)start it, with ``/data``
+    at ``data`` and ``sleep`` and the image's ``docker-entrypoint.sh`` stubs that write
+    down their arguments: what it called, in order."""
+    command = [part.replace("/data", str(data)) for part in service["command"]]
+    calls = bin_dir / "calls"
+    for stub in ("sleep", "docker-entrypoint.sh"):
+        (bin_dir / stub).write_text(
+            f'#!/bin/sh\nprintf "%s\\037" {stub} "$@" >> {calls}\nprintf "\\n" >> {calls}\n')
+        (bin_dir / stub).chmod(0o755)
+    calls.write_text("")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    ran = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+    assert ran.returncode == 0, ran.stderr
+    return [line.rstrip("\037").split("\037") for line in calls.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("node", [f"redlock{n}" for n in range(1, 6)])
+def test_a_redlock_node_restarts_only_after_the_longest_lock_ttl(services, node, tmp_path):
+    # A node without persistence comes back empty: at once, it votes for a lock the
+    # other nodes still hold, and a second client gets a majority (seed 004). Docker
+    # restarts a crashed container within its back-off (100 ms, doubling): the node's
+    # command waits itself, on a restart only (a marker in its /data volume, which a
+    # restart and compose's recreate keep; a new container's is empty).
+    service = services[node]
+    assert "/data" in service.get("volumes", []), "the marker needs /data kept across restarts"
+    data, bin_dir = tmp_path / "data", tmp_path / "bin"
+    data.mkdir()
+    bin_dir.mkdir()
+    redis_command = ["docker-entrypoint.sh", *services["redis"]["command"]]
+    assert redis_command[1:4] == ["redis-server", "--save", ""], "no persistence"
+    # the first start: no lock can be held on a node that never ran, so no wait
+    assert start_node(service, data, bin_dir) == [redis_command]
+    # every later one: a wait past the longest TTL, counted from the crash
+    [sleep, started] = start_node(service, data, bin_dir)
+    assert started == redis_command
+    assert sleep[0] == "sleep" and float(sleep[1]) * 1000 > longest_lock_ttl_ms(services, tmp_path)
+    # healthy only once it serves, and not given up on while it waits
+    health = service["healthcheck"]
+    assert "ping" in health["test"]
+    assert parse_seconds(health["start_period"]) > float(sleep[1])
+
+
+def parse_seconds(duration: str) -> float:
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)", duration)
+    assert found, f"a duration this test cannot read: {duration!r}"
+    return float(found.group(1)) * {"ms": 0.001, "s": 1, "m": 60}[found.group(2)]
+
+
 def test_every_healthy_dependency_has_a_healthcheck(services):
     for name, service in services.items():
         for dep, how in (service.get("depends_on") or {}).items():
