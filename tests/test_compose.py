@@ -393,6 +393,19 @@ def test_load_generators_run_only_in_the_showdown_profile(services):
     assert services["locust-worker"]["deploy"]["replicas"] >= 2
 
 
+def test_the_showdown_starts_only_after_migrate_restocked_the_sale(services):
+    # on a running stack, `--profile showdown up` runs migrate again: it restocks sku-1
+    # and deletes its orders, and a run started beside it counted against the old sale
+    master = services["locust-master"]
+    assert master["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert master["depends_on"]["nginx"]["condition"] == "service_healthy"
+    # the workers buy only once the master starts the run, which waits for them all
+    command = master["command"]
+    expected = int(command[command.index("--expect-workers") + 1])
+    assert expected == services["locust-worker"]["deploy"]["replicas"]
+    assert "locust-master" in services["locust-worker"]["depends_on"]
+
+
 def test_dockerfile_builds_the_app_on_python_311_slim_with_gunicorn():
     dockerfile = (REPO / "Dockerfile").read_text()
     assert dockerfile.startswith("#") and "FROM python:3.11-slim" in dockerfile
