@@ -42,7 +42,7 @@ class ShopClient:
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
         if admin and self.admin_token:
-            request.add_header("Authorization", f"Bearer {self.admin_token}")
+            request.add_header("Authorization", _as_header(f"Bearer {self.admin_token}"))
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
@@ -144,6 +144,14 @@ class ShopClient:
         except (ShopError, OSError):
             return False
         return True
+
+
+def _as_header(text: str) -> str:
+    """``text`` as its UTF-8 bytes, one character per byte: http.client encodes a header
+    as latin-1, so a token like ``tökén`` went as latin-1 (refused: the shop compares
+    UTF-8 bytes, as curl and the admin page send them) and ``ключ`` raised
+    UnicodeEncodeError (reported as 'cannot reach the shop')."""
+    return text.encode("utf-8").decode("latin-1")
 
 
 def _first_line(exc: BaseException) -> str:
