@@ -180,5 +180,5 @@ def strategies() -> Response:
 
 @bp.get("/api/openapi.json")
 def openapi() -> Response:
-    return jsonify(document())
+    return jsonify(document(get_backends().config))
 

@@ -1,5 +1,10 @@
 """The OpenAPI 3.1 document of the JSON API (``GET /api/openapi.json``), built by hand:
-the API is small, and a generator would be a dependency for one page."""
+the API is small, and a generator would be a dependency for one page.
+
+It describes this server: a reset's ``strategy`` lists the strategies it has the
+servers for. What a schema cannot say (the Unicode rules of ``validation.text``, a
+sale's own per-buyer limit) its description does: a client generated from the document
+sent ids, strategies and quantities the shop refused with 400 (an API audit)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,29 @@ def _errors(*codes: tuple[int, str]) -> dict[str, Any]:
     return {str(status): _json(_ERROR, text) for status, text in codes}
 
 
+def _visible(excluded: str = "") -> str:
+    r"""A JSON Schema ``pattern`` that the server's rules imply (``validation.text``'s,
+    ``idempotency_key``'s), so it refuses no text the server accepts: no C0 or C1
+    control anywhere (nor a character of
+    ``excluded``), and one character at least that is not whitespace (NBSP and U+3000
+    are). The rest of the rules are Unicode categories (format characters such as the
+    zero-width space, private-use, unassigned, a lone combining mark): the description
+    says them.
+
+    ECMA-262 (JSON Schema's dialect) and Python's ``re`` (the ``jsonschema`` package's)
+    read it alike: a lookahead, and no ``$``, which in Python lets a final newline
+    through (``^[^\x00-\x1f]*$`` matched ``"ann\n"``). Either's ``\s`` is separators
+    and controls only (categories Z and C), and an accepted id has a character of
+    neither, so ``\S`` finds it in both."""
+    return rf"^(?![\s\S]*[{excluded}\x00-\x1f\x7f-\x9f])[\s\S]*\S"
+
+
+#: ``validation.is_clean_text``, then ``has_something_to_see`` (ids only: a key is
+#: refused only when blank)
+_PRINTABLE = ("printable: no control, format (zero-width, bidi; the zero-width "
+              "(non-)joiners excepted), surrogate, private-use or unassigned character")
+_VISIBLE = "and one visible character at least (not only spaces, marks or blank letters)"
+
 _SKU = {"name": "sku", "in": "path", "required": True, "schema": {"type": "string"}}
 _BUSY = (503, "busy: lock not acquired in time or a backend down; see Retry-After")
 #: a product read with Redis down comes from the database; with the database down, 503
@@ -29,6 +57,8 @@ _PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sol
                            "price": {"type": "number"}, "stock": {"type": "integer"},
                            "sold": {"type": "integer"}, "strategy": {"type": "string"},
                            "initial_stock": {"type": "integer"},
+                           "limit": {"type": "integer", "description": "units one buyer "
+                                     "may buy in this sale (a purchase's quantity)"},
                            "sale_started_at": {"type": "string", "format": "date-time",
                                                "description": "set anew by every reset"}}}
 _ORDER = {"type": "object", "required": ["order_id", "sku", "user_id", "quantity"],
@@ -41,10 +71,13 @@ _AUDIT = {"type": "object", "properties": {
     | {"consistent": {"type": "boolean"}}}
 
 
-def document() -> dict[str, Any]:
+def document(config: dict[str, Any]) -> dict[str, Any]:
+    """The document for a server of this ``config`` (``REDLOCK_URLS``,
+    ``ZOOKEEPER_HOSTS``: the strategies a reset accepts)."""
     # the bounds the handlers keep, from where they keep them (both modules import this)
     from .admin import MAX_STOCK, MAX_WORK_MS
     from .api import MAX_QUANTITY
+    from .locks import configured
     from .paths import names
 
     return {
@@ -77,16 +110,24 @@ def document() -> dict[str, Any]:
             "/api/products/{sku}/purchase": {"post": {
                 "summary": "Buy; one order per user per sale",
                 "parameters": [_SKU, {"name": "Idempotency-Key", "in": "header",
-                                      "description": "1-128 printable characters, sent "
-                                                     "as UTF-8, no commas",
+                                      "description": "1-128 characters, sent as UTF-8, "
+                                                     "not only spaces, no commas; "
+                                                     f"{_PRINTABLE}",
                                       "schema": {"type": "string", "maxLength": 128,
-                                                 "pattern": "^[^,]+$"}}],
+                                                 "pattern": _visible(",")}}],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["user_id"],
                     "properties": {"user_id": {"type": "string", "minLength": 1,
-                                               "maxLength": 64},
+                                               "maxLength": 64, "pattern": _visible(),
+                                               "description": f"the buyer; {_PRINTABLE}, "
+                                                              f"{_VISIBLE}. Compared as "
+                                                              "sent"},
                                    "quantity": {"type": "integer", "minimum": 1,
-                                                "maximum": MAX_QUANTITY, "default": 1}}}}}},
+                                                "maximum": MAX_QUANTITY, "default": 1,
+                                                "description": "at most the sale's "
+                                                               "per-buyer limit (its "
+                                                               "product's limit): 400 "
+                                                               "above it"}}}}}},
                 "responses": {"201": _json(_ORDER, "order created"),
                               "200": _json(_ORDER, "the order this Idempotency-Key made"),
                               **_errors((400, "invalid_request"), (404, "unknown_sku"),
@@ -99,10 +140,16 @@ def document() -> dict[str, Any]:
                     "type": "object", "required": ["stock", "strategy"],
                     "properties": {"stock": {"type": "integer", "minimum": 0,
                                              "maximum": MAX_STOCK},
-                                   "strategy": {"type": "string", "enum": names(),
-                                                "description": "GET /api/strategies?usable="
-                                                               "true: those this shop has "
-                                                               "the servers for"},
+                                   "strategy": {"type": "string",
+                                                "enum": [name for name in names()
+                                                         if configured(name, config)],
+                                                "description": "those this shop has the "
+                                                               "servers for (GET /api/"
+                                                               "strategies?usable=true); "
+                                                               "the others are 400, GET "
+                                                               "/api/strategies?unusable="
+                                                               "true says what each "
+                                                               "lacks"},
                                    "work_ms": {"type": "integer", "minimum": 0,
                                                "maximum": MAX_WORK_MS, "default": 0},
                                    "limit": {"type": "integer", "minimum": 1,
