@@ -22,6 +22,27 @@ def missing_system_part(reason: str) -> None:
     pytest.skip(message)
 
 
+def need_zookeeper(what: str) -> None:
+    """``missing_system_part`` unless java *and* ZooKeeper's jars are here (what
+    ``lockcore.zkserver`` needs to start a server): java alone is not ZooKeeper."""
+    from lockcore.zkserver import ZooKeeperUnavailable, classpath
+
+    try:
+        classpath()
+    except ZooKeeperUnavailable as exc:
+        missing_system_part(f"{exc}: {what}")
+
+
+def need_network_namespaces(what: str) -> None:
+    """``missing_system_part`` unless this process may build network namespaces (root,
+    iproute2): the partition lab says SKIPPED and exits 1 without them."""
+    from loadtest.labs import netns
+
+    reason = netns.unsupported()
+    if reason is not None:
+        missing_system_part(f"network namespaces: {reason}: {what}")
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with ``pid`` exists (a reaped child does not; a zombie would)."""
     try:

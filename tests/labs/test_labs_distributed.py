@@ -7,13 +7,12 @@ teaches really happened in this run, and that the protection it shows really hel
 
 from __future__ import annotations
 
-import shutil
 from types import SimpleNamespace
 
 import pytest
 
 from loadtest.labs import Narrator, Verdict, netns, run_lab
-from tests.support import missing_system_part
+from tests.support import need_network_namespaces, need_zookeeper
 
 
 def run_quietly(name: str) -> tuple[Verdict, Narrator]:
@@ -23,8 +22,7 @@ def run_quietly(name: str) -> tuple[Verdict, Narrator]:
 
 @pytest.mark.zookeeper
 def test_ghost_node_deadlocks_the_naive_recipe_but_not_kazoos_lock() -> None:
-    if shutil.which("java") is None:
-        missing_system_part("java (Debian package zookeeper) is not installed")
+    need_zookeeper("the ghost-node lab")
     verdict, narrator = run_quietly("ghost-node")
     assert verdict.demonstrated, narrator.text()
     assert verdict.facts["naive_deadlocked"] is True
@@ -58,9 +56,7 @@ def test_redlock_node_restarting_empty_gives_a_second_client_a_majority() -> Non
 
 @pytest.mark.netns
 def test_partitioned_holder_still_believes_while_the_majority_side_grants_the_lock() -> None:
-    reason = netns.unsupported()
-    if reason is not None:
-        missing_system_part(f"network namespaces: {reason}")
+    need_network_namespaces("the partition lab")
     verdict, narrator = run_quietly("partition")
     assert verdict.demonstrated, narrator.text()
     assert verdict.facts["b_before_cut"] is False

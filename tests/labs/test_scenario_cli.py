@@ -158,15 +158,13 @@ def test_ctrl_c_while_the_ghost_node_labs_clients_wait_exits_at_once(tmp_path) -
     "interrupted; everything it started is stopped" (a CLI audit: about 11 s, and a
     second Ctrl-C meanwhile printed a threading traceback)."""
     import os
-    import shutil
     import signal
     import time
     from pathlib import Path
 
-    from tests.support import missing_system_part
+    from tests.support import need_zookeeper
 
-    if shutil.which("java") is None:
-        missing_system_part("java (Debian package zookeeper) is not installed")
+    need_zookeeper("the ghost-node lab")
     seckill = Path(sys.executable).parent / "seckill"
     proc = subprocess.Popen([str(seckill), "scenario", "ghost-node"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
