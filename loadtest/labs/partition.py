@@ -4,15 +4,24 @@ Seed 004's open question, made real with the kernel's network namespaces
 (``netns.py``; needs root and iproute2). Five redis-servers: three on the "majority"
 side (the root namespace), two on the holder's island. Client A, the holder, is a
 process inside the island (``partition_holder.py``); client B lives on the majority
-side. A acquires on all five; then the cable goes dark.
+side. A acquires on all five and, as a holder of a long job does, renews every ttl/3.
 
-Nothing tells A. Its handle still has a token. On the majority side A's keys expire
-after the TTL and B acquires a majority (3 of 5): two clients now act as holders. A can
-find out only by *checking*: RedLock's validity time (TTL minus the time spent
-acquiring, minus the time since) has run out, and it can no longer reach a majority.
-A program that does not check (or a store that does not check fencing tokens) lets
-both write. That is the point: a lease is only as good as the holder's discipline
-about time.
+First the control: past A's ttl, B is refused. The renewals keep A's keys on every
+node; without them B would now win, cable or no cable. Then the cable goes dark.
+
+Nothing tells A. Its renewals now reach only the island's two nodes, so its keys
+expire on the majority side, one TTL after its last renewal there, and B acquires
+those three: two clients now act as holders, each with exactly its own side's nodes.
+A's handle still has a token, and its two nodes still say the lock is A's. A can find
+out only by *checking*: RedLock's validity time (the last renewal that reached a
+majority, minus the time since) has run out, and lockcore marked the lock lost when a
+renewal reached no majority. A program that does not check (or a store that does not
+check fencing tokens) lets both write. That is the point: a lease is only as good as
+the holder's discipline about time.
+
+The verdict rests on what only the cut makes: B refused before it, B holding exactly
+the majority's nodes after it while A reaches none of them and still holds its own.
+(With a cable that never goes dark, A's renewals keep B out: tested.)
 
 Elsewhere (not root, no ``ip``, namespaces refused) the lab does not pretend: its
 verdict says SKIPPED and why, and ``seckill scenario partition`` exits 1 (not
@@ -34,14 +43,20 @@ from redis.retry import Retry
 
 import lockcore
 from lockcore.embedded import RedisServer, find_redis_server, free_port, ping
+from lockcore.errors import LockNotOwned
 
 from . import netns
 from .narration import Narrator, Verdict
+from .partition_holder import node_view
 
 TITLE = "a partition isolates the RedLock holder; the majority side grants the lock again"
 SEED = "004"
 RESOURCE = "stock:sku-1"
 TTL_MS = 2_000
+#: how long A holds (renewing) before B's first try: past the ttl it acquired with
+CONTROL_MS = TTL_MS * 3 // 2
+#: the nodes' order, A's urls and B's clients alike: the majority's three, then the island's
+MAJORITY, ISLAND = 3, 2
 
 
 def island_redis(island: netns.Island, binary: str) -> int:
@@ -90,10 +105,10 @@ def run(narrator: Narrator) -> Verdict:
                  island.host_ip, island.ns_ip)
         binary = find_redis_server()
         bind = ["--bind", "127.0.0.1", island.host_ip, "--protected-mode", "no"]
-        majority = [RedisServer(args=bind, binary=binary).start() for _ in range(3)]
+        majority = [RedisServer(args=bind, binary=binary).start() for _ in range(MAJORITY)]
         for server in majority:
             stack.callback(server.cleanup)
-        minority = [island_redis(island, binary) for _ in range(2)]
+        minority = [island_redis(island, binary) for _ in range(ISLAND)]
         narrator("majority redis ports %s; island redis ports %s",
                  [s.port for s in majority], minority)
         a_urls = [f"redis://{island.host_ip}:{s.port}" for s in majority] + \
@@ -112,7 +127,13 @@ def run(narrator: Narrator) -> Verdict:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         acquired = read_event(holder)
         narrator("A (pid %s, inside the island) acquires RedLock across both sides, ttl %d "
-                 "ms, validity %s ms", holder.pid, TTL_MS, acquired.get("validity_ms"))
+                 "ms, validity %s ms; it renews every %s ms", holder.pid, TTL_MS,
+                 acquired.get("validity_ms"), acquired.get("renew_every_ms"))
+        time.sleep(CONTROL_MS / 1000)
+        tell(holder, "check")
+        before = read_event(holder)
+        narrator("%d ms later, past the ttl: A renewed %s times; A's nodes: %s", CONTROL_MS,
+                 before["renewed"], ", ".join(before["nodes"]))
         b = lockcore.create("redlock", b_clients, RESOURCE, ttl_ms=TTL_MS)
         b_before = b.acquire(blocking=False)
         narrator("B (majority side) tries -> %s", "OK?!" if b_before else "refused")
@@ -121,26 +142,52 @@ def run(narrator: Narrator) -> Verdict:
                  island.ns_end)
         started = time.monotonic()
         b_after = b.acquire(blocking=True, timeout=TTL_MS * 3 / 1000)
-        narrator("B acquires a majority %s after the cut (A's keys expired there): %s",
-                 f"{(time.monotonic() - started) * 1000:.0f} ms", b_after)
+        narrator("B acquires a majority %s after the cut (A's renewals stopped reaching it): "
+                 "%s", f"{(time.monotonic() - started) * 1000:.0f} ms", b_after)
+        b_nodes = [node_view(client, b.key, b.token) for client in b_clients]
+        narrator("B's view of the nodes: %s", ", ".join(b_nodes))
         tell(holder, "check")
         check = read_event(holder)
+        failed = check["renewals_failed"] - before["renewals_failed"]
         narrator("A: handle still has its token -> believes it holds the lock: %s",
                  check["believes"])
-        narrator("A's nodes: %s", ", ".join(check["nodes"]))
+        narrator("A's view of the nodes: %s", ", ".join(check["nodes"]))
+        narrator("A's renewals since the cut: %d failed (no majority); lockcore marked the "
+                 "lock lost: %s", failed, check["told_lost"])
         narrator("A checks validity: %s ms left -> %s", check["validity_left_ms"],
                  "EXPIRED, stop writing" if check["validity_left_ms"] <= 0 else "still valid")
         tell(holder, "exit")
         island.heal()
         if b_after:
-            b.release()
-    two_believers = b_after and not b_before and check["believes"]
-    validity_says_lost = check["validity_left_ms"] <= 0
-    facts = {"skipped": None, "b_before_cut": b_before, "b_after_cut": b_after,
-             "a_believes": check["believes"], "a_validity_left_ms": check["validity_left_ms"],
-             "a_nodes": check["nodes"]}
-    if two_believers and validity_says_lost:
-        return Verdict(True, "after the partition B holds the lock while the isolated A still "
-                       "believes it does; only A's validity check tells it the lease is gone",
-                       facts)
-    return Verdict(False, f"expected B to acquire while A believes; saw {facts}", facts)
+            try:
+                b.release()
+            except LockNotOwned as exc:  # a slow machine: B's own keys expired first
+                narrator("B's release: %s", exc)
+    facts = {"skipped": None, "a_renewed_past_ttl": before["renewed"] > 0,
+             "a_nodes_before_cut": before["nodes"], "b_before_cut": b_before,
+             "b_after_cut": b_after, "b_nodes": b_nodes, "a_nodes": check["nodes"],
+             "a_renewals_failed_after_cut": failed, "a_believes": check["believes"],
+             "a_told_lost": check["told_lost"],
+             "a_validity_left_ms": check["validity_left_ms"]}
+    if demonstrated(facts):
+        return Verdict(True, "renewing, A kept B out past the ttl; after the partition B "
+                       "holds the majority side's nodes while the isolated A still holds the "
+                       "island's and believes it holds the lock; only A's own checks (its "
+                       "failed renewals, its validity time) tell it the lease is gone", facts)
+    return Verdict(False, f"expected B refused before the cut, then B on the majority side "
+                   f"while A believes; saw {facts}", facts)
+
+
+def demonstrated(facts: dict[str, Any]) -> bool:
+    """Facts only the cut produces, after a control that shows A's renewals working:
+    before it A's keys outlived the ttl on all five nodes and B was refused; after it B
+    holds exactly the majority's nodes, which A cannot reach, A still holds the island's,
+    believes, and its own checks (failed renewals, validity) say the lease is gone."""
+    mine, unreachable = "mine", "unreachable"
+    return bool(
+        facts["a_renewed_past_ttl"] and facts["a_nodes_before_cut"] == [mine] * 5
+        and not facts["b_before_cut"] and facts["b_after_cut"]
+        and facts["b_nodes"] == [mine] * MAJORITY + [unreachable] * ISLAND
+        and facts["a_nodes"] == [unreachable] * MAJORITY + [mine] * ISLAND
+        and facts["a_believes"] and facts["a_renewals_failed_after_cut"] >= 1
+        and facts["a_told_lost"] and facts["a_validity_left_ms"] <= 0)

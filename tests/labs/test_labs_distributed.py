@@ -59,11 +59,52 @@ def test_partitioned_holder_still_believes_while_the_majority_side_grants_the_lo
     need_network_namespaces("the partition lab")
     verdict, narrator = run_quietly("partition")
     assert verdict.demonstrated, narrator.text()
-    assert verdict.facts["b_before_cut"] is False
-    assert verdict.facts["b_after_cut"] is True
-    assert verdict.facts["a_believes"] is True
-    assert verdict.facts["a_validity_left_ms"] <= 0
-    assert "unreachable" in verdict.facts["a_nodes"]
+    facts = verdict.facts
+    # before the cut A's renewals kept all five keys past the ttl: B was refused
+    assert facts["a_renewed_past_ttl"] is True
+    assert facts["a_nodes_before_cut"] == ["mine"] * 5
+    assert facts["b_before_cut"] is False
+    # after it B holds exactly the majority side, A exactly its island
+    assert facts["b_after_cut"] is True
+    assert facts["b_nodes"] == ["mine"] * 3 + ["unreachable"] * 2
+    assert facts["a_nodes"] == ["unreachable"] * 3 + ["mine"] * 2
+    assert facts["a_renewals_failed_after_cut"] >= 1
+    assert facts["a_believes"] is True
+    assert facts["a_told_lost"] is True
+    assert facts["a_validity_left_ms"] <= 0
+
+
+@pytest.mark.netns
+def test_partition_lab_without_the_cut_demonstrates_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict must rest on the partition: with a cable that never goes dark, A's
+    renewals keep its keys on every node and B stays refused (an audit replaced
+    ``cut`` by a no-op and still read DEMONSTRATED, when A's keys simply expired)."""
+    need_network_namespaces("the partition lab")
+    monkeypatch.setattr(netns.Island, "cut", lambda self: None)
+    verdict, narrator = run_quietly("partition")
+    assert verdict.demonstrated is False, narrator.text()
+    assert verdict.facts["b_after_cut"] is False
+    assert verdict.facts["a_nodes"] == ["mine"] * 5
+
+
+@pytest.mark.netns
+def test_partition_lab_keeps_its_verdict_when_bs_release_finds_its_keys_gone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded machine B's keys may expire before its release: LockNotOwned there
+    turned a demonstrated run into a lab error."""
+    from lockcore.errors import LockNotOwned
+    from lockcore.strategies.redlock import RedLock
+
+    need_network_namespaces("the partition lab")
+
+    def expired(self: RedLock, token: str) -> None:
+        raise LockNotOwned("released on only 0 of 5 nodes: (the test's)", self.name)
+
+    monkeypatch.setattr(RedLock, "_release", expired)
+    verdict, narrator = run_quietly("partition")
+    assert verdict.demonstrated, narrator.text()
+    assert "B's release" in narrator.text()
 
 
 def test_partition_lab_says_skipped_and_why_where_it_cannot_build_namespaces(
