@@ -10,15 +10,17 @@ hiccup.
   acquires in ``DEADLOCK_WAIT_S`` seconds, and nobody ever would while A's session is
   alive. Closing A's session (what an operator ends up doing) deletes the ghost.
 * kazoo's ``Lock`` recipe: the fault is injected into its real retry path (the create
-  raises ``ConnectionLoss`` after the server made the node). kazoo retries, finds its
-  own node by the UUID prefix in its name, and does not create a second one: A
-  acquires, releases, and B gets the lock.
+  raises ``ConnectionLoss`` after the server made the node; ``LostReply`` records the
+  node, and the verdict needs it). kazoo retries, finds its own node by the UUID prefix
+  in its name, and does not create a second one: A acquires on the node whose reply was
+  lost, the only child, releases, and B gets the lock.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -36,6 +38,8 @@ SEED = "001"
 DEADLOCK_WAIT_S = 2.0
 #: how long B and C wait on after A gave up: A's session closes in that time
 AFTER_S = 10.0
+#: how long the lab waits for a client's node to appear in the queue (a round trip)
+QUEUE_WAIT_S = 10.0
 
 
 @contextmanager
@@ -55,20 +59,42 @@ def zookeeper_sessions(narrator: Narrator, count: int) -> Iterator[list[KazooCli
     narrator("ZooKeeper stopped")
 
 
-def lose_first_create_reply(client: KazooClient) -> Callable[[], None]:
-    """Make ``client.create`` succeed on the server once, then raise ConnectionLoss.
+class LostReply:
+    """``client.create`` patched to succeed on the server once, then raise ConnectionLoss.
 
-    :returns: a function that undoes the patch
+    ``path`` is the node that create made, once the fault has fired (None until then):
+    a lab that claims kazoo survived a lost reply must first show that one was lost.
+    The narration comes from here, when it happens, not from the lab's hopes.
     """
-    real_create = client.create
 
-    def create_and_lose_reply(*args: Any, **kwargs: Any) -> str:
-        client.create = real_create  # only the first reply is lost
-        created: str = real_create(*args, **kwargs)
+    def __init__(self, client: KazooClient, narrator: Narrator) -> None:
+        self.client, self.narrator = client, narrator
+        self.path: str | None = None
+        self._real_create = client.create
+        client.create = self._create_and_lose_reply
+
+    def _create_and_lose_reply(self, *args: Any, **kwargs: Any) -> str:
+        self.undo()  # only the first reply is lost
+        created: str = self._real_create(*args, **kwargs)
+        self.path = created
+        self.narrator("A: create -> %s on the server, reply LOST (ConnectionLoss)",
+                      created.rsplit("/", 1)[1])
         raise ConnectionLoss(f"reply to create of {created} lost")
 
-    client.create = create_and_lose_reply
-    return lambda: setattr(client, "create", real_create)
+    def undo(self) -> None:
+        self.client.create = self._real_create
+
+
+def wait_queued(lock: NaiveZkLock, who: str, worker: threading.Thread) -> None:
+    """Wait until ``lock`` has its node in the queue; bounded: an acquire that ended or
+    hung without one is a broken lab, not a reason to spin forever."""
+    deadline = time.monotonic() + QUEUE_WAIT_S
+    while lock.node is None:
+        if not worker.is_alive():
+            raise RuntimeError(f"{who}'s acquire ended without queueing a node")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{who} queued no node in {QUEUE_WAIT_S:g} s")
+        threading.Event().wait(0.01)
 
 
 def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient,
@@ -88,15 +114,13 @@ def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient,
     workers = {"A": threading.Thread(target=lambda: got.__setitem__(
         "A", lock_a.acquire(DEADLOCK_WAIT_S, lose_first_reply=True)), daemon=True)}
     workers["A"].start()
-    while lock_a.node is None:  # A's nodes first, so the ghost is the smallest
-        threading.Event().wait(0.01)
+    wait_queued(lock_a, "A", workers["A"])  # A's nodes first, so the ghost is the smallest
     for name in ("B", "C"):
         lock = locks[name]
         workers[name] = threading.Thread(target=lambda n=name, lk=lock: got.__setitem__(
             n, lk.acquire(DEADLOCK_WAIT_S + AFTER_S)), daemon=True)
         workers[name].start()
-        while lock.node is None:  # B queues before C
-            threading.Event().wait(0.01)
+        wait_queued(lock, name, workers[name])  # B queues before C
     children = sorted(a.get_children(path))
     ghost = children[0]
     owner = a.exists(f"{path}/{ghost}").ephemeralOwner
@@ -127,27 +151,35 @@ def naive_act(narrator: Narrator, a: KazooClient, b: KazooClient,
             "naive_c_after": got.get("C") is True}
 
 
-def kazoo_act(narrator: Narrator, a: KazooClient, b: KazooClient) -> bool:
-    """True when kazoo's UUID-guarded retry kept one node for A and B got the lock after."""
+def kazoo_act(narrator: Narrator, a: KazooClient, b: KazooClient) -> dict[str, bool]:
+    """kazoo's UUID-guarded retry after a lost create reply: the facts.
+
+    ``kazoo_fault_injected``: A's create really lost its reply; ``kazoo_recovered``: A
+    acquired on the very node whose reply was lost, the only child, B was refused while
+    A held it and got it after."""
     path = "/seckill/kazoo/sku-1"
     lock_a, lock_b = Lock(a, path, "A"), Lock(b, path, "B")
-    undo = lose_first_create_reply(a)
+    lost = LostReply(a, narrator)
     try:
         a_got = lock_a.acquire(timeout=10)
     finally:
-        undo()
-    children = sorted(a.get_children(path))
-    narrator("A: create -> reply LOST (ConnectionLoss); kazoo retries, looks for prefix %s...",
-             lock_a.prefix[:12])
-    narrator("A acquired=%s using its first node %s; children %s (no ghost)", a_got,
-             lock_a.node, children)
+        lost.undo()
+    children, a_node = sorted(a.get_children(path)), lock_a.node
+    lost_node = lost.path.rsplit("/", 1)[1] if lost.path else None
+    if lost_node is not None:
+        narrator("kazoo retried and looked for its prefix %s... first", lock_a.prefix[:12])
+    narrator("A acquired=%s using its first node %s; children %s (%s)", a_got, a_node,
+             children, "no ghost" if children == [lost_node] else
+             "no reply was lost" if lost_node is None else "NOT the lost node alone")
     b_blocked = not lock_b.acquire(blocking=False)
     narrator("B while A holds: acquired=%s", not b_blocked)
     lock_a.release()
     b_got = lock_b.acquire(timeout=10)
     narrator("A releases; B acquired=%s", b_got)
     lock_b.release()
-    return a_got and len(children) == 1 and b_blocked and b_got
+    return {"kazoo_fault_injected": lost_node is not None,
+            "kazoo_recovered": (a_got and children == [lost_node]
+                                and a_node == lost_node and b_blocked and b_got)}
 
 
 def run(narrator: Narrator) -> Verdict:
@@ -157,7 +189,7 @@ def run(narrator: Narrator) -> Verdict:
     with zookeeper_sessions(narrator, 2) as (a, b):
         narrator.section("kazoo's Lock recipe: <uuid>__lock__000000000N nodes")
         guarded = kazoo_act(narrator, a, b)
-    facts = {**naive, "kazoo_recovered": guarded}
+    facts = {**naive, **guarded}
     if all(facts.values()):
         return Verdict(True, f"the ghost node deadlocked every naive client for "
                        f"{DEADLOCK_WAIT_S:.0f}s, until A's session closed; kazoo's UUID prefix "

@@ -7,6 +7,7 @@ teaches really happened in this run, and that the protection it shows really hel
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -30,8 +31,67 @@ def test_ghost_node_deadlocks_the_naive_recipe_but_not_kazoos_lock() -> None:
     # stay queued past A's session, and are seen to get the lock, in turn
     assert verdict.facts["naive_b_after"] is True
     assert verdict.facts["naive_c_after"] is True
+    # kazoo's act proves its fault happened: the reply to A's create was really lost,
+    # and A holds the node that create made, the only child
+    assert verdict.facts["kazoo_fault_injected"] is True
     assert verdict.facts["kazoo_recovered"] is True
-    assert "reply LOST" in narrator.text()
+
+
+class NoFault:
+    """A ``LostReply`` whose fault never fires: ``create`` is left alone."""
+
+    def __init__(self, client: object, narrator: Narrator) -> None:
+        self.path = None
+
+    def undo(self) -> None:
+        pass
+
+
+@pytest.mark.zookeeper
+def test_kazoos_act_claims_no_recovery_when_no_reply_was_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The act's claim needs the lost reply: without it kazoo had nothing to recover
+    from (the act returned True whether or not the fault fired; a labs audit)."""
+    from loadtest.labs import ghost_node
+
+    need_zookeeper("the ghost-node lab")
+    narrator = Narrator(quiet=True)
+    with ghost_node.zookeeper_sessions(narrator, 2) as (a, b):
+        facts = ghost_node.kazoo_act(narrator, a, b)
+        assert facts == {"kazoo_fault_injected": True, "kazoo_recovered": True}, \
+            narrator.text()
+        monkeypatch.setattr(ghost_node, "LostReply", NoFault)
+        facts = ghost_node.kazoo_act(narrator, a, b)
+    assert facts == {"kazoo_fault_injected": False, "kazoo_recovered": False}, narrator.text()
+    assert "(no reply was lost)" in narrator.text()
+
+
+@pytest.mark.zookeeper
+def test_the_naive_act_raises_when_a_client_never_queues_a_node(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """It waited for A's node with no bound: an A whose acquire died spun it forever."""
+    from loadtest.labs import ghost_node
+    from loadtest.labs.naive_zk import NaiveZkLock
+
+    need_zookeeper("the ghost-node lab")
+    monkeypatch.setattr(NaiveZkLock, "acquire", lambda self, timeout, **kw: False)
+    narrator = Narrator(quiet=True)
+    outcome: list[BaseException | None] = []
+
+    def act(a: object, b: object, c: object) -> None:
+        try:
+            ghost_node.naive_act(narrator, a, b, c)  # type: ignore[arg-type]
+            outcome.append(None)
+        except BaseException as exc:  # the test asserts which
+            outcome.append(exc)
+
+    with ghost_node.zookeeper_sessions(narrator, 3) as clients:
+        worker = threading.Thread(target=act, args=clients, daemon=True)
+        worker.start()
+        worker.join(ghost_node.QUEUE_WAIT_S + 5)
+    assert not worker.is_alive(), "naive_act still waits for a node nobody will create"
+    assert isinstance(outcome[0], RuntimeError), outcome
+    assert "A's acquire ended without queueing a node" in str(outcome[0])
 
 
 def test_failover_before_replication_grants_the_lock_twice_and_wait_refuses_it() -> None:
