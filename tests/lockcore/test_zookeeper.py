@@ -107,6 +107,34 @@ def test_a_timed_out_waiter_leaves_no_znode_behind(zk, request) -> None:
     holder.release()
 
 
+def test_a_lost_create_reply_leaves_one_node_and_the_lock_is_acquired(
+        zk, request, monkeypatch) -> None:
+    """Seed 001's ghost node, through our wrapper: ZooKeeper makes the node but the reply
+    is lost (ConnectionLoss). kazoo's retry, on our acquire thread (``Attempt``), must
+    find that node by its UUID prefix and hold the lock on it, not queue a second one
+    behind it (which would wait on its own ghost until its timeout)."""
+    from kazoo.exceptions import ConnectionLoss
+
+    real_create, made = zk.create, []
+
+    def create_and_lose_reply(*args: Any, **kwargs: Any) -> str:
+        monkeypatch.setattr(zk, "create", real_create)  # only the first reply is lost
+        made.append(real_create(*args, **kwargs))
+        raise ConnectionLoss(f"reply to create of {made[-1]} lost (the test's)")
+
+    monkeypatch.setattr(zk, "create", create_and_lose_reply)
+    lock = lockcore.create("zookeeper", zk, request.node.name)
+    assert lock.acquire(timeout=5)
+    assert len(made) == 1, "the fault never fired: this test would show nothing"
+    lost_node = made[0].rsplit("/", 1)[1]
+    assert zk.get_children(lock.path) == [lost_node]  # one child: no ghost
+    assert lock._recipe.node == lost_node and lock.fencing_token == int(lost_node[-10:])
+    lock.release()
+    other = lockcore.create("zookeeper", zk, request.node.name)
+    assert other.acquire(blocking=False)  # nobody's node was left in the queue
+    other.release()
+
+
 def test_fencing_tokens_grow_with_every_acquisition(zk, request) -> None:
     lock = lockcore.create("zookeeper", zk, request.node.name)
     tokens = []
