@@ -79,6 +79,24 @@ def _start_zookeeper(stack: contextlib.ExitStack) -> str | None:
         return None
 
 
+def redlock_urls() -> list[str]:
+    """``REDLOCK_URLS``, as the shop the showdown serves is given them."""
+    return [u for u in os.environ.get("REDLOCK_URLS", "").split(",") if u]
+
+
+def malformed_redis_urls() -> str | None:
+    """What is wrong with ``REDIS_URL`` or ``REDLOCK_URLS`` as Redis URLs, naming the
+    variable (``webapp.config.check_redis_urls``); None when nothing is. With ``--url``
+    the showdown opens them itself, to count the shop's Redis commands."""
+    from webapp.config import ConfigError, check_redis_urls
+
+    try:
+        check_redis_urls(os.environ.get("REDIS_URL") or None, redlock_urls())
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def _shop_env(args: argparse.Namespace) -> dict[str, str]:
     timeout = getattr(args, "lock_timeout", None)
     return {"LOCK_TIMEOUT_S": str(timeout)} if timeout else {}
@@ -111,7 +129,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
 
     strategies, notes = list(wanted), []
     with contextlib.ExitStack() as stack:
-        redlock = [u for u in os.environ.get("REDLOCK_URLS", "").split(",") if u]
+        redlock = redlock_urls()
         if getattr(args, "url", None):
             token = args.admin_token or os.environ.get("SECKILL_ADMIN_TOKEN")
             shop = ShopClient(args.url, token)

@@ -39,7 +39,13 @@ from .compare import (
     unsold_notes,
 )
 from .phase import Plan, run_phase
-from .serving import Target, serve_target, strategy_names, strategy_safety
+from .serving import (
+    Target,
+    malformed_redis_urls,
+    serve_target,
+    strategy_names,
+    strategy_safety,
+)
 from .shop import ShopError, ShopUnreachable
 from .verdict import ANSWER_TIMEOUT_S
 
@@ -267,6 +273,8 @@ def main(args: argparse.Namespace) -> int:
         problem = ("--workers and --lock-timeout set the shop the showdown serves; the "
                    "shop at --url keeps its own (its LOCK_TIMEOUT_S: set it here too, "
                    "for the showdown's drain)")
+    if args.url and problem is None:  # the shop's Redis, read for redis/purchase: a bad
+        problem = malformed_redis_urls()  # URL was a traceback after the shop was asked
     if problem is None:  # last: it makes the folders, which a usage error must not
         problem = _unwritable(report_dir, args.json)
     if problem is not None:

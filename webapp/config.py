@@ -90,30 +90,10 @@ def _admin_token() -> str:
 def check_urls(config: dict[str, Any]) -> None:
     """REDIS_URL and REDLOCK_URLS must be Redis URLs (a bad one failed every purchase),
     REDLOCK_URLS each a different server, and DATABASE_URL a SQLAlchemy URL."""
-    from redis import ConnectionPool, Redis
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from lockcore.strategies.redlock_nodes import check_independent
-
-    pools: dict[str, list[ConnectionPool]] = {"REDIS_URL": [], "REDLOCK_URLS": []}
-    for name, urls in (("REDIS_URL", [config["REDIS_URL"]]),
-                       ("REDLOCK_URLS", config["REDLOCK_URLS"] or [])):
-        for url in urls:
-            try:
-                pools[name].append(ConnectionPool.from_url(url))
-            except ValueError as exc:
-                raise ConfigError(f"{name}: {without_password(url)!r} is not a Redis URL "
-                                  f"({exc})") from None
-            path = urllib.parse.urlsplit(url).path.strip("/")
-            if not url.startswith("unix:") and path and not path.isdigit():
-                # redis-py reads ".../abc" as db 0: a mistyped db number wrote into db 0
-                raise ConfigError(f"{name}: {without_password(url)!r}: the path must be a "
-                                  f"database number (like /0), not {path!r}")
-    try:  # every purchase on such a list failed: one server never wins two votes
-        check_independent([Redis(connection_pool=pool) for pool in pools["REDLOCK_URLS"]])
-    except ValueError as exc:
-        raise ConfigError(f"REDLOCK_URLS: {exc}") from None
+    check_redis_urls(config["REDIS_URL"], config["REDLOCK_URLS"] or [])
     try:
         url = make_url(config["DATABASE_URL"])
         url.get_dialect().import_dbapi()  # an unknown scheme or a missing driver
@@ -129,6 +109,35 @@ def check_urls(config: dict[str, Any]) -> None:
     except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
         raise ConfigError(f"DATABASE_URL: {without_password(config['DATABASE_URL'])!r} "
                           f"is not a database URL ({exc})") from None
+
+
+def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
+    """``check_urls``' Redis half alone (``None``: no REDIS_URL given), connecting to
+    nothing: ``seckill showdown --url`` reads the shop's Redis command counts through
+    them and has no database of its own (a URL without its scheme was a ValueError
+    traceback there, after the shop had been asked; a showdown audit)."""
+    from redis import ConnectionPool, Redis
+
+    from lockcore.strategies.redlock_nodes import check_independent
+
+    pools: dict[str, list[ConnectionPool]] = {"REDIS_URL": [], "REDLOCK_URLS": []}
+    for name, urls in (("REDIS_URL", [] if redis_url is None else [redis_url]),
+                       ("REDLOCK_URLS", redlock_urls)):
+        for url in urls:
+            try:
+                pools[name].append(ConnectionPool.from_url(url))
+            except ValueError as exc:
+                raise ConfigError(f"{name}: {without_password(url)!r} is not a Redis URL "
+                                  f"({exc})") from None
+            path = urllib.parse.urlsplit(url).path.strip("/")
+            if not url.startswith("unix:") and path and not path.isdigit():
+                # redis-py reads ".../abc" as db 0: a mistyped db number wrote into db 0
+                raise ConfigError(f"{name}: {without_password(url)!r}: the path must be a "
+                                  f"database number (like /0), not {path!r}")
+    try:  # every purchase on such a list failed: one server never wins two votes
+        check_independent([Redis(connection_pool=pool) for pool in pools["REDLOCK_URLS"]])
+    except ValueError as exc:
+        raise ConfigError(f"REDLOCK_URLS: {exc}") from None
 
 
 def check_served_database(config: dict[str, Any]) -> None:

@@ -282,6 +282,26 @@ def test_options_the_run_would_ignore_are_refused_before_anything_starts(
     assert err.startswith(f"seckill showdown: error: {why}") and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("name, value", [("REDIS_URL", "localhost:6379"),
+                                         ("REDLOCK_URLS", "redis://127.0.0.1:1,localhost:2")])
+def test_a_malformed_redis_url_with_url_is_one_line_naming_it_before_the_shop_is_asked(
+        monkeypatch, capsys, name, value):
+    """With ``--url`` the showdown reads the shop's Redis for redis/purchase: a URL
+    without its scheme was a ValueError traceback, after the shop had been contacted
+    (a showdown audit)."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("REDLOCK_URLS", raising=False)
+    monkeypatch.setenv(name, value)
+    shop = StubShop()
+    with serve(shop) as url:
+        code = main(["showdown", "--url", url, "--admin-token", "t", "--users", "5",
+                     "--stock", "2", "--strategies", "token"])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.startswith(f"seckill showdown: error: {name}: ") \
+        and "is not a Redis URL" in err and err.count("\n") == 1, err
+    assert "[1/" not in out and shop.initial == 10  # nothing was reset
+
+
 def test_a_flash_sale_without_stock_has_the_default_and_a_sustained_run_its_own():
     from loadtest.showdown import plan_from
 
