@@ -273,6 +273,8 @@ def main(args: argparse.Namespace) -> int:
         problem = ("--workers and --lock-timeout set the shop the showdown serves; the "
                    "shop at --url keeps its own (its LOCK_TIMEOUT_S: set it here too, "
                    "for the showdown's drain)")
+    if args.report == "":  # wrote no report and exited 0; --json '' was refused
+        problem = "--report needs a directory name (like --report report/)"
     if args.url and problem is None:  # the shop's Redis, read for redis/purchase: a bad
         problem = malformed_redis_urls()  # URL was a traceback after the shop was asked
     if problem is None:  # last: it makes the folders, which a usage error must not

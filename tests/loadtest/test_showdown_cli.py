@@ -267,6 +267,8 @@ def test_duration_without_sustained_is_refused_not_ignored(capsys):
     (["--sustained", "--stock", "50"], "--stock is for flash sales; a --sustained phase has "
                                        "1,000,000 units"),
     (["--admin-token", "t"], "--admin-token is for a shop at --url"),
+    # wrote no report and exited 0, where --json '' is refused (a showdown audit)
+    (["--report", ""], "--report needs a directory name"),
 ])
 def test_options_the_run_would_ignore_are_refused_before_anything_starts(
         monkeypatch, capsys, argv, why):
