@@ -8,6 +8,7 @@ every figure.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -125,22 +126,26 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
         *charts(results),
         f"<h2>Machine and settings</h2><ul>{facts}</ul>",
         "<p>Raw data: <a href='summary.json'>summary.json</a>, Locust CSVs, logs and "
-        "arrival logs in <a href='raw/'>raw/</a>.</p>",
+        "arrival logs (and the log of a shop the showdown served) in "
+        "<a href='raw/'>raw/</a>.</p>",
         _raw_links(raw_files or []),
         "</body></html>"])
 
 
 def write_report(directory: Path, results: list[StrategyResult],
-                 summary: dict[str, Any]) -> Path:
+                 summary: dict[str, Any], also: Iterable[str] = ()) -> Path:
     """``index.html`` in ``directory``, linking the files of ``raw/`` that this run's
-    phases wrote (each file is named after its phase's label). An earlier run into the
-    same directory left its own there: they stay, unlinked (nothing is deleted)."""
+    phases wrote (each file is named after its phase's label), and those named in
+    ``also`` (the served shop's log: a file of the run, not of a phase). An earlier
+    run into the same directory left its own there: they stay, unlinked (nothing is
+    deleted)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "index.html"
     raw = directory / "raw"
-    labels = {result.label for result in results}
+    labels, extra = {result.label for result in results}, set(also)
     raw_files = sorted(f.relative_to(directory).as_posix() for f in raw.rglob("*")
-                       if f.is_file() and _written_by(f.relative_to(raw).parts, labels)
+                       if f.is_file() and (f.relative_to(raw).as_posix() in extra
+                                           or _written_by(f.relative_to(raw).parts, labels))
                        ) if raw.is_dir() else []
     path.write_text(render(results, summary, raw_files), encoding="utf-8")
     return path

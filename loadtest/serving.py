@@ -15,6 +15,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from webapp.config import without_password
@@ -59,6 +60,10 @@ class Target:
     strategies: list[str]
     scratch: str
     notes: list[str] = field(default_factory=list)
+    #: the served shop's log (gunicorn's and the shop's), kept: ``--report DIR`` puts it
+    #: in ``DIR/raw/``. None: it goes with the scratch folder, or the shop is at ``--url``
+    #: and keeps its log to itself
+    shop_log: Path | None = None
 
     def describe(self) -> dict[str, Any]:
         info = describe(self.redis_clients[0] if self.redis_clients else None)
@@ -119,15 +124,18 @@ def leave_out_unusable(shop: ShopClient, strategies: list[str], notes: list[str]
 
 @contextlib.contextmanager
 def serve_target(args: argparse.Namespace, wanted: list[str],
-                 named: bool = False) -> Iterator[Target]:
+                 named: bool = False, log_path: Path | None = None) -> Iterator[Target]:
     """Yield a Target for ``wanted`` strategies; everything started is stopped on exit.
 
     :param named: the user named ``wanted``: a strategy that cannot run here (no
         ZooKeeper) is an error, not a note and a table without it.
+    :param log_path: where the shop it serves logs (appended to, kept); unused with
+        ``--url``, whose shop has its own.
     """
     import redis
 
     strategies, notes = list(wanted), []
+    shop_log = None
     with contextlib.ExitStack() as stack:
         redlock = redlock_urls()
         if getattr(args, "url", None):
@@ -165,7 +173,8 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                 app = stack.enter_context(ServedApp(
                     workers=args.workers or 2, redis_url=os.environ.get("REDIS_URL") or None,
                     database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
-                    zookeeper_hosts=zk_hosts, env=_shop_env(args)))
+                    zookeeper_hosts=zk_hosts, env=_shop_env(args), log_path=log_path))
+                shop_log = log_path
             except StartupError:
                 raise
             except Exception as exc:  # an unreachable REDIS_URL or database, a bad URL
@@ -183,4 +192,4 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
         for client in clients:
             stack.callback(client.close)
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="seckill-showdown-"))
-        yield Target(shop, clients, strategies, scratch, notes)
+        yield Target(shop, clients, strategies, scratch, notes, shop_log)

@@ -59,6 +59,8 @@ SHOP_MAX_STOCK, SHOP_MAX_WORK_MS = 1_000_000, 10_000
 #: a flash sale's units, and a sustained phase's: more than its buyers can buy
 FLASH_STOCK, SUSTAINED_STOCK = 100, SHOP_MAX_STOCK
 MAX_WORKERS = 64
+#: the served shop's log in ``--report DIR/raw/`` (gunicorn's and the shop's lines)
+SHOP_LOG = "shop.log"
 #: a lock timeout the buyers outwait: past it they gave up on purchases the shop then
 #: made (a showdown audit: --lock-timeout 30, 51 of 60 with no answer, "ok")
 MAX_LOCK_TIMEOUT_S = 25.0
@@ -299,8 +301,13 @@ def main(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
          started: float) -> int:
     requested: list[str] = args.strategies or []  # parsed once, by strategy_list
-    with serve_target(args, requested or strategy_names(), named=bool(requested)) as target:
+    # the served shop's log beside the phases' raw files (with --report; else it goes
+    # with the scratch folder); a shop at --url keeps its own
+    shop_log = report_dir / "raw" / SHOP_LOG if report_dir else None
+    with serve_target(args, requested or strategy_names(), named=bool(requested),
+                      log_path=shop_log) as target:
         names = target.strategies
+        kept_log = target.shop_log
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"
         results = run_showdown(target, names, plan, raw_dir,
                                args.rounds if args.sustained else 1, args.paired)
@@ -324,7 +331,8 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
         from .report import write_report
         try:
             (report_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-            print(f"\nreport: {write_report(report_dir, results, summary)}")
+            also = [kept_log.name] if kept_log is not None else []
+            print(f"\nreport: {write_report(report_dir, results, summary, also)}")
         except OSError as exc:  # a disk that filled during the run
             print(f"seckill showdown: error: could not write the report in {report_dir}: "
                   f"{exc.strerror or exc}", file=sys.stderr)

@@ -38,6 +38,19 @@ def test_a_reduced_showdown_shows_naive_overselling_and_safe_strategies_exact(tm
     assert "<svg" in (tmp_path / "index.html").read_text()
 
 
+@pytest.mark.timeout(180)
+def test_the_served_shops_log_is_kept_in_the_reports_raw_folder_and_linked(tmp_path,
+                                                                          monkeypatch):
+    """The README promised the shop's log in ``DIR/raw/``; it was gunicorn's file in the
+    scratch folder, deleted with it (a showdown audit)."""
+    monkeypatch.setenv("SECKILL_LOG_LEVEL", "info")  # warning, the default: a clean run
+    code, _ = run_showdown(tmp_path, "--users", "5", "--stock", "2", "--strategies", "atomic")
+    log = tmp_path / "raw" / "shop.log"
+    assert code == 0 and log.is_file()
+    assert "Booting worker" in log.read_text(errors="replace")  # gunicorn's own lines
+    assert "href='raw/shop.log'" in (tmp_path / "index.html").read_text()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_full_showdown_of_every_strategy_has_no_safe_strategy_failing(tmp_path):

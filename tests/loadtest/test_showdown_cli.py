@@ -96,11 +96,14 @@ def test_the_shared_report_and_json_do_not_carry_the_admin_token(tmp_path, monke
 
 def test_a_second_run_into_the_same_report_links_only_its_own_raw_files(tmp_path, capsys):
     # the first run's raw files stayed in raw/ and the second's index.html linked them
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "shop.log").write_text("an earlier served run's\n")
     with serve(StubShop()) as url:
         assert showdown(url, tmp_path, "naive") == 0
         assert showdown(url, tmp_path, "token") == 0
     page = (tmp_path / "index.html").read_text()
     assert "raw/token_stats.csv" in page and "raw/naive" not in page
+    assert "raw/shop.log" not in page  # a shop at --url keeps its log to itself
     assert (tmp_path / "raw" / "naive_stats.csv").exists()  # left, not deleted
 
 
