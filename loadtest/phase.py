@@ -3,13 +3,18 @@
 Locust runs as ``python -m locust`` because importing it monkey-patches the importing
 process with gevent; the showdown stays a plain Python process that only reads what
 Locust leaves behind (``--csv`` files and the arrival log) and asks the shop's audit
-endpoint what really happened.
+endpoint what really happened. What it reads must be whole: Locust rewrites its stats
+CSV every second but writes the arrival log only when the run stops, so a Locust killed
+mid-phase (or ending with an error of its own) leaves stats and no log, which read as
+"nobody was told anything, nothing was lost". Such a phase is ``PhaseBroken``: no verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,8 +27,8 @@ from lockcore.lifeline import tied_to_parent
 from . import arrivals, commandstats, locust_csv, sustained
 from .compare import NOOP_MODES, StrategyResult
 from .multihost_locust import stop_locust
-from .shop import ShopClient
-from .verdict import NOOP, PURCHASE_NAME
+from .shop import ShopClient, ShopError
+from .verdict import NOOP, NOOP_NAME, PURCHASE_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +37,11 @@ LOCUSTFILE, SHAPES = HERE / "locustfile.py", HERE / "shapes.py"
 #: the baselines: Flask and gunicorn doing nothing (``/healthz`` pings Redis and the DB);
 #: POSTed like a purchase in mode ``noop``, a bare GET in mode ``noop-get``
 NOOP_PATH = "/api/noop"
+#: the exit codes of a Locust run that finished: 0, every request succeeded; 1
+#: (``--exit-code-on-error``'s default), some failed or a buyer's task raised, which the
+#: audit and the arrival log judge. Anything else (2: a listener or greenlet raised; a
+#: negative code: killed by a signal) is a run that did not finish as planned.
+LOCUST_FINISHED = (0, 1)
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,12 @@ class Plan:
     drain_s: float = 11.0
 
 
+class PhaseBroken(RuntimeError):
+    """A phase that ran but left no evidence to judge: Locust did not finish, made no
+    requests, or its arrival log is incomplete. The message is the whole story (the
+    showdown prints it in one line, without a traceback)."""
+
+
 def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> list[str]:
     files = f"{LOCUSTFILE},{SHAPES}" if plan.mode == "flash" else str(LOCUSTFILE)
     run_time = plan.cap_s if plan.mode == "flash" else plan.duration
@@ -66,9 +82,10 @@ def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> l
 
 def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
     """Run Locust to completion (killed by pid past ``timeout``, or when we are
-    interrupted); returns its exit code.
+    interrupted); returns its exit code (negative: killed by that signal).
 
-    Exit code 1 only means some requests failed, which the audit judges; not an error.
+    Exit code 1 only means some requests failed, which the audit judges; the caller
+    takes any code outside ``LOCUST_FINISHED`` for a broken run.
     """
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with log_path.open("w") as log:
@@ -100,13 +117,24 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     before = commandstats.total_calls(redis_clients)
     limit = (plan.cap_s if plan.mode == "flash" else plan.duration) + 90
     ran_from = time.monotonic()
-    run_locust(locust_command(plan, shop.url, prefix, log), raw_dir / f"{result.label}.log",
-               limit)
+    locust_log = raw_dir / f"{result.label}.log"
+    exit_code = run_locust(locust_command(plan, shop.url, prefix, log), locust_log, limit)
+    if exit_code not in LOCUST_FINISHED:
+        _broken_run(shop, plan, f"Locust {_ended(exit_code)} (see {locust_log})")
     cut_short = plan.mode != "flash" or time.monotonic() - ran_from >= plan.cap_s
     after = commandstats.total_calls(redis_clients)
-    _read_locust(result, prefix, plan)
+    stats = _read_locust(result, prefix, plan)
     tried = arrivals.read_arrivals(log)
     result.outcomes = arrivals.outcome_counts(tried)
+    # Locust's stats count a purchase in the same step as the buyer logs it (no switch
+    # between them), and its CSV may lag a second behind: fewer lines than its count
+    # means the log lost some, and an order told 201 among them would not be seen lost
+    logged = _LOGGED_AS.get(plan.mode)
+    counted = stats[logged].requests if logged in stats else 0
+    if len(tried) < counted:
+        _broken_run(shop, plan, f"the arrival log has {len(tried)} of the {counted} "
+                                f"purchase attempts Locust counted: it is incomplete "
+                                f"(see {locust_log})")
     if plan.mode not in NOOP_MODES:
         _read_audit(result, shop.settled_audit(plan.sku, plan.drain_s if cut_short else 1.5), tried)
         result.redis_per_purchase = commandstats.per_attempt(before, after, len(tried))
@@ -121,11 +149,41 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     return result
 
 
-def _read_locust(result: StrategyResult, prefix: Path, plan: Plan) -> None:
+#: the Locust stats row whose requests each add a line to the arrival log, by mode (the
+#: bare GET baseline logs nothing)
+_LOGGED_AS = {"flash": PURCHASE_NAME, "sustained": PURCHASE_NAME, "noop": NOOP_NAME}
+
+
+def _ended(exit_code: int) -> str:
+    """How a Locust run that did not finish ended, for a phase's error."""
+    if exit_code < 0:
+        try:
+            return f"was killed by {signal.Signals(-exit_code).name}"
+        except ValueError:
+            return f"was killed by signal {-exit_code}"
+    if exit_code == 2:
+        return "exited with code 2 (a listener or greenlet raised: its log says which)"
+    return f"exited with code {exit_code}"
+
+
+def _broken_run(shop: ShopClient, plan: Plan, why: str) -> None:
+    """Raise ``why``: the phase's evidence is incomplete, so it has no verdict (its CSVs
+    may be a second or more stale, and a buyer told 201 may be missing from its arrival
+    log: a lost order that nothing would show). First the sale is left to settle, so
+    that requests the shop had accepted land before the next phase resets it."""
+    if plan.mode not in NOOP_MODES:
+        with contextlib.suppress(ShopError, OSError, ValueError):  # the error says enough
+            shop.settled_audit(plan.sku, plan.drain_s)
+    raise PhaseBroken(f"{why}; the phase has no verdict")
+
+
+def _read_locust(result: StrategyResult, prefix: Path,
+                 plan: Plan) -> dict[str, locust_csv.RequestStats]:
+    """Speed and latency into ``result``; returns the rows read, by request name."""
     stats = locust_csv.read_stats(prefix)
     total = stats.get(locust_csv.AGGREGATED)
     if total is None or total.requests == 0:
-        raise RuntimeError(f"Locust made no requests; see {prefix}.log")
+        raise PhaseBroken(f"Locust made no requests; see {prefix}.log")
     timed = total if plan.mode in NOOP_MODES else stats.get(PURCHASE_NAME, total)
     result.rps, result.failures = total.rps, total.failures
     result.p50, result.p95, result.p99 = timed.p50, timed.p95, timed.p99
@@ -135,6 +193,7 @@ def _read_locust(result: StrategyResult, prefix: Path, plan: Plan) -> None:
         # Locust's whole-run average counts the ramp (and its CSV misses the last
         # second), so req/s came out below purchases/s in the same row
         result.rps = sustained.requests_per_s(history, total.rps)
+    return stats
 
 
 def _read_audit(result: StrategyResult, audit: dict[str, Any],

@@ -38,7 +38,7 @@ from .compare import (
     phase_label,
     unsold_notes,
 )
-from .phase import Plan, run_phase
+from .phase import PhaseBroken, Plan, run_phase
 from .serving import (
     Target,
     malformed_redis_urls,
@@ -197,7 +197,8 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
         try:
             result = run_phase(target.shop, target.redis_clients, name, safe, phase_plan,
                                raw_dir, round_no)
-        except ShopError as exc:  # the shop said why (a refused reset): no traceback
+        except (ShopError, PhaseBroken) as exc:  # the shop said why (a refused reset),
+            # or what the run lacks (Locust killed, a short arrival log): no traceback
             logger.error("phase %s failed: %s", shown, str(exc).splitlines()[0])
             result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc),
                                     round_no=round_no)
