@@ -3,7 +3,9 @@
 The showdown's question is "did a lock marked safe ever oversell or lose an order?", so
 the audit endpoint (the database's and Redis's own account) decides correctness, while
 Locust's CSVs give speed and the arrival log gives fairness and time to sell out.
-*Lost* orders are ones a buyer was told succeeded (201) that the audit does not count.
+*Lost* orders are ones a buyer was told succeeded (201) that the shop has no order for,
+compared buyer by buyer (``GET /api/admin/sales/<sku>/buyers``); *unconfirmed* ones
+the shop made that no buyer was told of.
 """
 
 from __future__ import annotations

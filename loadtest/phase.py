@@ -136,7 +136,8 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
                                 f"purchase attempts Locust counted: it is incomplete "
                                 f"(see {locust_log})")
     if plan.mode not in NOOP_MODES:
-        _read_audit(result, shop.settled_audit(plan.sku, plan.drain_s if cut_short else 1.5), tried)
+        audit = shop.settled_audit(plan.sku, plan.drain_s if cut_short else 1.5)
+        _read_audit(result, audit, tried, shop.buyers(plan.sku))
         result.redis_per_purchase = commandstats.per_attempt(before, after, len(tried))
     if plan.mode == "flash":
         result.sell_out_s = arrivals.time_to_sell_out(tried, plan.stock)
@@ -197,11 +198,23 @@ def _read_locust(result: StrategyResult, prefix: Path,
 
 
 def _read_audit(result: StrategyResult, audit: dict[str, Any],
-                tried: list[arrivals.Arrival]) -> None:
-    told_ok = sum(1 for a in tried if a.outcome == "order")
+                tried: list[arrivals.Arrival], ordered: set[str]) -> None:
+    """The audit's figures into ``result``, and the orders lost and unconfirmed, buyer
+    by buyer: ``ordered`` are the buyers the shop has an order for (read after the
+    audit settled). *Lost*: told 201, no order; *unconfirmed*: an order, never told.
+
+    They were counts, told 201 minus orders and the other way round, and a lost order
+    and one whose answer was lost (a 500, a timeout) cancelled out: "lost 0", verdict
+    ok (a showdown audit)."""
+    told = arrivals.winners(tried)
     result.sold = int(audit.get("units_sold", 0))
     result.oversold = int(audit.get("oversold", 0))
     result.duplicates = int(audit.get("duplicate_buyers", 0))
     result.consistent = bool(audit.get("consistent", False))
-    result.lost = max(told_ok - int(audit.get("orders", 0)), 0)
-    result.unconfirmed = max(int(audit.get("orders", 0)) - told_ok, 0)
+    orders = int(audit.get("orders", 0))
+    if not result.duplicates and len(ordered) != orders:  # one order per buyer
+        raise PhaseBroken(f"the shop lists {len(ordered)} buyers with an order and its "
+                          f"audit counts {orders} orders: the sale changed while it was "
+                          "read, so the phase has no verdict")
+    result.lost = len(told - ordered)
+    result.unconfirmed = len(ordered - told)

@@ -11,6 +11,7 @@ import logging
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -72,6 +73,21 @@ class ShopClient:
     def audit(self, sku: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", f"/api/sales/{sku}/audit")
         return result
+
+    def buyers(self, sku: str) -> set[str]:
+        """Every buyer with an order in the sale (admin call, ``GET
+        /api/admin/sales/<sku>/buyers``, read a page at a time): what the showdown
+        compares, buyer by buyer, with the buyers told they got one."""
+        found: set[str] = set()
+        after = ""
+        while True:
+            query = urllib.parse.urlencode({"after": after}) if after else ""
+            page = self._call("GET", f"/api/admin/sales/{sku}/buyers"
+                                     + (f"?{query}" if query else ""), admin=True)
+            found.update(str(user) for user in page["buyers"])
+            if not page.get("next"):
+                return found
+            after = str(page["next"])
 
     def settled_audit(self, sku: str, quiet_s: float = 1.5, limit_s: float = 45.0,
                       poll_s: float = 0.5) -> dict[str, Any]:

@@ -161,6 +161,22 @@ def document(config: dict[str, Any]) -> dict[str, Any]:
                                         (404, "unknown_sku"), _TOO_LARGE,
                                         (503, "busy: a purchase or another reset held the "
                                               "sale too long, or a backend is down"))}}},
+            "/api/admin/sales/{sku}/buyers": {"get": {
+                "summary": "The buyers with an order in a sale, a page at a time",
+                "security": [{"bearer": []}],
+                "parameters": [_SKU, {"name": "after", "in": "query", "required": False,
+                                      "description": "the next of the page before; "
+                                                     "leave it out for the first page",
+                                      "schema": {"type": "string", "maxLength": 64}}],
+                "responses": {"200": _json({
+                    "type": "object", "required": ["buyers", "next"],
+                    "properties": {"buyers": {"type": "array", "items": {"type": "string"},
+                                              "description": "user ids, in order"},
+                                   "next": {"type": ["string", "null"],
+                                            "description": "null: this was the last page"}}},
+                    "a page of buyers"),
+                              **_errors((400, "invalid_request"), (401, "unauthorized"),
+                                        (404, "unknown_sku"), _DATABASE_DOWN)}}},
             "/api/sales/{sku}/audit": {"get": {
                 "summary": "Did the sale oversell or lose an order?", "parameters": [_SKU],
                 "responses": {"200": _json(_AUDIT, "the audit"),

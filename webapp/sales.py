@@ -183,6 +183,22 @@ def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_c
     return True
 
 
+def buyers(sessions: sessionmaker[Session], sku: str, after: str, limit: int) -> list[str]:
+    """The sale's buyers with an order, each once, in the database's order of user ids:
+    at most ``limit`` of those after ``after`` (``""``: from the first). A client walks
+    the list a page at a time, each from the last id of the one before; the unique
+    ``(sale_id, user_id)`` index serves the filter and the order, so a deep page costs
+    what the first does. Only the database is read: the orders are the truth."""
+    with sessions() as session:
+        sale_id = session.scalar(select(Sale.id).where(Sale.sku == sku))
+        if sale_id is None:
+            raise UnknownSku(f"no product with sku {sku!r}")
+        return list(session.scalars(
+            select(Order.user_id).distinct()
+            .where(Order.sale_id == sale_id, Order.user_id > after)
+            .order_by(Order.user_id).limit(limit)))
+
+
 def audit(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, Any]:
     """The sale's books: the database's figures, then Redis's stock.
 

@@ -20,6 +20,7 @@ ROUTES = {
     f"/api/products/{SKU}": {"GET"},
     f"/api/products/{SKU}/purchase": {"POST"},
     f"/api/admin/sales/{SKU}": {"PUT"},
+    f"/api/admin/sales/{SKU}/buyers": {"GET"},
     f"/api/sales/{SKU}/audit": {"GET"},
     "/api/openapi.json": {"GET"},
 }

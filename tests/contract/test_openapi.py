@@ -104,9 +104,14 @@ def test_live_answers_match_their_documented_schemas(shop, spec):
                                                     {"stock": -3}, headers=token)),
         ("/api/sales/{sku}/audit", "get", shop.call("GET", f"/api/sales/{SMALL}/audit")),
         ("/api/sales/{sku}/audit", "get", shop.call("GET", "/api/sales/none/audit")),
+        ("/api/admin/sales/{sku}/buyers", "get",
+         shop.call("GET", f"/api/admin/sales/{SMALL}/buyers", headers=token)),
+        ("/api/admin/sales/{sku}/buyers", "get",
+         shop.call("GET", f"/api/admin/sales/{SMALL}/buyers")),
     ]
     assert [answer.status for _, _, answer in seen] == [
-        200, 200, 200, 404, 201, 200, 409, 409, 400, 404, 200, 401, 400, 200, 404]
+        200, 200, 200, 404, 201, 200, 409, 409, 400, 404, 200, 401, 400, 200, 404, 200, 401]
+    assert seen[-2][2].json == {"buyers": ["spec-ann"], "next": None}
     for path, method, answer in seen:
         check_answer(spec, path, method, answer)
 

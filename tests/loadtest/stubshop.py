@@ -24,8 +24,14 @@ class StubShop:
                  section_s: float = 0.0, answers_lost_after: int | None = None,
                  strategies: tuple[str, ...] = ("naive", "token", "stub"),
                  unusable: dict[str, str] | None = None,
-                 duplicate_buyers: int = 0) -> None:
+                 duplicate_buyers: int = 0, unwritten_at: int | None = None,
+                 buyers_page: int = 10_000) -> None:
         self.lock = threading.Lock()
+        #: the purchase made when this many orders exist is answered 201 and never
+        #: written (once per sale): a lost order
+        self.unwritten_at = unwritten_at
+        #: the buyers ``GET /api/admin/sales/<sku>/buyers`` lists per page
+        self.buyers_page = buyers_page
         #: what the audit reports as buyers with two orders (a broken one-per-buyer rule)
         self.duplicate_buyers = duplicate_buyers
         #: what ``GET /api/strategies`` names; ``unusable``: {name: what it lacks}
@@ -45,6 +51,8 @@ class StubShop:
         with self.lock:
             self.initial, self.remaining, self.strategy = stock, stock, strategy
             self.orders: list[str] = []
+            #: buyers told 201 whose order was never written (``unwritten_at``)
+            self.unwritten: list[str] = []
 
     def purchase(self, user_id: str) -> tuple[int, dict[str, Any]]:
         with self.lock:
@@ -55,6 +63,10 @@ class StubShop:
             if self.remaining <= -self.oversell:
                 return 409, {"error": "sold_out", "detail": "no units left"}
             time.sleep(self.section_s)
+            if len(self.orders) == self.unwritten_at and not self.unwritten:
+                self.unwritten.append(user_id)  # told 201; no row, no unit taken
+                return 201, {"order_id": 0, "sku": "sku-1", "user_id": user_id,
+                             "quantity": 1}
             self.remaining -= 1
             self.orders.append(user_id)
             if self.answers_lost_after is not None and \
@@ -70,6 +82,13 @@ class StubShop:
                 "orders": sold, "units_sold": sold, "oversold": oversold,
                 "duplicate_buyers": self.duplicate_buyers, "consistent": oversold == 0}
 
+    def buyers(self, after: str) -> dict[str, Any]:
+        """A page of the buyers with an order, in order, after ``after``."""
+        with self.lock:
+            page = sorted(u for u in set(self.orders) if u > after)[:self.buyers_page]
+        return {"buyers": page,
+                "next": page[-1] if len(page) == self.buyers_page else None}
+
     def __call__(self, environ: Any, start_response: Any) -> Any:
         request = Request(environ)
         path, method = request.path, request.method
@@ -83,7 +102,8 @@ class StubShop:
             usable = request.args.get("usable") == "true"
             status, body = 200, [name for name in self.strategies
                                  if not (usable and name in self.unusable)]
-        elif method == "PUT" and request.headers.get("Authorization") != f"Bearer {self.token}":
+        elif (method == "PUT" or path.startswith("/api/admin/")) and \
+                request.headers.get("Authorization") != f"Bearer {self.token}":
             status, body = 401, {"error": "unauthorized", "detail": "the admin token"}
         elif method == "PUT" and int((request.get_json() or {}).get("stock", 0)) < 0:
             status, body = 400, {"error": "invalid_request", "detail": "stock must be >= 0"}
@@ -101,6 +121,8 @@ class StubShop:
             payload = request.get_json()
             self.reset(int(payload["stock"]), str(payload["strategy"]))
             status, body = 200, {"sku": "sku-1", **payload}
+        elif method == "GET" and path == "/api/admin/sales/sku-1/buyers":
+            status, body = 200, self.buyers(request.args.get("after", ""))
         elif method == "GET" and path == "/api/sales/sku-1/audit":
             status, body = 200, self.audit()
         else:

@@ -237,6 +237,31 @@ def test_orders_no_buyer_heard_of_are_noted_under_the_table(tmp_path, capsys):
            "orders were made that no buyer was told about" in out, out[-2000:]
 
 
+def test_a_lost_order_is_seen_though_an_order_no_buyer_heard_of_evens_the_count(
+        tmp_path, capsys):
+    """Lost (told 201, no row) and unconfirmed (a row, its answer lost) were counts,
+    ``told_ok - orders`` and ``orders - told_ok``: one of each cancelled out to "lost
+    0, ok", exit 0 (a showdown audit). They are compared buyer by buyer now."""
+    shop = StubShop(unwritten_at=2, answers_lost_after=9)
+    with serve(shop) as url:
+        code = showdown(url, tmp_path, "token")
+    out = capsys.readouterr().out
+    result = json.loads((tmp_path / "out.json").read_text())["results"][0]
+    assert len(shop.unwritten) == 1 and len(shop.orders) == 10  # a lost one, 10 rows
+    assert (result["lost"], result["unconfirmed"], result["verdict"]) == (1, 1, "FAIL")
+    assert code == 1 and "FAILED: token: marked safe but sold 10, oversold 0, lost 1" in out
+
+
+def test_the_buyers_with_an_order_are_read_page_by_page():
+    shop = StubShop(buyers_page=2)
+    for user in ("cy", "ann", "dee", "bob", "ed"):
+        shop.purchase(user)
+    with serve(shop) as url:
+        assert ShopClient(url, "t").buyers("sku-1") == {"ann", "bob", "cy", "dee", "ed"}
+        with pytest.raises(ShopError, match="401"):
+            ShopClient(url, "wrong").buyers("sku-1")
+
+
 def test_a_sale_that_sold_out_has_no_note(tmp_path, capsys):
     with serve(StubShop()) as url:
         assert showdown(url, tmp_path, "token") == 0

@@ -81,8 +81,8 @@ def test_a_phase_that_crashed_is_an_error_even_though_it_sold_nothing():
 
 
 def test_orders_buyers_were_told_of_that_the_audit_lacks_are_lost():
-    # C10: phase._read_audit's ``lost`` (201s minus the audit's orders); never computed,
-    # a safe lock that answered 201 without writing the row read "ok"
+    # C10: phase._read_audit's ``lost`` (buyers told 201 without an order); never
+    # computed, a safe lock that answered 201 without writing the row read "ok"
     from loadtest.arrivals import Arrival
     from loadtest.phase import _read_audit
 
@@ -90,6 +90,29 @@ def test_orders_buyers_were_told_of_that_the_audit_lacks_are_lost():
     refused = [Arrival("u9", 1, 0.0, 0.1, 409, "sold_out")]
     r = StrategyResult("token", True, users=4, stock=3)
     _read_audit(r, {"units_sold": 2, "orders": 2, "oversold": 0, "duplicate_buyers": 0,
-                    "consistent": True}, told + refused)
+                    "consistent": True}, told + refused, {"u0", "u1"})
     assert (r.sold, r.lost, r.unconfirmed) == (2, 1, 0)
     assert r.verdict == FAIL and failed([r]) == [r]
+
+
+def test_a_lost_order_and_an_unconfirmed_one_do_not_cancel_out():
+    # counted (201s minus orders, and back), one of each read "lost 0, unconfirmed 0"
+    from loadtest.arrivals import Arrival
+    from loadtest.phase import _read_audit
+
+    told = [Arrival(f"u{i}", 1, 0.0, 0.1, 201, "order") for i in range(3)]
+    no_answer = [Arrival("u3", 1, 0.0, 30.0, 0, "error")]
+    r = StrategyResult("token", True, users=4, stock=3)
+    _read_audit(r, {"units_sold": 3, "orders": 3, "oversold": 0, "duplicate_buyers": 0,
+                    "consistent": True}, told + no_answer, {"u0", "u1", "u3"})
+    assert (r.lost, r.unconfirmed, r.verdict) == (1, 1, FAIL)
+
+
+def test_buyers_that_disagree_with_the_audits_orders_leave_the_phase_without_a_verdict():
+    from loadtest.phase import PhaseBroken, _read_audit
+
+    r = StrategyResult("token", True, users=4, stock=3)
+    with pytest.raises(PhaseBroken, match="lists 1 buyers with an order and its audit "
+                                          "counts 2 orders"):
+        _read_audit(r, {"units_sold": 2, "orders": 2, "oversold": 0,
+                        "duplicate_buyers": 0, "consistent": True}, [], {"u0"})

@@ -140,6 +140,30 @@ def test_a_buyer_of_more_than_is_left_is_sold_out_and_takes_nothing(client, stra
     assert audit["consistent"] is True
 
 
+def test_the_admin_lists_a_sales_buyers_page_by_page(client, monkeypatch):
+    """What the showdown compares with the buyers it told 201, buyer by buyer: counts
+    let a lost order and an order no buyer heard of cancel out (a showdown audit)."""
+    from webapp import admin
+
+    for user in ("cy", "ann", "bob"):
+        assert buy(client, user).status_code == 201
+    assert buy(client, "dee", sku="sku-2").status_code == 201  # another sale's
+    monkeypatch.setattr(admin, "BUYERS_PAGE", 2)
+    page = client.get(f"/api/admin/sales/{SKU}/buyers", headers=auth())
+    assert page.status_code == 200 and page.get_json() == {"buyers": ["ann", "bob"],
+                                                           "next": "bob"}
+    page = client.get(f"/api/admin/sales/{SKU}/buyers?after=bob", headers=auth())
+    assert page.get_json() == {"buyers": ["cy"], "next": None}
+    for path, headers, status, error in [
+            (f"/api/admin/sales/{SKU}/buyers", {}, 401, "unauthorized"),  # who bought
+            ("/api/admin/sales/nope/buyers", auth(), 404, "unknown_sku"),
+            (f"/api/admin/sales/{SKU}/buyers?after=a%00b", auth(), 400, "invalid_request"),
+            (f"/api/admin/sales/{SKU}/buyers?after={'x' * 65}", auth(), 400,
+             "invalid_request")]:
+        answer = client.get(path, headers=headers)
+        assert (answer.status_code, answer.get_json()["error"]) == (status, error), path
+
+
 def test_an_admin_reset_deletes_orders_and_sets_stock_and_strategy(client):
     assert buy(client, "ann").status_code == 201
     body = reset(client, stock=3, strategy="sql", work_ms=5)
