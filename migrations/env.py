@@ -2,8 +2,9 @@
 
 The database URL comes from ``config.attributes["database_url"]`` (set by
 ``webapp.db``), else the ``DATABASE_URL`` environment variable. SQLite gets batch mode,
-since it cannot ALTER most things in place, and a new SQLite file our page size
-(``webapp.db.SQLITE_PAGE_SIZE``).
+since it cannot ALTER most things in place, a new SQLite file our page size
+(``webapp.db.SQLITE_PAGE_SIZE``), and SQLite's DDL a transaction
+(``webapp.db.sqlite_transactional_ddl``: each migration is all or nothing).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from webapp import config as settings
-from webapp.db import connect_args, sqlite_file_layout
+from webapp.db import connect_args, sqlite_file_layout, sqlite_transactional_ddl
 from webapp.models import Base
 
 config = context.config
@@ -39,6 +40,8 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     url = database_url()
     engine = create_engine(url, connect_args=connect_args(url))  # a connect timeout
+    if url.startswith("sqlite"):  # a migration interrupted midway is rolled back whole
+        sqlite_transactional_ddl(engine)
     try:
         with engine.connect() as connection:
             if url.startswith("sqlite"):  # before the first table: a new file's layout

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -18,7 +19,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, inspect, text
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
@@ -40,6 +41,36 @@ def sqlite_file_layout(cursor: Any) -> None:
     """Run first on every SQLite connection (DB-API ``cursor``): a file that does not
     exist yet gets our page size; for any other it changes nothing."""
     cursor.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
+
+
+def sqlite_transactional_ddl(engine: Engine) -> None:
+    """Have ``engine``'s SQLite transactions cover DDL too, as SQLAlchemy's SQLite
+    documentation shows ("Enabling Non-Legacy SQLite Transactional Modes"): the driver
+    sends no BEGIN of its own (``isolation_level = None``) and SQLAlchemy sends one
+    where its transaction begins.
+
+    For the migrations' engine. Python's sqlite3 (its legacy transaction control, the
+    default before Python 3.16) sends BEGIN before INSERT, UPDATE and DELETE only, so
+    each CREATE TABLE committed on its own: a migration interrupted midway (a Ctrl-C)
+    left its first tables behind, and every later start failed on them ("table
+    _alembic_tmp_orders already exists" after 0003's rebuild of ``orders``, "table
+    products already exists" after a new file's 0001). With BEGIN sent, Alembic's
+    transaction per migration holds the migration and its ``alembic_version`` stamp,
+    and SQLite rolls back the whole of an interrupted one. The app's engine keeps the
+    driver's behaviour: it runs no DDL."""
+
+    @event.listens_for(engine, "connect")
+    def _no_driver_begin(dbapi_connection: Any, record: Any) -> None:
+        # the recipe needs the legacy control, where isolation_level rules; Python 3.12+
+        # names it, and is to make ``autocommit=False`` (its own BEGINs) the default
+        legacy = getattr(sqlite3, "LEGACY_TRANSACTION_CONTROL", None)
+        if legacy is not None:
+            dbapi_connection.autocommit = legacy
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN")
 
 
 def alembic_config(database_url: str) -> Config:

@@ -12,6 +12,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.exc import PendingRollbackError
 
 from tests.support import scratch_postgres
 from webapp import db
@@ -208,3 +209,65 @@ def test_upgrading_an_sqlite_file_with_orders_keeps_them_and_their_ids(tmp_path)
                 "SELECT id FROM orders WHERE user_id = 'cy'")).scalar() == 10
     finally:
         engine.dispose()
+
+
+@contextlib.contextmanager
+def _interrupted_before(statement: str) -> Iterator[None]:
+    """A Ctrl-C (``KeyboardInterrupt``) raised just before the first SQL statement that
+    starts with ``statement``, on any engine (the migrations make their own)."""
+    from sqlalchemy import Engine, event
+
+    def interrupt(conn, cursor, sql, parameters, context, executemany) -> None:
+        if sql.lstrip().upper().startswith(statement.upper()):
+            raise KeyboardInterrupt
+
+    event.listen(Engine, "before_cursor_execute", interrupt)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "before_cursor_execute", interrupt)
+
+
+def _tables_and_revision(url: str) -> tuple[set[str], list[str]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+            heads = list(MigrationContext.configure(connection).get_current_heads())
+    finally:
+        engine.dispose()
+    return tables, heads
+
+
+def test_an_interrupted_sqlite_upgrade_leaves_the_previous_revision_and_upgrades_later(
+        tmp_path):
+    # pysqlite sent no BEGIN before DDL: 0003's CREATE TABLE _alembic_tmp_orders
+    # committed alone, and every later serve failed "table _alembic_tmp_orders already
+    # exists"
+    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    db.upgrade(url, "0002")
+    # (alembic's batch mode then drops its temp table on the connection the interrupt
+    # invalidated: PendingRollbackError, from the KeyboardInterrupt)
+    with _interrupted_before("INSERT INTO _alembic_tmp_orders"), \
+            pytest.raises((KeyboardInterrupt, PendingRollbackError)):
+        db.upgrade(url)
+    assert _tables_and_revision(url) == ({"alembic_version", "products", "sales", "orders"},
+                                         ["0002"])
+    db.upgrade(url)
+    tables, heads = _tables_and_revision(url)
+    assert "_alembic_tmp_orders" not in tables and heads == ["0004"]
+
+
+def test_a_new_sqlite_file_interrupted_while_migrating_is_migrated_by_the_next_start(
+        tmp_path):
+    # 0001's products and sales stayed, with an empty alembic_version: every later
+    # serve failed "table products already exists"
+    url = f"sqlite:///{tmp_path / 'new.sqlite'}"
+    with _interrupted_before("CREATE TABLE orders"), \
+            pytest.raises((KeyboardInterrupt, PendingRollbackError)):
+        db.upgrade(url)
+    tables, heads = _tables_and_revision(url)
+    assert tables <= {"alembic_version"} and heads == [], tables
+    db.upgrade(url)
+    tables, heads = _tables_and_revision(url)
+    assert {"products", "sales", "orders"} <= tables and heads == ["0004"]
