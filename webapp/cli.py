@@ -72,8 +72,14 @@ def stop_like_ctrl_c() -> None:
     so every command's ``finally`` stops what it started: killed by a signal instead,
     Python runs no ``finally`` and no ``atexit``, and gunicorn, redis-server and
     ZooKeeper, started in sessions of their own, were left running with no parent.
-    SIGINT too: a shell starts a background job with it ignored."""
+    SIGINT too, even when it came ignored: a shell starts a background job so, and a
+    Ctrl-C meant for it was lost. A SIGHUP that came ignored stays ignored: that is
+    ``nohup``, asking the command to outlive its terminal (``nohup seckill serve &``
+    stopped when the terminal closed; a serve audit)."""
     for stop_signal in STOP_SIGNALS:
+        if (stop_signal == getattr(signal, "SIGHUP", None)
+                and signal.getsignal(stop_signal) == signal.SIG_IGN):
+            continue
         signal.signal(stop_signal, stop_on_term)
 
 

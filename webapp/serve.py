@@ -75,8 +75,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"seckill serve: {exc}", file=sys.stderr)
         return 2
     database_url, redlock = config["DATABASE_URL"], config["REDLOCK_URLS"] or None
-    # SIGTERM, SIGHUP and SIGINT (even for `seckill serve &`) raise KeyboardInterrupt
-    # here: ``webapp.cli.stop_like_ctrl_c`` set that up for every command
+    # SIGTERM, SIGHUP (unless ignored: nohup) and SIGINT (even for `seckill serve &`)
+    # raise KeyboardInterrupt here: ``webapp.cli.stop_like_ctrl_c`` set that up for
+    # every command
     # the shop's log outlives it: warnings for an operator to settle (an order in doubt,
     # units that could not go back) were in a temp dir removed on exit
     # an empty REDIS_URL is unset, as for DATABASE_URL (it was "Redis URL must specify

@@ -16,7 +16,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -380,6 +381,28 @@ def test_a_background_jobs_early_ctrl_c_stops_serve():
     assert not [pid for pid in started if running(pid)]
 
 
+def test_serve_started_by_nohup_outlives_its_terminal(tmp_path):
+    """``nohup seckill serve &`` starts it with SIGHUP ignored, to outlive the terminal;
+    seckill took SIGHUP over anyway and stopped when the terminal closed (a serve audit).
+    An ignored SIGHUP stays ignored; SIGTERM still stops everything cleanly."""
+    import time
+
+    with _serving(tmp_path, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+                  ) as (proc, printed):
+        proc.send_signal(signal.SIGHUP)  # the terminal closed
+        deadline = time.monotonic() + 5
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, "SIGHUP stopped a serve started with it ignored"
+        with urllib.request.urlopen(printed["storefront"] + "healthz", timeout=10) as answer:
+            assert answer.status == 200  # still serving
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, (proc.returncode, err[-1000:])
+    assert "Traceback" not in err, err[-1000:]
+    assert not printed["survivors"], printed["survivors"]
+
+
 def test_serve_killed_by_sigkill_takes_what_it_started_with_it():
     """SIGKILL (the OOM killer, ``kill -9``) runs no cleanup: gunicorn and six
     redis-servers ran on with no parent, holding their ports. They die with it now."""
@@ -391,16 +414,18 @@ def test_serve_killed_by_sigkill_takes_what_it_started_with_it():
 
 @contextlib.contextmanager
 def _serving(tmp_path: Path, env: dict[str, str] | None = None,
+             preexec_fn: Callable[[], object] | None = None,
              ) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
     """``seckill serve`` on a free port, once it has printed its last line: yields the
     process and what it printed (``Redis`` -> its URL); kills whatever it started that
-    is still running at the end, and records those pids in ``survivors``."""
+    is still running at the end, and records those pids in ``survivors``. ``preexec_fn``
+    runs in the child before seckill starts (a signal ignored, as a shell does)."""
     import time
 
     proc = subprocess.Popen([str(SECKILL), "serve", "--port", str(free_port()),
                              "--workers", "1"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+                            start_new_session=True, env=env, preexec_fn=preexec_fn)
     started: list[int] = []
     printed: dict[str, str] = {}
     try:
