@@ -6,11 +6,12 @@ import contextlib
 import functools
 from typing import Any
 
-from flask import Blueprint, Request, Response, jsonify, request
+from flask import Blueprint, Request, Response, current_app, jsonify, request
 from sqlalchemy import text as sql
 
 from . import locks, sales, validation
 from .batching import gevent_patched
+from .config import SERVE_ID_HEADER
 from .extensions import Backends, get_backends
 from .openapi import document
 from .problems import UnknownSku
@@ -83,8 +84,17 @@ def healthz() -> tuple[Response, int]:
         body = {**status, "error": "unavailable", "detail": f"{', '.join(down)} down"}
         response = jsonify(body)
         response.headers["Retry-After"] = "1"
-        return response, 503
-    return jsonify(status), 200
+        return _serve_named(response), 503
+    return _serve_named(jsonify(status)), 200
+
+
+def _serve_named(response: Response) -> Response:
+    """``response`` naming the serve that started this shop, if one did (``ServedApp``
+    sets ``SECKILL_SERVE_ID``): its health check knows its own gunicorn by it."""
+    serve_id = current_app.config.get("SERVE_ID")
+    if serve_id:
+        response.headers[SERVE_ID_HEADER] = serve_id
+    return response
 
 
 @bp.get("/api/noop")

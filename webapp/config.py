@@ -191,6 +191,11 @@ def check_served_strategy(config: dict[str, Any]) -> None:
         raise ConfigError(f"LOCK_STRATEGY: {missing}")
 
 
+#: the response header in which ``/healthz`` names the serve that started it
+#: (``SECKILL_SERVE_ID``; ``ServedApp`` checks it)
+SERVE_ID_HEADER = "X-Seckill-Serve-Id"
+
+
 def default_database_url(instance_path: str) -> str:
     """SQLite in the instance folder: the orders' home when ``DATABASE_URL`` is unset."""
     return f"sqlite:///{os.path.join(instance_path, 'seckill.sqlite')}"
@@ -242,4 +247,7 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "MAX_USER_ID_LENGTH": 64,
         # a purchase is a few dozen bytes; anything far larger is refused with 413
         "MAX_CONTENT_LENGTH": 64 * 1024,
+        # set by ServedApp: /healthz answers it in SERVE_ID_HEADER, so that the shop it
+        # started is known from another server at the same URL
+        "SERVE_ID": os.environ.get("SECKILL_SERVE_ID", ""),
     }

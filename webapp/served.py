@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from importlib import resources
 from pathlib import Path
@@ -213,15 +214,26 @@ def netloc(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def check_port_free(host: str, port: int) -> None:
-    """Raise ``StartupError`` if something listens on ``host:port`` already. Checked
-    before starting: else the health check could reach the other server and take it for
-    ours (and print an admin token that is not its)."""
+def bind_family(host: str) -> socket.AddressFamily:
+    """The address family gunicorn binds ``host`` with: IPv6 for an IPv6 address, IPv4
+    for anything else, a host name included (gunicorn's ``sock._sock_type``). So
+    ``localhost`` is served on 127.0.0.1 even where /etc/hosts lists ::1 first."""
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        socket.inet_pton(socket.AF_INET6, host)
+    except (OSError, ValueError):
+        return socket.AF_INET
+    return socket.AF_INET6
+
+
+def _bind_probe(host: str, port: int) -> int:
+    """Bind ``host:port`` as gunicorn will (its family, ``SO_REUSEADDR``) and let go;
+    the port bound (``port`` 0: one the kernel found free there), or ``StartupError``."""
+    family = bind_family(host)
+    try:
+        infos = socket.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise StartupError(f"cannot serve on {host}:{port}: {exc}") from None
-    family, kind, proto, _, address = infos[0]
+    _, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
         try:
@@ -231,6 +243,22 @@ def check_port_free(host: str, port: int) -> None:
                 else ""
             raise StartupError(f"cannot serve on {netloc(host, port)}: "
                                f"{exc.strerror or exc}{hint}") from None
+        return int(probe.getsockname()[1])
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ``StartupError`` if something listens on ``host:port`` already, where
+    gunicorn will bind it. Checked before starting, so that the answer is a clear one
+    and nothing was started in vain. (A server that takes the port meanwhile is caught
+    by the health check, which knows its own gunicorn's answer.)"""
+    _bind_probe(host, port)
+
+
+def free_port_on(host: str) -> int:
+    """A port nobody listens on at ``host`` right now, as gunicorn will bind it: a port
+    free on 127.0.0.1 (``free_port``) may be taken on another address (``--port 0
+    --host 0.0.0.0``: gunicorn failed to bind it)."""
+    return _bind_probe(host, 0)
 
 
 def _the_exception(lines: list[str]) -> str:
@@ -276,6 +304,9 @@ class ServedApp:
         self.admin_token = (self.env.get("SECKILL_ADMIN_TOKEN")
                             or os.environ.get("SECKILL_ADMIN_TOKEN") or secrets.token_urlsafe(18))
         self.seed, self.startup_timeout = seed, startup_timeout
+        #: what this shop's ``/healthz`` answers in ``config.SERVE_ID_HEADER``: the health check
+        #: knows its own gunicorn from a server that already answered at the URL
+        self.serve_id = secrets.token_urlsafe(12)
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.workdir: Path | None = None
@@ -384,7 +415,7 @@ class ServedApp:
             self.embedded += redlock.servers
             self.redlock_urls = redlock.urls
         if self._port_picked:  # a port picked before they started may now be one of theirs
-            self.port = free_port()
+            self.port = free_port_on(self.host)  # free where gunicorn binds, not just on 127.0.0.1
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
         reachable_database(self.database_url)
@@ -394,7 +425,7 @@ class ServedApp:
                 self._seed()
         env = {**os.environ, **self.env, "REDIS_URL": self.redis_url,
                "DATABASE_URL": self.database_url, "REDLOCK_URLS": ",".join(self.redlock_urls),
-               "SECKILL_ADMIN_TOKEN": self.admin_token}
+               "SECKILL_ADMIN_TOKEN": self.admin_token, "SECKILL_SERVE_ID": self.serve_id}
         if self.zookeeper_hosts:
             env["ZOOKEEPER_HOSTS"] = self.zookeeper_hosts
         config = str(resources.files("webapp").joinpath("gunicorn_conf.py"))
@@ -415,17 +446,30 @@ class ServedApp:
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:
+        """Until our gunicorn answers ``/healthz`` with 200. An answer without our
+        ``serve_id`` is another server's, holding the URL (a port taken after the
+        check, ``localhost`` reaching [::1] where gunicorn serves 127.0.0.1): taken for
+        ours, it had the banner print an admin token that server does not accept."""
         deadline = time.monotonic() + self.startup_timeout
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise StartupError(self._unhealthy())
+            header = settings.SERVE_ID_HEADER
             try:
                 with urllib.request.urlopen(self.url + "/healthz", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
+                    status, serve_id = response.status, response.headers.get(header)
+            except urllib.error.HTTPError as exc:  # a 503 (Redis not ready), or not ours
+                status, serve_id = exc.code, exc.headers.get(header)
+                exc.close()
+            except OSError:  # nobody answers yet
+                status = None
+            if status is not None and serve_id != self.serve_id:
+                raise StartupError(f"another server answers at {self.url} (HTTP {status} "
+                                   "for /healthz, not the shop started here): is another "
+                                   "server running there?")
+            if status == 200:
+                return
             time.sleep(0.1)
 
     def _unhealthy(self) -> str:
