@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import logging
-import os
 import shutil
 import signal
 import socket
@@ -287,10 +286,12 @@ class EmbeddedRedis:
 
 
 def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.kill(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+    """``sig`` to ``proc`` unless it has exited: ``send_signal`` polls first and sends
+    nothing to a process reaped already, whose pid may be another process's by now.
+    ``os.kill(proc.pid)`` did send it: ``seckill serve``'s check for a Redis that exited
+    (``poll()``) had reaped the dead server, and its Ctrl-C cleanup then sent SIGCONT and
+    SIGTERM to that pid (a serve audit)."""
+    proc.send_signal(sig)
 
 
 def _stop_process(proc: subprocess.Popen[bytes]) -> None:

@@ -140,3 +140,30 @@ def test_a_server_whose_picked_port_was_taken_moves_with_its_data_dir():
     finally:
         server.cleanup()
         squatter.close()
+
+
+def test_cleanup_signals_no_pid_it_already_reaped(monkeypatch):
+    # serve's check for a Redis that exited (poll()) reaped the dead server; at Ctrl-C
+    # cleanup() still sent SIGCONT and SIGTERM to its pid, by then maybe another
+    # process's
+    import os
+    import signal
+
+    server = RedisServer().start()
+    try:
+        assert server.proc is not None
+        pid = server.proc.pid
+        os.kill(pid, signal.SIGKILL)
+        server.proc.wait(timeout=10)  # reaped, as poll() does once it has exited
+        sent: list[tuple[int, int]] = []
+        real_kill = os.kill
+
+        def spy(target: int, sig: int) -> None:
+            sent.append((target, sig))
+            real_kill(target, sig)
+
+        monkeypatch.setattr(os, "kill", spy)
+        server.cleanup()
+        assert [s for s in sent if s[0] == pid] == []
+    finally:
+        server.cleanup()
