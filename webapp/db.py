@@ -168,8 +168,8 @@ def migration_lock(database_url: str, wait_s: float = MIGRATION_WAIT_S) -> Itera
     database_url = database_url_for_sqlalchemy(database_url)
     path = sqlite_file(database_url, make_folder=True)
     deadline = time.monotonic() + wait_s
-    if path is not None:
-        with open(f"{path}.migrating", "a") as held:  # closing the file lets it go
+    if path is not None:  # beside the file itself: a symlink to it is the same database
+        with open(f"{os.path.realpath(path)}.migrating", "a") as held:  # closing lets go
             while True:
                 try:
                     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)

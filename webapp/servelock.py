@@ -12,15 +12,15 @@ RedLock nodes (``redlock`` sold 20 of 10 units that way). So:
   but only with shops given the same ones: the claim carries a fingerprint of
   ``REDIS_URL``, ``REDLOCK_URLS`` and ``ZOOKEEPER_HOSTS``, and a different one is refused.
 
-SQLite: an ``flock`` on ``<database>.serving`` beside the file, exclusive or shared,
-with a JSON record in it (who holds it alone, or the sharers' fingerprint). PostgreSQL:
-session-level advisory locks on a connection kept open, the fingerprint as a second
-shared lock the others can see in ``pg_locks``; the connection's ``application_name``
-names the serve's pid. The kernel drops an ``flock`` when the process ends, however it
-ends; PostgreSQL drops the session's locks when it notices the session is gone (at
-once on a clean exit, after its TCP keepalive time if the client host vanished; and a
-session ended by the server, ``pg_terminate_backend``, ends the claim silently). Other
-databases: no claim.
+SQLite: an ``flock`` on ``<database>.serving`` beside the file (the real one, a symlink
+resolved), exclusive or shared, with a JSON record in it (who holds it alone, or the
+sharers' fingerprint). PostgreSQL: session-level advisory locks on a connection kept
+open, the fingerprint as a second shared lock the others can see in ``pg_locks``; the
+connection's ``application_name`` names the serve's pid. The kernel drops an ``flock``
+when the process ends, however it ends; PostgreSQL drops the session's locks when it
+notices the session is gone (at once on a clean exit, after its TCP keepalive time if
+the client host vanished; and a session ended by the server, ``pg_terminate_backend``,
+ends the claim silently). Other databases: no claim.
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def claimed(database_url: str, servers: Servers) -> Iterator[None]:
 
     path = sqlite_file(database_url)
     if path is not None and not path.startswith("file:"):
-        with _sqlite_claim(Path(path), servers):
+        # the file itself: a serve given a symlink to it claimed it a second time
+        with _sqlite_claim(Path(path).resolve(), servers):
             yield
     elif path is None and make_url(database_url).get_backend_name() == "postgresql":
         with _postgres_claim(database_url, servers):

@@ -94,3 +94,28 @@ def test_a_pid_left_behind_names_nobody(tmp_path):
             with held(url, ALONE):
                 pass
     assert "(pid" not in str(refused.value)
+
+
+def test_a_database_reached_through_a_symlink_is_the_same_database(tmp_path):
+    # the marker was named after the path as given: a serve on real.sqlite and one on a
+    # symlink to it both claimed the database, and both sold its stock (a symlinked
+    # folder was fine: the marker beside the file is the same file)
+    real = tmp_path / "real.sqlite"
+    real.touch()
+    (tmp_path / "link.sqlite").symlink_to(real)
+    with held(f"sqlite:///{real}", ALONE):
+        with pytest.raises(DatabaseInUse, match="sell the stock twice"):
+            with held(f"sqlite:///{tmp_path / 'link.sqlite'}", ALONE):
+                pass
+
+
+def test_a_migration_through_a_symlink_waits_for_one_on_the_real_file(tmp_path):
+    from webapp import db
+
+    real = tmp_path / "real.sqlite"
+    real.touch()
+    (tmp_path / "link.sqlite").symlink_to(real)
+    with db.migration_lock(f"sqlite:///{real}"):
+        with pytest.raises(db.MigrationBusy):
+            with db.migration_lock(f"sqlite:///{tmp_path / 'link.sqlite'}", wait_s=0.3):
+                pass
