@@ -82,10 +82,11 @@ def main(args: argparse.Namespace) -> int:
     # units that could not go back) were in a temp dir removed on exit
     # an empty REDIS_URL is unset, as for DATABASE_URL (it was "Redis URL must specify
     # one of the following schemes", naming no variable)
+    log = Path.cwd() / "instance" / "seckill-serve.log"  # another serve's: one of its own
     served = ServedApp(args.host, args.port or None, args.workers,
                        os.environ.get("REDIS_URL") or None,
                        database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"),
-                       log_path=Path.cwd() / "instance" / "seckill-serve.log")
+                       log_path=log)
     try:
         served.start()  # stops what it started if it fails
     except StartupError as exc:
@@ -98,7 +99,9 @@ def main(args: argparse.Namespace) -> int:
     reported: set[int] = set()
     try:
         try:  # from here a Ctrl-C is a clean stop: one right after the banner was exit 130
-            for note in [*served.redis_notes,
+            taken = ([f"{log} is another seckill serve's (in this folder): this one "
+                      f"logs to {served.logfile.name}"] if served.logfile != log else [])
+            for note in [*served.redis_notes, *taken,
                          *unreachable_lock_servers(served.redlock_urls, served.zookeeper_hosts)]:
                 print(f"seckill serve: note: {note}", file=sys.stderr, flush=True)
             print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"

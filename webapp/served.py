@@ -14,7 +14,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import fcntl
 import functools
+import itertools
 import os
 import secrets
 import shutil
@@ -283,6 +285,31 @@ def absolute_sqlite(url: str) -> str:
         hide_password=False)
 
 
+def own_log(path: Path, stack: contextlib.ExitStack) -> Path:
+    """``path`` unless another shop writes it, else ``<name>-<pid>.log`` beside it (and
+    ``-2``, ``-3``... after the pid for more shops of one process): the log this shop
+    takes, held until ``stack`` closes by an ``flock`` on ``<log>.lock``, a file that
+    rotation does not move.
+
+    Two serves in one folder (each with its own ``DATABASE_URL``) wrote one
+    ``seckill-serve.log``: the one that moved it aside signalled only its own gunicorn,
+    so the other wrote on into the moved file, then into a removed one, and two moving
+    it at once raised ``FileNotFoundError`` out of serve's loop (a serve audit)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        tag = "" if n == 1 else f"-{os.getpid()}" if n == 2 else f"-{os.getpid()}-{n - 1}"
+        candidate = path.with_name(f"{path.stem}{tag}{path.suffix}")
+        fd = os.open(f"{candidate}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another shop's
+            os.close(fd)
+            continue
+        stack.callback(os.close, fd)  # the flock goes with it, and with this process
+        return candidate
+    raise AssertionError("unreachable")
+
+
 class ServedApp:
     """The shop served by gunicorn; ``url``, ``admin_token``, ``redis_url``,
     ``redlock_urls``, ``database_url`` and ``pid`` (gunicorn's master) once started.
@@ -307,7 +334,9 @@ class ServedApp:
         #: what this shop's ``/healthz`` answers in ``config.SERVE_ID_HEADER``: the health check
         #: knows its own gunicorn from a server that already answered at the URL
         self.serve_id = secrets.token_urlsafe(12)
-        self.log_path = log_path
+        #: the log asked for, and the one written: ``log_path`` unless another shop
+        #: writes it (``own_log``), from ``start`` on
+        self.log_wanted = self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.workdir: Path | None = None
         #: the Redis servers started here (none for a REDIS_URL or REDLOCK_URLS given)
@@ -428,6 +457,8 @@ class ServedApp:
                "SECKILL_ADMIN_TOKEN": self.admin_token, "SECKILL_SERVE_ID": self.serve_id}
         if self.zookeeper_hosts:
             env["ZOOKEEPER_HOSTS"] = self.zookeeper_hosts
+        if self.log_wanted is not None:  # a kept log is this shop's alone
+            self.log_path = own_log(self.log_wanted, self._stack)
         config = str(resources.files("webapp").joinpath("gunicorn_conf.py"))
         # run in the scratch dir: ``-m`` and gunicorn's ``chdir`` put the working dir
         # first on sys.path, and a ``webapp/`` or ``lockcore/`` folder where the user

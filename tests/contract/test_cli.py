@@ -485,6 +485,23 @@ def test_serve_says_once_when_its_embedded_redis_exits(tmp_path):
     assert not printed["survivors"], printed["survivors"]
 
 
+def test_a_second_serve_in_the_folder_logs_to_a_file_of_its_own_and_says_so(tmp_path):
+    # two serves in one folder (each its own database) wrote one seckill-serve.log, and
+    # one moving it aside left the other writing into the moved file (a serve audit)
+    import fcntl
+
+    (tmp_path / "instance").mkdir()
+    with open(tmp_path / "instance" / "seckill-serve.log.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another serve's log
+        with _serving(tmp_path) as (proc, printed):
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-1000:]
+    assert printed["log"] == str(tmp_path / "instance" / f"seckill-serve-{proc.pid}.log")
+    assert "seckill-serve.log is another seckill serve's" in err, err[-1000:]
+    assert not printed["survivors"], printed["survivors"]
+
+
 def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path):
     # every redlock and zookeeper purchase was refused, and nothing said so at start;
     # not refused (a lab starts its nodes later; RedLock outlives a minority)

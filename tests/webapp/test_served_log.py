@@ -75,3 +75,25 @@ def test_a_log_below_the_limit_stays_and_only_the_newest_old_ones_are_kept(tmp_p
         "seckill-serve.log.1", "seckill-serve.log.2", "seckill-serve.log.3"]
     assert (tmp_path / "seckill-serve.log.1").read_text().startswith("run 4")
     assert (tmp_path / "seckill-serve.log.3").read_text().startswith("run 2")
+
+
+def test_two_shops_given_one_log_each_write_a_log_of_their_own(tmp_path):
+    # two serves in one folder, each with its own database, wrote one
+    # seckill-serve.log: one moving it aside signalled only its own gunicorn, and the
+    # other wrote on into the moved file, then a removed one (a serve audit)
+    import contextlib
+    import os
+
+    log = tmp_path / "seckill-serve.log"
+
+    def shop(n: int) -> ServedApp:
+        return ServedApp(workers=1, database_url=f"sqlite:///{tmp_path / f'shop{n}.sqlite'}",
+                         redlock_urls=[], log_path=log)
+
+    with contextlib.ExitStack() as stack:
+        first, second = (stack.enter_context(shop(n)) for n in (1, 2))
+        assert first.logfile == log
+        assert second.logfile == tmp_path / f"seckill-serve-{os.getpid()}.log"
+        assert second.logfile.exists()
+    with shop(3) as later:  # theirs is free again
+        assert later.logfile == log
