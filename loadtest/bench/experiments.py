@@ -51,7 +51,15 @@ from lockcore.base import DistributedLock, new_token
 from lockcore.errors import LockNotOwned
 from lockcore.strategies.handoff import RELEASED
 from lockcore.strategies.token import TokenLock
-from lockcore.waiting import FINE_POLL_S, MAX_BLOCK_S, SERVER_TICK_S, SIGNAL_TTL_MS, wake_and_try
+from lockcore.waiting import (
+    FINE_POLL_S,
+    MAX_BLOCK_S,
+    MIN_BLPOP_S,
+    SERVER_TICK_S,
+    SIGNAL_TTL_MS,
+    blpop_timeout,
+    wake_and_try,
+)
 
 from .contenders import TTL_S, Adapter, Connections, Contender, Handle, _lockcore
 from .turncost import TURN_COST
@@ -67,10 +75,10 @@ def _block_for(lock: TokenLock, remaining: float | None) -> float | None:
     block = MAX_BLOCK_S if remaining is None else min(MAX_BLOCK_S, remaining)
     if lock.holder_ttl_ms is not None and lock.holder_ttl_ms > 0:
         block = min(block, lock.holder_ttl_ms / 1000)
-    if block <= SERVER_TICK_S:
+    if block < SERVER_TICK_S + MIN_BLPOP_S:
         lock.clock.sleep(min(block, FINE_POLL_S))
         return None
-    return block - SERVER_TICK_S
+    return blpop_timeout(block - SERVER_TICK_S)
 
 
 class StrictTokenLock(TokenLock):
@@ -267,7 +275,7 @@ class TurnTokenLock(TokenLock):
 
     def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
         join, self._queued = not self._queued, True
-        reply = self.join_block_claim(max(0.001, min(block_s, self.IDLE_S)), join=join)
+        reply = self.join_block_claim(min(block_s, self.IDLE_S), join=join)
         return self._uuid, self._took(reply)
 
     def _queue_release(self, uuid: str) -> Any:

@@ -31,7 +31,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from lockcore import scripts, wire
+from lockcore import scripts, waiting, wire
 from lockcore.spin import readable
 from lockcore.strategies.token import TokenLock
 
@@ -76,7 +76,7 @@ class DeferredTokenLock(TokenLock):
                          ("EVALSHA", sha, len(keys), *keys, *self._args("acquire", self._uuid,
                                                                          "1"))]
             self._queued = True
-        commands += [("BLPOP", self.signal_key, block_s),
+        commands += [("BLPOP", self.signal_key, waiting.blpop_timeout(block_s)),
                      ("EVALSHA", sha, len(keys), *keys, *self._args("acquire", self._uuid))]
         wake, reply = wire.round_trip(self.client, commands, replies=2)
         for answer in (wake, reply):

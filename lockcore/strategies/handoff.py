@@ -34,6 +34,7 @@ from ..base import DistributedLock, acquire_arguments, new_token, whole_ms
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
 from ..poolfull import patiently
+from ..waiting import blpop_timeout
 from ..wire import round_trip
 
 logger = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class HandOffLock(DistributedLock):
             reply = self._queue_try()
             if reply[0] == 1:
                 return reply
-        self.client.blpop([self.signal_key], timeout=block_s)
+        self.client.blpop([self.signal_key], timeout=blpop_timeout(block_s))
         return self._queue_try()
 
     def block_claim_commands(self, block_s: float, *, join: bool) -> list[tuple[Any, ...]]:
@@ -143,7 +144,7 @@ class HandOffLock(DistributedLock):
             # No reply for the join: the claim's reply says it all (module docstring).
             commands += [("CLIENT", "REPLY", "SKIP"),
                          ("EVALSHA", sha, len(keys), *keys, *self._queue_args("1"))]
-        return commands + [("BLPOP", self.signal_key, block_s),
+        return commands + [("BLPOP", self.signal_key, blpop_timeout(block_s)),
                            ("EVALSHA", sha, len(keys), *keys, *self._queue_args())]
 
     def _on_acquired(self, token: str) -> None:

@@ -51,7 +51,7 @@ from .. import scripts
 from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
-from ..waiting import SIGNAL_TTL_MS
+from ..waiting import SIGNAL_TTL_MS, blpop_timeout
 from ..wire import lane
 
 
@@ -100,11 +100,11 @@ class MultiLock(DistributedLock):
     def _block_then_try(self, block_s: float) -> tuple[str, bool] | None:
         """``wait="notify"``: block on the refusing resource's list, then try, telling
         the script whether a wake-up woke us (it passes one on that it cannot use)."""
-        found = lane(self.client)
+        found, timeout = lane(self.client), blpop_timeout(block_s)
         if found is None:
-            self._woken = self.client.blpop([self.signal_key], timeout=block_s) is not None
+            self._woken = self.client.blpop([self.signal_key], timeout=timeout) is not None
         else:  # no redis-py retry with backoff: a Redis that died overran the timeout
-            woken, = found.exchange([("BLPOP", self.signal_key, block_s)], 1)
+            woken, = found.exchange([("BLPOP", self.signal_key, timeout)], 1)
             if isinstance(woken, Exception):
                 raise woken
             self._woken = woken is not None

@@ -60,7 +60,7 @@ from .handoff import HandOffLock
 #: 10.4-16 ms, under 15 ms's 16 ms in half the runs; 10 ms (p99 11 ms) sold 1.53-1.73x
 #: its rate there and 1.44-1.52x on a slower machine ("Session 16", "Session 18").
 DEFAULT_HANDOFF_AFTER_MS = 10
-#: a shorter BLPOP is not worth sending (and 0 would mean "forever")
+#: a shorter BLPOP is not worth sending: a waiter with less left just looks
 MIN_BLOCK_S = 0.01
 #: a queued waiter calls at least every second; skipped once silent this long
 QUEUE_LEASE_MS = 3_000

@@ -10,6 +10,7 @@ import pytest
 
 import lockcore
 from lockcore import waiting
+from tests.support import FakeClock
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -435,3 +436,97 @@ def test_notify_waiters_on_a_single_connection_client_poll_instead_of_blocking_i
         assert len(got) == 40, (len(got), time.monotonic() - started)  # none timed out
     finally:
         client.close()
+
+
+#: every strategy whose notify-waiter blocks in BLPOP, with options that send it there
+NOTIFY_BLPOP = [("naive", {}), ("setnx", {}), ("setnx-expire", {}), ("getset", {}),
+                ("token", {}), ("token", {"handoff_after_ms": 0}), ("fair", {}),
+                ("multi", {})]
+
+
+class SentBlpops:
+    """The timeout of every BLPOP this process sends, as sent; a block moves ``clock``
+    on by what it asked for, and at least the millisecond a Redis >= 7.0.8 waits (a
+    fake clock stands still in Redis calls)."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+        self.clock = None
+
+    def note(self, command) -> None:
+        if str(command[0]).upper() == "BLPOP":
+            self.timeouts.append(float(command[-1]))
+            if self.clock is not None:
+                self.clock.now += max(float(command[-1]), 0.001)
+
+
+class ClockOfMicroseconds(FakeClock):
+    """A fake clock on which a sleep lasts a microsecond at least, as a real one: a
+    waiter on main slept 1e-14 s again and again, and no time passed."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(max(seconds, 1e-6))
+
+
+@pytest.fixture
+def sent_blpops(monkeypatch) -> SentBlpops:
+    """Spies on the serializers that pack every command: redis-py's commands and
+    pipelines, and lockcore's lanes (``wire.py``)."""
+    from redis.connection import HiredisRespSerializer, PythonRespSerializer
+
+    sent = SentBlpops()
+    for serializer in (HiredisRespSerializer, PythonRespSerializer):
+        def pack(self, *args, _pack=serializer.pack):
+            sent.note(args)
+            return _pack(self, *args)
+
+        monkeypatch.setattr(serializer, "pack", pack)
+    return sent
+
+
+@pytest.mark.parametrize("strategy, options", NOTIFY_BLPOP,
+                         ids=[f"{s}{o}" for s, o in NOTIFY_BLPOP])
+def test_no_blpop_timeout_is_under_two_ms_nor_a_part_of_one_whatever_the_time_left(
+        redis_client, sent_blpops, strategy, options):
+    """Redis before 7.0.8 counts a BLPOP timeout in whole ms, truncated, and 0 means
+    "for ever" (redis/redis#11687): ``0.001`` itself is 0 there (its long double is
+    0.999... ms). A waiter with 0.1005 s left sent ``BLPOP key 0.0005`` and slept
+    through its deadline (``tests/lockcore/test_old_redis.py`` shows it on such a
+    Redis). Every time left between 0.1001 and 0.1030 s, on a fake clock: exact."""
+    resource = ["res"] if strategy == "multi" else "res"
+    holder = lockcore.create(strategy, redis_client, resource, ttl_ms=300_000)
+    assert holder.acquire(blocking=False)
+    sent_blpops.clock = fake_clock = ClockOfMicroseconds()
+    timeouts = [0.1 + tenths / 10_000 for tenths in range(1, 31)] + [0.25]
+    for timeout in timeouts:  # the last one blocks whatever the strategy
+        waiter = lockcore.create(strategy, redis_client, resource, ttl_ms=30_000,
+                                 wait="notify", clock=fake_clock, **options)
+        assert waiter.acquire(timeout=timeout) is False
+    assert sent_blpops.timeouts, "the waiters should have blocked in BLPOP"
+    assert min(sent_blpops.timeouts) >= 0.002, sorted(sent_blpops.timeouts)[:5]
+    # whole milliseconds, as Redis counts them: what is sent is what it waits
+    assert all(abs(t * 1000 - round(t * 1000)) < 1e-6 for t in sent_blpops.timeouts), \
+        sent_blpops.timeouts
+    holder.release()
+
+
+@pytest.mark.parametrize("strategy, options", [("token", {"handoff_after_ms": 0}),
+                                               ("fair", {}), ("multi", {})])
+def test_a_block_asked_for_a_fraction_of_a_ms_sends_a_safe_blpop_timeout(
+        redis_client, sent_blpops, strategy, options):
+    # whoever calls it: each BLPOP site rounds the timeout itself
+    resource = ["res"] if strategy == "multi" else "res"
+    holder = lockcore.create(strategy, redis_client, resource, ttl_ms=30_000)
+    assert holder.acquire(blocking=False)
+    waiter = lockcore.create(strategy, redis_client, resource, ttl_ms=30_000,
+                             wait="notify", **options)
+    assert waiter.acquire(blocking=False) is False
+    result: list[object] = []
+    thread = threading.Thread(target=lambda: result.append(waiter._block_then_try(0.0004)),
+                              daemon=True)
+    thread.start()
+    thread.join(5)  # a hang detector: on Redis >= 7.0.8 0.0004 is 1 ms, not for ever
+    assert not thread.is_alive() and result and result[0][1] is False
+    assert sent_blpops.timeouts == [0.002]
+    getattr(waiter, "_leave_queue", lambda: None)()
+    holder.release()
