@@ -212,8 +212,15 @@ def longest_block_s(client: Any) -> float:
     """``MAX_BLOCK_S``, or less on a client whose ``socket_timeout`` would cut a BLPOP of
     that length short: its reply (due one server tick after its timeout at the latest)
     must come a tick before the client gives up reading, or a waiter on a healthy Redis
-    raised ``redis.TimeoutError`` instead of waiting (``socket_timeout=0.3`` did)."""
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+    raised ``redis.TimeoutError`` instead of waiting (``socket_timeout=0.3`` did).
+
+    A ``RedisCluster`` has no ``connection_pool``: its nodes' settings are its
+    ``nodes_manager``'s. Looked for in the pool alone, its 0.5 s socket timeout went
+    unseen, and token and fair waiters raised ``TimeoutError`` (a lockcore audit)."""
+    settings = getattr(client, "connection_pool", None)
+    if settings is None:
+        settings = getattr(client, "nodes_manager", None)
+    kwargs = getattr(settings, "connection_kwargs", None)
     socket_timeout = kwargs.get("socket_timeout") if isinstance(kwargs, dict) else None
     if not isinstance(socket_timeout, (int, float)):
         return MAX_BLOCK_S

@@ -17,6 +17,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 import lockcore
+from lockcore import waiting
 from lockcore.embedded import RedisServer
 from tests.clustermode import start_cluster, stopped_after
 
@@ -89,3 +90,44 @@ def test_a_waiter_on_a_cluster_client_gets_the_lock_the_holder_releases(client, 
     waiter.release()
     assert queue_left(client, waiter) == 0
     assert not waiter.locked()
+
+
+def test_the_longest_block_fits_a_cluster_clients_socket_timeout(cluster):
+    # a RedisCluster keeps its connection settings in its nodes manager, not a pool
+    short = RedisCluster(host="127.0.0.1", port=cluster[0].port, socket_timeout=0.5)
+    plain = RedisCluster(host="127.0.0.1", port=cluster[0].port)
+    try:
+        assert waiting.longest_block_s(short) == pytest.approx(0.4)
+        assert waiting.longest_block_s(plain) == waiting.MAX_BLOCK_S
+    finally:
+        short.close()
+        plain.close()
+
+
+HOLD_S = 5.0
+
+
+@pytest.mark.parametrize("strategy", [*STRATEGIES, "setnx"])
+def test_a_waiter_on_a_cluster_client_with_a_short_socket_timeout_waits_it_out(
+        client, cluster, strategy):
+    """A notify-waiter blocked ``MAX_BLOCK_S`` (0.9 s of BLPOP) on a
+    ``RedisCluster(socket_timeout=0.5)``: its settings were looked for in a
+    ``connection_pool`` it has not, and the waiter raised redis's ``TimeoutError``
+    on a healthy cluster (a lockcore audit)."""
+    resource = f"cl-short-{strategy}-{uuid.uuid4().hex[:8]}"
+    if strategy == "multi":
+        resource = [resource, resource + ":b"]  # type: ignore[assignment]
+    options = {} if strategy == "setnx" else {"ttl_ms": 30_000}
+    holder = lockcore.create(strategy, client, resource, **options)
+    short = RedisCluster(host="127.0.0.1", port=cluster[0].port, socket_timeout=0.5)
+    waiter = lockcore.create(strategy, short, resource, wait="notify", **options)
+    assert holder.acquire(timeout=1)
+    # held long enough to outlast redis-py's retries of a BLPOP cut short
+    releaser = threading.Timer(HOLD_S, holder.release)
+    releaser.start()
+    try:
+        assert waiter.acquire(timeout=10)
+        waiter.release()
+    finally:
+        releaser.join(10)
+        short.close()
