@@ -10,7 +10,12 @@ failed command neither hides the replies after it nor leaves them unread.
 
 A connection whose replies may not all have been read (a timeout, a dropped socket)
 is disconnected before it goes back to the pool: reused, it would hand the next caller
-the previous caller's answer. Nothing is retried: whether a command ran is unknown once
+the previous caller's answer. So is one whose batch silenced a reply with ``CLIENT
+REPLY`` and met an error: the CLIENT itself may have been refused (an ACL user's
+``-client``), and then every command answered, one more than was read. Those replies
+may sit in the parser's buffer already, where the pool's and the lane's peek at the
+socket does not see them (a lockcore audit: a holder's release read a waiter's reply
+and raised ``LockNotOwned``). Nothing is retried: whether a command ran is unknown once
 its reply is lost, and a lock or a purchase must not run twice.
 
 **Lanes: lockcore's own connections** (``lane``). redis-py 8 wraps every command in
@@ -45,7 +50,7 @@ import _socket
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import BlockingConnectionPool, ConnectionPool, Redis
@@ -61,7 +66,8 @@ def round_trip(client: Any, commands: list[tuple[Any, ...]], replies: int) -> li
     found = lane(client)
     if found is not None:
         return found.exchange(commands, replies)
-    return _exchange(client, lambda connection: connection.pack_commands(commands), replies)
+    return _exchange(client, lambda connection: connection.pack_commands(commands), replies,
+                     commands)
 
 
 def round_trip_packed(client: Any, packed: bytes, replies: int) -> list[Any]:
@@ -71,13 +77,17 @@ def round_trip_packed(client: Any, packed: bytes, replies: int) -> list[Any]:
     return _exchange(client, lambda connection: [packed], replies)
 
 
-def _exchange(client: Any, chunks: Callable[[Any], list[bytes]], replies: int) -> list[Any]:
-    """Send ``chunks(connection)`` on one pooled connection, read ``replies`` answers."""
+def _exchange(client: Any, chunks: Callable[[Any], list[bytes]], replies: int,
+              commands: Sequence[tuple[Any, ...]] = ()) -> list[Any]:
+    """Send ``chunks(connection)`` (``commands``, if known) on one pooled connection,
+    read ``replies`` answers."""
     pool = client.connection_pool
     connection: Any = pool.get_connection()  # redis-py leaves Connection untyped
     try:
         connection.send_packed_command(chunks(connection))
         answers = _read_replies(connection, replies)
+        if _maybe_out_of_step(commands, answers):
+            connection.disconnect()
     except BaseException:
         connection.disconnect()  # replies may still be on their way: never reuse it
         raise
@@ -95,6 +105,15 @@ def _read_replies(connection: Any, replies: int) -> list[Any]:
         except ResponseError as exc:  # read whole: the next reply is still in step
             answers.append(exc)
     return answers
+
+
+def _maybe_out_of_step(commands: Sequence[tuple[Any, ...]], answers: list[Any]) -> bool:
+    """Whether replies of ``commands`` may be left unread after ``answers``: one of
+    them is an error, and the batch silences a reply with ``CLIENT REPLY`` (refused,
+    it silenced nothing: module docstring). Errors are rare: that is checked first."""
+    return any(isinstance(answer, ResponseError) for answer in answers) and any(
+        str(command[0]).upper() == "CLIENT" and len(command) > 1
+        and str(command[1]).upper() == "REPLY" for command in commands)
 
 
 class Lane:
@@ -132,7 +151,10 @@ class Lane:
         connection, ours = self.take()
         try:  # as in ``call``: a failed write or read disconnects the connection
             connection.send_packed_command(connection.pack_commands(commands))
-            return _read_replies(connection, replies)
+            answers = _read_replies(connection, replies)
+            if _maybe_out_of_step(commands, answers):
+                connection.disconnect()
+            return answers
         finally:
             self.give_back(connection, ours)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 
 import lockcore
 from tests.support import missing_system_part
@@ -55,3 +57,18 @@ def make_lock(request: pytest.FixtureRequest, redis_client: Any) -> LockFactory:
         return lockcore.create(strategy, backend, resource, **options)
 
     return factory
+
+
+@pytest.fixture
+def client_without_client(redis_server: Any) -> Iterator[redis.Redis]:
+    """A client of an ACL user refused the CLIENT command (``+@all -client``), as some
+    managed Redis services set theirs up; the user is deleted afterwards."""
+    admin = redis.Redis.from_url(redis_server.url)
+    user = f"noclient-{uuid.uuid4().hex[:8]}"
+    admin.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all",
+                          "-client")
+    client = redis.Redis(port=redis_server.port, username=user, password="pw")
+    yield client
+    client.close()
+    admin.execute_command("ACL", "DELUSER", user)
+    admin.close()

@@ -127,3 +127,27 @@ def test_after_a_server_restart_the_next_call_reconnects_instead_of_failing():
         client.close()
     finally:
         server.cleanup()
+
+
+@pytest.mark.parametrize("path", ["lane", "pool"])
+def test_a_refused_client_reply_leaves_no_reply_for_the_next_caller(
+        client_without_client, path):
+    """A batch that silences a reply with ``CLIENT REPLY SKIP`` reads one reply fewer
+    than it sends commands. Refused CLIENT (an ACL user's ``-client``), every command
+    answers: the connection went back with replies unread, already in hiredis's buffer
+    where a peek of the socket does not see them, and the next caller read one of them
+    as its own (a lockcore audit: a holder's release raised ``LockNotOwned``)."""
+    client = client_without_client
+    if path == "pool":  # no lane: a pool's connection, given back to the pool
+        client = redis.Redis(connection_pool=redis.BlockingConnectionPool(
+            **client.connection_pool.connection_kwargs))
+    lane = wire.lane(client)
+    assert (lane is None) == (path == "pool")
+    refused, = wire.round_trip(client, [("CLIENT", "REPLY", "SKIP"), ("SET", "wire:k", "1"),
+                                        ("ECHO", "stale")], replies=1)
+    assert isinstance(refused, redis.exceptions.NoPermissionError)
+    mine = lane.call("ECHO", "mine") if lane is not None else \
+        wire.round_trip(client, [("ECHO", "mine")], replies=1)[0]
+    assert mine == b"mine"
+    if client is not client_without_client:
+        client.close()
