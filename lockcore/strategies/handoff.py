@@ -19,15 +19,20 @@ Not a strategy: what two strategies share, so each of their modules teaches one 
   goes to its slot's node): it joins, BLPOPs and claims in three calls, as ``multi``
   waits. It raised ``AttributeError`` (no ``connection_pool``) as soon as a waiter
   blocked, an ``acquire`` with a timeout included (a lockcore audit).
+  An ACL user refused ``CLIENT`` (``-client``) gets the join's reply too: the first
+  refusal answers the join instead of the claim (``wire.py`` drops the connection,
+  whose replies are out of step), and the pool's later joins are sent answered. It
+  raised ``NoPermissionError`` out of every such join (a lockcore audit).
 * **Leaving.** Giving up leaves the queue, or passes on a lock handed over meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError
 
 from .. import scripts
 from ..base import DistributedLock, acquire_arguments, new_token, whole_ms
@@ -41,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 #: fair.lua's release replies
 RELEASED, LEFT_QUEUE, HANDED_ON = 1, 2, 3
+
+#: connection pools whose user Redis refused ``CLIENT REPLY`` (an ACL's ``-client``):
+#: their joins are sent answered. Held weakly, as the pool.
+_reply_refused: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class HandOffLock(DistributedLock):
@@ -110,10 +119,21 @@ class HandOffLock(DistributedLock):
 
     def join_block_claim(self, block_s: float, *, join: bool) -> Any:
         """(Join,) BLPOP our wake list and claim: one round trip; the claim's reply."""
-        if getattr(self.client, "connection_pool", None) is None:  # a cluster client
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is None:  # a cluster client
             return self._join_block_claim_apart(block_s, join=join)
-        commands = self.block_claim_commands(block_s, join=join)
-        wake, reply = round_trip(self.client, commands, replies=2)
+        silent = join and pool not in _reply_refused
+        commands = self.block_claim_commands(block_s, join=join, silent=silent)
+        wake, reply = round_trip(self.client, commands,
+                                 replies=len(commands) - 2 if silent else len(commands))[-2:]
+        if silent and _client_refused(wake):
+            # Every command answered; read were CLIENT's refusal and the join's reply,
+            # which is the answer (the connection is dropped with the rest).
+            try:
+                _reply_refused.add(pool)
+            except TypeError:  # a pool that cannot be weakly referenced: refused again
+                pass
+            wake = None
         if isinstance(reply, NoScriptError):  # Redis restarted or flushed its scripts
             scripts.forget_loaded(self.client)  # the join, skipped, failed the same way
             reply = self._queue_try()
@@ -134,16 +154,19 @@ class HandOffLock(DistributedLock):
         self.client.blpop([self.signal_key], timeout=blpop_timeout(block_s))
         return self._queue_try()
 
-    def block_claim_commands(self, block_s: float, *, join: bool) -> list[tuple[Any, ...]]:
-        """``join_block_claim``'s commands; they answer twice (the join answers nothing)."""
+    def block_claim_commands(self, block_s: float, *, join: bool,
+                             silent: bool = True) -> list[tuple[Any, ...]]:
+        """``join_block_claim``'s commands; they answer twice (the join answers nothing,
+        unless not ``silent``: then three times)."""
         sha, keys = self._queue_script.sha, self.queue_keys
         commands: list[tuple[Any, ...]] = []
         if join:
             # A NOSCRIPT join would block in vain: loaded again after any NOSCRIPT.
             scripts.loaded(self.client, "fair")
             # No reply for the join: the claim's reply says it all (module docstring).
-            commands += [("CLIENT", "REPLY", "SKIP"),
-                         ("EVALSHA", sha, len(keys), *keys, *self._queue_args("1"))]
+            if silent:
+                commands.append(("CLIENT", "REPLY", "SKIP"))
+            commands.append(("EVALSHA", sha, len(keys), *keys, *self._queue_args("1")))
         return commands + [("BLPOP", self.signal_key, blpop_timeout(block_s)),
                            ("EVALSHA", sha, len(keys), *keys, *self._queue_args())]
 
@@ -174,3 +197,7 @@ class HandOffLock(DistributedLock):
             logger.warning("%s lock %r: could not leave the queue: %s", self.strategy,
                            self.name, exc)
 
+
+def _client_refused(answer: Any) -> bool:
+    """Whether ``answer`` is Redis refusing this user the ``CLIENT`` command."""
+    return isinstance(answer, NoPermissionError) and "client" in str(answer).lower()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
 import redis
@@ -177,3 +178,32 @@ def test_a_waiter_after_a_script_flush_is_handed_the_lock_at_the_release(redis_c
     if client is not redis_client:
         client.close()
     assert handed, "the waiter slept through the release"
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_a_user_refused_client_reply_waits_and_leaves_no_reply_for_the_next_caller(
+        client_without_client, strategy):
+    """The queue's join goes with ``CLIENT REPLY SKIP`` and one reply fewer is read. An
+    ACL user refused CLIENT gets every reply: the waiter raised ``NoPermissionError``
+    and its connection went back to the lane with two replies unread; the holder's
+    release read one of them and raised ``LockNotOwned`` while it held the lock (a
+    lockcore audit). Refused once, the pool's joins are answered and read."""
+    client = client_without_client
+    resource = f"acl-{strategy}-{uuid.uuid4().hex[:8]}"
+    options = {"handoff_after_ms": 0} if strategy == "token" else {}
+    holder = lockcore.create(strategy, client, resource, ttl_ms=10_000)
+    assert holder.acquire(blocking=False)
+    waiter = lockcore.create(strategy, client, resource, ttl_ms=10_000, wait="notify",
+                             **options)
+    # fair joins that way after a release that handed the lock on (token: at its bound)
+    waiter.queue_first = True
+    assert waiter.acquire(timeout=0.3) is False
+    holder.release()  # read its own reply, not a waiter's: no LockNotOwned
+    assert holder.acquire(blocking=False)
+    waiter.queue_first = True
+    thread, got = in_background(waiter)
+    time.sleep(0.3)  # the waiter has joined the queue and blocks (5 s)
+    holder.release()
+    assert got.wait(2.5), "the waiter slept through the hand-off"
+    thread.join(5)
+    waiter.release()
