@@ -23,7 +23,11 @@ its fair mode). Go bounds the unfairness, and so do we:
    shared through ``handoff.py``; the join takes the lock if it is free). A release
    with anyone queued *hands* the lock to the oldest live waiter (no ``SET NX`` can
    take it in between) and wakes only it; its claim is pipelined behind its BLPOP.
-   Nobody barges until the queue drains.
+   Nobody barges until the queue drains. A waiter that cannot block (its pool's
+   blocking slots taken, a ``single_connection_client``: ``waiting.py``) joins at its
+   bound all the same and finds a hand-off at its next poll, about 20 ms later; it
+   kept polling ``SET NX`` while the queue was handed every release, and timed out
+   (a lockcore audit).
 
 Every acquisition is still a real ``SET``/release in Redis; what is traded is order, for
 at most the bound. ``handoff_after_ms=0`` queues at once: strict FIFO hand-off.
@@ -98,6 +102,9 @@ class TokenLock(HandOffLock):
         self._queued, self._first_fail = False, None
 
     def _try_acquire(self, token: str) -> bool:
+        if not self._queued and self._first_fail is not None and self.waiter.name == "notify" \
+                and self.clock.monotonic() - self._first_fail >= self.handoff_after_s:
+            self._queued = True  # past the bound, and no block joined (crowded): join now
         if self._queued:  # our turn comes from the queue now, not from SET NX
             return self._took(self._queue_try())
         return self._took(self._acquire_script(keys=[self.key, self.fence_key],

@@ -207,3 +207,40 @@ def test_a_user_refused_client_reply_waits_and_leaves_no_reply_for_the_next_call
     assert got.wait(2.5), "the waiter slept through the hand-off"
     thread.join(5)
     waiter.release()
+
+
+@pytest.mark.parametrize("crowding", ["slots-taken", "single-connection"])
+def test_a_waiter_that_cannot_block_still_queues_at_its_bound(redis_server, crowding):
+    """A notify-waiter whose pool's blocking slots are all taken polls instead of
+    blocking (``waiting.blocking_slot``), and so does every waiter on a
+    ``single_connection_client``. Only a block joined the queue: such a token waiter
+    never did, kept polling ``SET NX`` while others were handed the lock through the
+    queue, and timed out (a lockcore audit). Now it joins at its bound all the same,
+    and is handed the lock at the release."""
+    if crowding == "single-connection":
+        client = redis.Redis.from_url(redis_server.url, single_connection_client=True)
+        taken: list[threading.BoundedSemaphore] = []
+    else:
+        client = redis.Redis.from_url(redis_server.url, max_connections=16)
+        slot = waiting.blocking_slot(client)
+        taken = []
+        while slot.acquire(blocking=False):  # as if other waiters blocked in them
+            taken.append(slot)
+    holder = lockcore.create("token", redis.Redis.from_url(redis_server.url),
+                             f"crowded-{crowding}", ttl_ms=30_000)
+    waiter = lockcore.create("token", client, f"crowded-{crowding}", wait="notify",
+                             handoff_after_ms=20)
+    assert holder.acquire(blocking=False)
+    thread, got = in_background(waiter, timeout=20, then_release=True)
+    try:
+        wait_until_queued(holder.client, waiter)
+        holder.release()
+        assert got.wait(10), "handed the lock, the waiter should notice at its next poll"
+    finally:
+        if holder.token is not None:
+            holder.release()
+        thread.join(30)
+        for slot in taken:
+            slot.release()
+        holder.client.close()
+        client.close()
