@@ -54,14 +54,22 @@ MAX_TTL_MS = A_YEAR_MS
 MAX_ISSUED = 2**53 - 1
 
 
+#: the longest ``timeout`` taken, in seconds: a year, as every duration option. A
+#: threading wait refuses one past ``threading.TIMEOUT_MAX`` (292 years): 1e10 raised
+#: ``OverflowError`` out of a local notify-waiter and a shared handle's second thread,
+#: and kazoo's out of a zookeeper acquire (a lockcore audit). None waits for ever.
+MAX_TIMEOUT_S = A_YEAR_MS / 1000
+
+
 def check_timeout(timeout: Any) -> None:
-    """``ValueError`` unless ``timeout`` is None (wait forever) or a finite number >= 0."""
+    """``ValueError`` unless ``timeout`` is None (wait forever) or a number of seconds
+    from 0 to a year (``MAX_TIMEOUT_S``)."""
     if timeout is None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-            or not math.isfinite(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be None or a finite number of seconds >= 0, "
-                         f"not {timeout!r}")
+            or not 0 <= timeout <= MAX_TIMEOUT_S:  # nan fails both comparisons
+        raise ValueError(f"timeout must be None (no limit) or a number of seconds from 0 "
+                         f"to {MAX_TIMEOUT_S:.0f} (a year), not {timeout!r}")
 
 
 def acquire_arguments(blocking: Any, timeout: Any) -> tuple[bool, float | None]:

@@ -508,3 +508,13 @@ def test_a_name_that_would_empty_the_hash_tag_is_refused_at_create(make_lock, st
     lock = make_lock(strategy, "a}b")
     slots = {key_slot(key.encode()) for key in (lock.key, f"{lock.key}:fence")}
     assert len(slots) == 1
+
+
+def test_acquire_and_create_refuse_a_timeout_past_a_year(pair, strategy, make_lock):
+    # 1e10 s overflowed a threading wait (local's notify-waiter, a shared handle)
+    lock, _ = pair
+    with pytest.raises(ValueError, match="a year"):
+        lock.acquire(timeout=1e10)
+    assert lock.token is None
+    with pytest.raises(ValueError, match="a year"):
+        make_lock(strategy, timeout=365 * 24 * 3600 + 1)

@@ -50,3 +50,34 @@ def test_local_lock_has_no_ttl_and_no_watchdog():
     with pytest.raises(ValueError, match="watchdog"):
         lockcore.create("local", None, "local-dog", watchdog=True)
     assert lockcore.create("local", None, "local-ttl").ttl_ms is None
+
+
+def test_a_timeout_past_a_year_is_a_value_error_not_an_overflow_of_a_threading_wait():
+    """``threading`` refuses a wait past ``TIMEOUT_MAX`` (292 years) with
+    ``OverflowError``: a notify-waiter's ``acquire(timeout=1e10)`` raised it, and so
+    did a second thread's on a shared handle (a lockcore audit). A timeout is a
+    duration like any other option: up to a year, None for no limit."""
+    holder = lockcore.create("local", None, "long-timeout")
+    waiter = lockcore.create("local", None, "long-timeout", wait="notify")
+    assert holder.acquire()
+    try:
+        with pytest.raises(ValueError, match="a year"):
+            waiter.acquire(timeout=1e10)
+        raised: list[BaseException] = []
+
+        def second_thread() -> None:
+            try:
+                holder.acquire(timeout=1e10)  # the handle is another thread's: waits
+            except BaseException as exc:  # judged below
+                raised.append(exc)
+
+        thread = threading.Thread(target=second_thread)
+        thread.start()
+        thread.join(10)
+        assert len(raised) == 1 and isinstance(raised[0], ValueError), raised
+        with pytest.raises(ValueError, match="a year"):
+            lockcore.create("local", None, "long-timeout", timeout=1e10)
+    finally:
+        holder.release()
+    assert waiter.acquire(timeout=365 * 24 * 3600.0)  # a year itself is taken
+    waiter.release()
