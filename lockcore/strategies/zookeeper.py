@@ -132,10 +132,10 @@ class ZooKeeperLock(DistributedLock):
         #: process's shared client for it (``_own_client``)
         self._hosts = backend if isinstance(backend, str) else None
         self._pid = os.getpid()
-        if isinstance(backend, str):  # one shared client per hosts string in this process
-            backend = shared_client(backend)
-        elif not isinstance(backend, KazooClient):
+        if self._hosts is None and not isinstance(backend, KazooClient):
             raise TypeError("zookeeper needs a KazooClient or a hosts string")
+        # The name and options first: dialling a hosts string takes up to 15 s, and a
+        # bad name or option came out of it as ConnectionLoss (a lockcore audit).
         super().__init__(backend, name, **options)
         self.ttl_ms = None  # the ZooKeeper session is the lease
         self.path = f"{ROOT}/{znode_name(name)}"
@@ -143,6 +143,8 @@ class ZooKeeperLock(DistributedLock):
         if size > MAX_PATH_BYTES:
             raise ValueError(f"a zookeeper lock name must make a path of at most "
                              f"{MAX_PATH_BYTES} bytes; this one makes {size}")
+        if self._hosts is not None:  # one shared client per hosts string in this process
+            self.client = shared_client(self._hosts)
         self._recipe: KazooLock | None = None
 
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:

@@ -557,3 +557,22 @@ def test_a_name_too_long_for_zookeeper_is_refused_at_create(zookeeper_hosts):
     with pytest.raises(ValueError, match="at most 16384 bytes"):
         lockcore.create("zookeeper", zookeeper_hosts, "x" * 20_000)
     assert lockcore.create("zookeeper", zookeeper_hosts, "x" * 10_000).path.endswith("x")
+
+
+@pytest.mark.parametrize("name, options, error", [
+    ("", {}, TypeError), ("x", {"bogus": 1}, TypeError), ("x", {"wait": "spin"}, ValueError),
+    ("x" * 20_000, {}, ValueError),
+])
+def test_a_bad_name_or_option_is_refused_before_connecting(monkeypatch, name, options,
+                                                           error) -> None:
+    """A hosts string is dialled by ``shared_client``, up to 15 s for an unreachable
+    one: ``create("zookeeper", hosts, "")`` or ``bogus=1`` waited that long and raised
+    ``ConnectionLoss`` instead of saying what was wrong (a lockcore audit)."""
+    from lockcore.strategies import zookeeper
+
+    def dial(hosts: str) -> None:
+        raise AssertionError(f"connected to {hosts} before checking the arguments")
+
+    monkeypatch.setattr(zookeeper, "shared_client", dial)
+    with pytest.raises(error):
+        lockcore.create("zookeeper", "127.0.0.1:1", name, **options)
