@@ -281,7 +281,10 @@ def _signalled(args: list[str], signum: int, enough: int,
                started_when: float = 1.0) -> tuple[int | None, str, dict[int, str]]:
     """Run ``seckill *args`` until it has ``enough`` processes below it, send ``signum``;
     (its exit code, its stderr, what it started that still runs: killed here, by pid).
-    Its temp dirs go in a scratch ``TMPDIR``, removed here: a SIGKILL leaves them."""
+    Its temp dirs go in a scratch ``TMPDIR``, removed here: a SIGKILL leaves them.
+    It starts with SIGHUP at its default, as under a terminal: a suite run by
+    ``nohup`` (or a CI runner that ignores SIGHUP) would hand it down ignored, and serve
+    keeps an ignored SIGHUP ignored (nohup's promise)."""
     import shutil
     import tempfile
     import time
@@ -289,7 +292,8 @@ def _signalled(args: list[str], signum: int, enough: int,
     scratch = tempfile.mkdtemp(prefix="seckill-test-signalled-")
     proc = subprocess.Popen([str(SECKILL), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env={**os.environ, "TMPDIR": scratch})
+                            start_new_session=True, env={**os.environ, "TMPDIR": scratch},
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     started: set[int] = set()
     survivors: dict[int, str] = {}
     err = ""
