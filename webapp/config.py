@@ -62,8 +62,9 @@ class ConfigError(ValueError):
     """A setting from the environment that cannot work; the message names it."""
 
 
-def _number(name: str, default: str, kind: type = float) -> Any:
-    """``name`` from the environment: a finite ``kind`` above 0 (else ConfigError)."""
+def _number(name: str, default: str, kind: type = float, most: float | None = None) -> Any:
+    """``name`` from the environment: a finite ``kind`` above 0, and at most ``most``
+    when given (else ConfigError)."""
     text = os.environ.get(name, default)
     try:
         value = kind(text)
@@ -72,6 +73,8 @@ def _number(name: str, default: str, kind: type = float) -> Any:
         raise ConfigError(f"{name} must be a{whole} number, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{name} must be a finite number above 0, got {text!r}")
+    if most is not None and value > most:
+        raise ConfigError(f"{name} must be at most {most:g}, got {text!r}")
     return value
 
 
@@ -221,7 +224,9 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "REDIS_SOCKET_TIMEOUT_S": _number("REDIS_SOCKET_TIMEOUT_S", "10"),
         # how long a buyer waits for the stock lock before hearing 503 busy; a 1000-buyer
         # spike on two busy cores queues ~100 sections behind one lock, so not too short
-        "LOCK_TIMEOUT_S": _number("LOCK_TIMEOUT_S", "10"),
+        # at most a day: lockcore refuses a wait over a year, and a reset's lock lasts
+        # twice the wait (a purchase would have been a 500 past it)
+        "LOCK_TIMEOUT_S": _number("LOCK_TIMEOUT_S", "10", most=86_400),
         "LOCK_TTL_MS": _number("LOCK_TTL_MS", "10000", int),
         # lock-path purchases in progress per worker; the rest wait their turn without
         # running. Under gevent every round trip inside the critical section waits for all

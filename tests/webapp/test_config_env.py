@@ -30,3 +30,21 @@ def test_a_whole_number_setting_given_a_fraction_says_whole(monkeypatch, tmp_pat
     monkeypatch.setenv("SECKILL_LOCK_COHORT_MAX_PASSES", "1.5")
     with pytest.raises(config.ConfigError, match="must be a whole number, got '1.5'"):
         config.from_env(str(tmp_path))
+
+
+def test_a_lock_timeout_past_a_day_is_refused_at_start(monkeypatch, tmp_path):
+    # lockcore refuses a wait over a year: LOCK_TIMEOUT_S=4e7 started the shop and made
+    # every locked purchase a 500 (a review)
+    monkeypatch.setenv("LOCK_TIMEOUT_S", "4e7")
+    with pytest.raises(config.ConfigError, match="LOCK_TIMEOUT_S must be at most 86400"):
+        config.from_env(str(tmp_path))
+    monkeypatch.setenv("LOCK_TIMEOUT_S", "86400")
+    assert config.from_env(str(tmp_path))["LOCK_TIMEOUT_S"] == 86_400
+
+
+def test_the_showdown_reads_redlock_urls_as_the_shop_does(monkeypatch):
+    # spaces after the commas: the shop took them, showdown --url refused ' redis://...'
+    from loadtest.serving import redlock_urls
+
+    monkeypatch.setenv("REDLOCK_URLS", "redis://127.0.0.1:1, redis://127.0.0.1:2 ,")
+    assert redlock_urls() == ["redis://127.0.0.1:1", "redis://127.0.0.1:2"]
