@@ -86,7 +86,8 @@ def _start_zookeeper(stack: contextlib.ExitStack) -> str | None:
 
 def redlock_urls() -> list[str]:
     """``REDLOCK_URLS``, as the shop the showdown serves is given them."""
-    return [u for u in os.environ.get("REDLOCK_URLS", "").split(",") if u]
+    from webapp.config import _csv  # the shop's own reading: spaces around a URL go
+    return _csv(os.environ.get("REDLOCK_URLS"))
 
 
 def malformed_redis_urls() -> str | None:
@@ -174,7 +175,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                     workers=args.workers or 2, redis_url=os.environ.get("REDIS_URL") or None,
                     database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
                     zookeeper_hosts=zk_hosts, env=_shop_env(args), log_path=log_path))
-                shop_log = log_path
+                shop_log = app.log_path  # its own name if another run holds log_path
             except StartupError:
                 raise
             except Exception as exc:  # an unreachable REDIS_URL or database, a bad URL

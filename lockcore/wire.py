@@ -110,8 +110,10 @@ def _read_replies(connection: Any, replies: int) -> list[Any]:
 def _maybe_out_of_step(commands: Sequence[tuple[Any, ...]], answers: list[Any]) -> bool:
     """Whether replies of ``commands`` may be left unread after ``answers``: one of
     them is an error, and the batch silences a reply with ``CLIENT REPLY`` (refused,
-    it silenced nothing: module docstring). Errors are rare: that is checked first."""
-    return any(isinstance(answer, ResponseError) for answer in answers) and any(
+    it silenced nothing: module docstring). A batch without commands (the shop's packed
+    purchase scripts) has nothing silenced: no scan of its answers."""
+    return bool(commands) and any(
+        isinstance(answer, ResponseError) for answer in answers) and any(
         str(command[0]).upper() == "CLIENT" and len(command) > 1
         and str(command[1]).upper() == "REPLY" for command in commands)
 
