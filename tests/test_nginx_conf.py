@@ -281,6 +281,8 @@ class Replica(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    do_PUT = do_POST  # an admin reset
+
     def log_message(self, *args: object) -> None:
         pass
 
@@ -333,4 +335,18 @@ def test_a_post_a_replica_took_and_never_answered_is_not_sent_to_another(tmp_pat
         answer = request(port, "POST", "/api/products/sku-1/purchase", b'{"user_id": "u"}')
         assert assert_api_error(answer, 504)["error"] == "gateway_timeout"
         assert stuck.received == ["POST /api/products/sku-1/purchase"]
+        assert other.received == []
+
+
+def test_a_reset_a_replica_took_and_never_answered_is_not_sent_to_another(tmp_path):
+    # a reset is a PUT, which nginx would pass to the next replica after a timeout (only
+    # POST, LOCK and PATCH are never passed on): the second reset would restock the sale
+    # and delete the orders taken since the first (a review). /api/admin/ is never passed
+    # on; the admin hears 504 and tries again.
+    with replica(stall=True) as stuck, replica() as other, \
+            run_nginx(tmp_path, (stuck.server_address[1], other.server_address[1]),
+                      read_timeout="1s") as port:
+        answer = request(port, "PUT", "/api/admin/sales/sku-1", b'{"stock": 5}')
+        assert assert_api_error(answer, 504)["error"] == "gateway_timeout"
+        assert stuck.received == ["PUT /api/admin/sales/sku-1"]
         assert other.received == []
