@@ -306,8 +306,18 @@ def own_log(path: Path, stack: contextlib.ExitStack) -> Path:
             os.close(fd)
             continue
         stack.callback(os.close, fd)  # the flock goes with it, and with this process
+        if tag:  # a name only this process uses: nothing left of it once done with
+            stack.callback(_drop_if_empty, candidate)
+            stack.callback(Path(f"{candidate}.lock").unlink, missing_ok=True)
         return candidate
     raise AssertionError("unreachable")
+
+
+def _drop_if_empty(log: Path) -> None:
+    """Remove ``log`` if nothing was written to it (a pid-named log nobody needs)."""
+    with contextlib.suppress(OSError):
+        if log.stat().st_size == 0:
+            log.unlink()
 
 
 class ServedApp:

@@ -95,5 +95,10 @@ def test_two_shops_given_one_log_each_write_a_log_of_their_own(tmp_path):
         assert first.logfile == log
         assert second.logfile == tmp_path / f"seckill-serve-{os.getpid()}.log"
         assert second.logfile.exists()
+    # the pid-named lock is gone with its shop (each second serve in a folder left one,
+    # and an empty log beside it when it wrote nothing: a review); a log with lines stays
+    assert not (tmp_path / f"seckill-serve-{os.getpid()}.log.lock").exists()
+    assert second.logfile.exists() == (second.logfile.exists()
+                                       and second.logfile.stat().st_size > 0)
     with shop(3) as later:  # theirs is free again
         assert later.logfile == log
