@@ -324,29 +324,23 @@ def test_a_post_to_a_replica_that_refuses_the_connection_goes_to_the_next(tmp_pa
         assert sorted(live.received) == sorted(f"POST {path}" for path in paths)
 
 
-def test_a_post_a_replica_took_and_never_answered_is_not_sent_to_another(tmp_path):
-    # the purchase may be under way on the stuck replica: sending it to the other one too
-    # would be a second purchase attempt the buyer never made. nginx passes a POST it has
-    # sent to the next replica only with `non_idempotent`; the buyer hears 504 and retries
-    # with the same Idempotency-Key.
+@pytest.mark.parametrize("method, path, body", [
+    # a purchase may be under way on the stuck replica: sending it to the other one too
+    # would be a second purchase attempt the buyer never made. nginx passes a POST it
+    # has sent to the next replica only with `non_idempotent`; the buyer hears 504 and
+    # retries with the same Idempotency-Key.
+    ("POST", "/api/products/sku-1/purchase", b'{"user_id": "u"}'),
+    # a reset is a PUT, which nginx would pass on after a timeout (only POST, LOCK and
+    # PATCH never are): the second reset would restock the sale and delete the orders
+    # taken since the first (a review). /api/admin/ is never passed on.
+    ("PUT", "/api/admin/sales/sku-1", b'{"stock": 5}'),
+])
+def test_a_request_a_replica_took_and_never_answered_is_not_sent_to_another(
+        tmp_path, method, path, body):
     with replica(stall=True) as stuck, replica() as other, \
             run_nginx(tmp_path, (stuck.server_address[1], other.server_address[1]),
                       read_timeout="1s") as port:
-        answer = request(port, "POST", "/api/products/sku-1/purchase", b'{"user_id": "u"}')
+        answer = request(port, method, path, body)
         assert assert_api_error(answer, 504)["error"] == "gateway_timeout"
-        assert stuck.received == ["POST /api/products/sku-1/purchase"]
-        assert other.received == []
-
-
-def test_a_reset_a_replica_took_and_never_answered_is_not_sent_to_another(tmp_path):
-    # a reset is a PUT, which nginx would pass to the next replica after a timeout (only
-    # POST, LOCK and PATCH are never passed on): the second reset would restock the sale
-    # and delete the orders taken since the first (a review). /api/admin/ is never passed
-    # on; the admin hears 504 and tries again.
-    with replica(stall=True) as stuck, replica() as other, \
-            run_nginx(tmp_path, (stuck.server_address[1], other.server_address[1]),
-                      read_timeout="1s") as port:
-        answer = request(port, "PUT", "/api/admin/sales/sku-1", b'{"stock": 5}')
-        assert assert_api_error(answer, 504)["error"] == "gateway_timeout"
-        assert stuck.received == ["PUT /api/admin/sales/sku-1"]
+        assert stuck.received == [f"{method} {path}"]
         assert other.received == []
