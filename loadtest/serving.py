@@ -86,8 +86,8 @@ def _start_zookeeper(stack: contextlib.ExitStack) -> str | None:
 
 def redlock_urls() -> list[str]:
     """``REDLOCK_URLS``, as the shop the showdown serves is given them."""
-    from webapp.config import _csv  # the shop's own reading: spaces around a URL go
-    return _csv(os.environ.get("REDLOCK_URLS"))
+    from webapp.config import redlock_urls as shop_reading  # spaces around a URL go
+    return shop_reading()
 
 
 def malformed_redis_urls() -> str | None:

@@ -19,6 +19,12 @@ def _csv(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
+def redlock_urls() -> list[str]:
+    """``REDLOCK_URLS`` as the shop reads it: comma-separated, spaces around a URL and
+    empty items dropped; an empty list when unset (the shop then embeds five nodes)."""
+    return _csv(os.environ.get("REDLOCK_URLS"))
+
+
 _OFF = ("", "0", "false", "no", "off")
 _ON = ("1", "true", "yes", "on")
 
@@ -210,7 +216,7 @@ def from_env(instance_path: str) -> dict[str, Any]:
         "DATABASE_URL": database_url(os.environ.get("DATABASE_URL")
                                      or default_database_url(instance_path)),
         "REDIS_URL": os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
-        "REDLOCK_URLS": _csv(os.environ.get("REDLOCK_URLS")),
+        "REDLOCK_URLS": redlock_urls(),
         "ZOOKEEPER_HOSTS": os.environ.get("ZOOKEEPER_HOSTS") or os.environ.get("ZK_HOSTS"),
         "SECKILL_ADMIN_TOKEN": _admin_token(),
         # the featured sale's strategy when served (ServedApp reads it for the demo seed)
