@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+class JsonStub(BaseHTTPRequestHandler):
+    """A stand-in HTTP server's handler base (another shop, an nginx upstream): quiet, and
+    ``answer_json`` writes a JSON answer with its length, as gunicorn's would be."""
+
+    def answer_json(self, status: int, payload: object,
+                    headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
 def missing_system_part(reason: str) -> None:

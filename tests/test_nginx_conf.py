@@ -30,18 +30,18 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.support import missing_system_part, pid_alive
+from tests.support import JsonStub, missing_system_part, pid_alive
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "deploy" / "nginx.conf"
 
 
-class StubShop(BaseHTTPRequestHandler):
+class StubShop(JsonStub):
     """``/status/<code>`` answers that status with a JSON error (and ``Retry-After`` on
     503); ``/slow`` answers after 3 s; anything else 200 with the body's length."""
 
@@ -54,20 +54,11 @@ class StubShop(BaseHTTPRequestHandler):
         status = int(found.group(1)) if found else 200
         if self.path == "/slow":
             time.sleep(3)
-        body = json.dumps({"error": "stub", "detail": f"status {status}",
-                           "received": length}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        if status == 503:
-            self.send_header("Retry-After", "1")
-        self.end_headers()
-        self.wfile.write(body)
+        self.answer_json(status, {"error": "stub", "detail": f"status {status}",
+                                  "received": length},
+                         {"Retry-After": "1"} if status == 503 else None)
 
     do_GET = do_POST = do_PUT = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def free_port() -> int:
@@ -260,7 +251,7 @@ def test_a_replica_too_slow_is_504_json_with_retry_after(tmp_path, stub):
         assert answer[1]["retry-after"] == "1"
 
 
-class Replica(BaseHTTPRequestHandler):
+class Replica(JsonStub):
     """One web replica that writes down every request it reads (method and path) before
     answering 201; a replica started with ``stall`` reads and writes down the request,
     then answers nothing until the test ends, as a replica stuck mid-purchase."""
@@ -274,17 +265,9 @@ class Replica(BaseHTTPRequestHandler):
         if self.server.stall:
             self.server.released.wait(30)
             return
-        body = b'{"status": "created"}'
-        self.send_response(201)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.answer_json(201, {"status": "created"})
 
     do_PUT = do_POST  # an admin reset
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 class ReplicaServer(ThreadingHTTPServer):

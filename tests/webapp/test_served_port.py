@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import JsonStub
 from webapp import served as served_module
 from webapp.served import ServedApp, StartupError, check_port_free
 
@@ -43,19 +44,11 @@ def test_localhost_is_checked_on_ipv4_as_gunicorn_binds_it(monkeypatch, taken_ip
         check_port_free("localhost", taken_ipv4_port)
 
 
-class _OtherShop(http.server.BaseHTTPRequestHandler):
+class _OtherShop(JsonStub):
     """Another server's ``/healthz``: 200, as a shop of its own would answer."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = b'{"database": "ok", "redis": "ok"}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer_json(200, {"database": "ok", "redis": "ok"})
 
 
 def test_the_health_check_does_not_take_another_server_for_its_own():
