@@ -125,13 +125,19 @@ class RedLock(DistributedLock):
         answers = self._call("token_acquire", [self.key, self.fence_key], [token, self.ttl_ms],
                              self.node_timeout)
         self.unanswered = sum(isinstance(a, BaseException) for a in answers)
-        counters = [int(a[1]) for a in answers if not isinstance(a, BaseException) and a[0]]
+        granted = [(client, int(a[1])) for client, a in zip(self.clients, answers, strict=True)
+                   if not isinstance(a, BaseException) and a[0]]
+        counters = [counter for _client, counter in granted]
         if len(counters) >= self.quorum:
             fence = max(counters)
             raised = len(counters)  # all equal: every node we hold is already at ``fence``
             if min(counters) != fence:
+                # only where we hold the lock (elsewhere the script does nothing): asking
+                # every node again made a frozen one that the first round had left no
+                # time to mark cost a whole node timeout of its own, 2 in all
                 replies = self._call("redlock_fence", [self.key, self.fence_key],
-                                     [token, fence], self.node_timeout)
+                                     [token, fence], self.node_timeout,
+                                     [client for client, _counter in granted])
                 raised = sum(r == scripts.OK for r in replies)
             if raised >= self.quorum:
                 assert self.ttl_ms is not None
