@@ -67,6 +67,9 @@ MAX_LOCK_TIMEOUT_S = 25.0
 # a 1 s Locust run ends before its once-a-second CSV is written: every phase "made no
 # requests" (it had made 1,639); a day is far past what a phase is for
 MIN_SUSTAINED_S, MAX_SUSTAINED_S = 2, 86_400
+#: sustained rounds: the phases are planned up front, and 10**8 rounds served the shop,
+#: then filled memory (MemoryError tracebacks); 100 rounds of one strategy last hours
+MAX_ROUNDS = 100
 
 
 def strategy_list(text: str) -> list[str]:
@@ -114,10 +117,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=at_least(MIN_SUSTAINED_S, MAX_SUSTAINED_S),
                         default=None, help=f"sustained seconds (default 10, at least "
                                          f"{MIN_SUSTAINED_S})")
-    parser.add_argument("--rounds", type=at_least(1), default=1,
+    parser.add_argument("--rounds", type=at_least(1, MAX_ROUNDS), default=1,
                         help="sustained: run the strategies this many times, the POST no-op "
                              "again after each round; each round is a share of the no-op "
-                             "just before and after it, and the median is printed")
+                             "just before and after it, and the median is printed "
+                             f"(at most {MAX_ROUNDS})")
     parser.add_argument("--paired", action="store_true",
                         help="sustained: the POST no-op after every strategy phase, not "
                              "only after each round, so each phase is a share of the "

@@ -201,6 +201,9 @@ def test_a_shop_url_with_a_query_or_fragment_is_a_usage_error(capsys, suffix):
     # the buyers wait 30 s for an answer: a longer lock wait made orders no one heard of
     (["--lock-timeout", "30"], "argument --lock-timeout: must be at most 25 seconds, not 30"),
     (["--lock-timeout", "1e300"], "argument --lock-timeout: must be at most 25 seconds"),
+    # the phases are planned up front: 10**8 rounds served the shop, then raised
+    # MemoryError tracebacks (a CLI audit)
+    (["--sustained", "--rounds", "101"], "argument --rounds: must be at most 100, not 101"),
 ])
 def test_what_the_shop_would_refuse_in_every_phase_is_a_usage_error(argv, why, capsys):
     with pytest.raises(SystemExit) as stop:
