@@ -98,11 +98,13 @@ def _admin_token() -> str:
 
 def check_urls(config: dict[str, Any]) -> None:
     """REDIS_URL and REDLOCK_URLS must be Redis URLs (a bad one failed every purchase),
-    REDLOCK_URLS each a different server, and DATABASE_URL a SQLAlchemy URL."""
+    REDLOCK_URLS each a different server, ZOOKEEPER_HOSTS a hosts string kazoo reads,
+    and DATABASE_URL a SQLAlchemy URL."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     check_redis_urls(config["REDIS_URL"], config["REDLOCK_URLS"] or [])
+    check_zookeeper_hosts(config["ZOOKEEPER_HOSTS"])
     try:
         url = make_url(config["DATABASE_URL"])
         url.get_dialect().import_dbapi()  # an unknown scheme or a missing driver
@@ -147,6 +149,32 @@ def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
         check_independent([Redis(connection_pool=pool) for pool in pools["REDLOCK_URLS"]])
     except ValueError as exc:
         raise ConfigError(f"REDLOCK_URLS: {exc}") from None
+
+
+def check_zookeeper_hosts(hosts: str | None) -> None:
+    """``ZOOKEEPER_HOSTS`` (``host:port,...[/chroot]``) as kazoo's ``collect_hosts`` reads
+    it, every host named. A bad one was served with a note that no server answers there,
+    and kazoo's ``ValueError`` ("bad hostname", for the empty item after a trailing
+    comma) made every purchase of a zookeeper sale a 500; ``zk://host:2181`` read as a
+    host named ``zk`` (a CLI audit). Without kazoo there is nothing to check: the
+    zookeeper strategy then says it needs kazoo."""
+    if not hosts:
+        return
+    try:
+        from kazoo.hosts import collect_hosts
+    except ImportError:
+        return
+    problem = "give host:port pairs, not a URL" if "://" in hosts else None
+    try:
+        servers, _chroot = collect_hosts(hosts)
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if problem is None and not all(host for host, _port in servers):
+            problem = "bad hostname"  # a blank item: kazoo takes it for a host named ''
+    if problem is not None:
+        raise ConfigError(f"ZOOKEEPER_HOSTS: {hosts!r} is not a ZooKeeper hosts string "
+                          f"like 127.0.0.1:2181,127.0.0.1:2182 ({problem})")
 
 
 def check_served_database(config: dict[str, Any]) -> None:

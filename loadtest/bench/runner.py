@@ -22,6 +22,7 @@ import redis
 
 from lockcore.embedded import EmbeddedRedis
 from lockcore.zkserver import any_answers
+from webapp.config import ConfigError, check_zookeeper_hosts
 
 from . import stats
 from .contenders import Contender, by_name
@@ -145,6 +146,10 @@ def _snapshot(lock_servers: list[redis.Redis], every: list[redis.Redis],
 def _zookeeper(stack: ExitStack) -> tuple[str | None, str, int | None]:
     if os.environ.get("ZOOKEEPER_HOSTS"):  # not ours: its CPU is not ours to count
         hosts = os.environ["ZOOKEEPER_HOSTS"]
+        try:  # a string kazoo cannot read is no "nothing listens there"
+            check_zookeeper_hosts(hosts)
+        except ConfigError as exc:
+            return None, str(exc), None
         if not any_answers(hosts, 2.0):  # each window waited out kazoo's 30 s start, then
             return None, f"ZOOKEEPER_HOSTS={hosts}: nothing listens there", None  # failed
         return hosts, "", None

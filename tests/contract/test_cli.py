@@ -550,6 +550,8 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     ("SECKILL_GC_GEN0_THRESHOLD=-1", "SECKILL_GC_GEN0_THRESHOLD"),
     ("LOCK_STRATEGY=nosuch", "LOCK_STRATEGY"),  # was "could not start", exit 1
     ("LOCK_STRATEGY=zookeeper", "ZOOKEEPER_HOSTS"),  # served, then every purchase 503
+    # noted as "no server answers there", then every zookeeper purchase 500 (a CLI audit)
+    ("ZOOKEEPER_HOSTS=127.0.0.1:2181,", "ZOOKEEPER_HOSTS"),
     ("SECKILL_GC_GEN0_THRESHOLD=3000000000", "SECKILL_GC_GEN0_THRESHOLD"),  # no worker booted
 ])
 def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(

@@ -354,6 +354,20 @@ def test_zookeeper_hosts_where_nothing_listens_skip_the_zookeeper_rows(monkeypat
     assert "nothing listens there" in why
 
 
+def test_zookeeper_hosts_kazoo_cannot_read_are_named_so_not_as_nothing_listening(monkeypatch):
+    # the skip said "nothing listens there" of a trailing comma (a CLI audit)
+    from contextlib import ExitStack
+
+    from loadtest.bench import runner
+
+    pytest.importorskip("kazoo")
+    monkeypatch.setenv("ZOOKEEPER_HOSTS", "127.0.0.1:2181,")
+    with ExitStack() as stack:
+        hosts, why, pid = runner._zookeeper(stack)
+    assert hosts is None and pid is None
+    assert "is not a ZooKeeper hosts string" in why and "nothing listens" not in why, why
+
+
 def test_the_zookeeper_rows_need_kazoo_as_the_kazoo_row_does():
     # lockcore's zookeeper module imports without kazoo; its row then failed in every
     # worker instead of being skipped (a bench audit)

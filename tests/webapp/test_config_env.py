@@ -48,3 +48,22 @@ def test_the_showdown_reads_redlock_urls_as_the_shop_does(monkeypatch):
 
     monkeypatch.setenv("REDLOCK_URLS", "redis://127.0.0.1:1, redis://127.0.0.1:2 ,")
     assert redlock_urls() == ["redis://127.0.0.1:1", "redis://127.0.0.1:2"]
+
+
+@pytest.mark.parametrize("hosts", ["127.0.0.1:2181,", "127.0.0.1:notaport", "  ",
+                                   "zk://127.0.0.1:2181", "127.0.0.1:99999"])
+def test_a_zookeeper_hosts_string_kazoo_cannot_read_is_refused_naming_it(
+        monkeypatch, tmp_path, hosts):
+    # it was served with a note that no server answers there, and every purchase of a
+    # zookeeper sale was a 500 (kazoo's "bad hostname"; a CLI audit); a URL's scheme
+    # was read as a host named "zk" with the chroot "//127.0.0.1:2181"
+    pytest.importorskip("kazoo")
+    monkeypatch.setenv("ZOOKEEPER_HOSTS", hosts)
+    with pytest.raises(config.ConfigError, match="^ZOOKEEPER_HOSTS: "):
+        config.check_urls(config.from_env(str(tmp_path)))
+
+
+def test_a_zookeeper_hosts_string_with_spaces_and_a_chroot_is_taken(monkeypatch, tmp_path):
+    pytest.importorskip("kazoo")
+    monkeypatch.setenv("ZOOKEEPER_HOSTS", "127.0.0.1:2181, [::1]:2182/seckill")
+    config.check_urls(config.from_env(str(tmp_path)))
