@@ -87,8 +87,16 @@ def _number(name: str, default: str, kind: type = float, most: float | None = No
 def _admin_token() -> str:
     """``SECKILL_ADMIN_TOKEN``, or '' (the app then makes a random one). A blank token, or
     one with spaces around it, is refused: the shop strips what follows ``Bearer``, so
-    nobody could ever send it and every admin call would be 401."""
+    nobody could ever send it and every admin call would be 401. So is one whose bytes
+    are not UTF-8 (Latin-1 ``t\xf6k``): the shop compares UTF-8 bytes, and every admin
+    call, a wrong token's too, was a 500 (a CLI audit)."""
     token = os.environ.get("SECKILL_ADMIN_TOKEN", "")
+    try:
+        token.encode("utf-8")  # undecodable bytes arrive as lone surrogates
+    except UnicodeEncodeError:
+        raise ConfigError("SECKILL_ADMIN_TOKEN is not UTF-8 text (its bytes are in another "
+                          "encoding): give one in UTF-8, or unset it (a random one is "
+                          "made and printed)") from None
     if token != token.strip():  # a blank one too
         raise ConfigError("SECKILL_ADMIN_TOKEN is blank or has spaces around it, so no "
                           "Authorization header could carry it: unset it (a random one "

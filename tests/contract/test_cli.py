@@ -544,6 +544,8 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     # no Authorization header can carry these: was served, and every admin call was 401
     ("SECKILL_ADMIN_TOKEN=   ", "SECKILL_ADMIN_TOKEN"),
     ("SECKILL_ADMIN_TOKEN= tok ", "SECKILL_ADMIN_TOKEN"),
+    # Latin-1 bytes, not UTF-8: was served, and every admin call was a 500 (a CLI audit)
+    ("SECKILL_ADMIN_TOKEN=t\udcf6k", "SECKILL_ADMIN_TOKEN"),
     # read by gunicorn_conf.py: a worker that never came up after a minute, or taken
     ("SECKILL_WORKER_CONNECTIONS=abc", "SECKILL_WORKER_CONNECTIONS"),
     ("SECKILL_WORKER_CONNECTIONS=0", "SECKILL_WORKER_CONNECTIONS"),

@@ -67,3 +67,16 @@ def test_a_zookeeper_hosts_string_with_spaces_and_a_chroot_is_taken(monkeypatch,
     pytest.importorskip("kazoo")
     monkeypatch.setenv("ZOOKEEPER_HOSTS", "127.0.0.1:2181, [::1]:2182/seckill")
     config.check_urls(config.from_env(str(tmp_path)))
+
+
+def test_an_admin_token_that_is_not_utf8_is_refused_naming_it(monkeypatch, tmp_path):
+    # b"t\xf6k" (Latin-1 in the environment): served, and every admin call was a 500,
+    # a wrong token too (the shop compares UTF-8 bytes; a CLI audit)
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", b"t\xf6k".decode("utf-8", "surrogateescape"))
+    with pytest.raises(config.ConfigError, match="SECKILL_ADMIN_TOKEN is not UTF-8"):
+        config.from_env(str(tmp_path))
+
+
+def test_a_non_ascii_admin_token_in_utf8_is_taken(monkeypatch, tmp_path):
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "tökén")
+    assert config.from_env(str(tmp_path))["SECKILL_ADMIN_TOKEN"] == "tökén"
