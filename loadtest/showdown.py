@@ -234,6 +234,9 @@ def _summary(r: StrategyResult) -> str:
 def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
     """Why the report could not be written, found before the run rather than after it."""
     if report_dir is not None:
+        if report_dir.exists() and not report_dir.is_dir():  # was "File exists"
+            return (f"--report {report_dir}: a file, not a directory (--report names a "
+                    "folder: the run writes DIR/index.html and DIR/raw/)")
         try:
             report_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -416,3 +416,18 @@ def test_a_served_shop_that_cannot_run_zookeeper_after_all_skips_it(monkeypatch,
     with serving.serve_target(args, ["token", "zookeeper"]) as target:
         assert target.strategies == ["token"]
         assert "zookeeper skipped" in target.notes[-1] and "kazoo" in target.notes[-1]
+
+
+def test_a_report_path_that_is_a_file_is_refused_saying_dir_names_a_folder(
+        tmp_path, monkeypatch, capsys):
+    # "--report report.html: File exists": the user had named the page, not its folder
+    from loadtest import showdown as module
+
+    page = tmp_path / "report.html"
+    page.write_text("mine")
+    monkeypatch.setattr(module, "_run", lambda *args: 0)
+    code = main(["showdown", "--report", str(page)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"--report {page}: a file, not a directory" in err, err
+    assert page.read_text() == "mine"
