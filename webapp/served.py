@@ -345,8 +345,10 @@ class ServedApp:
         #: knows its own gunicorn from a server that already answered at the URL
         self.serve_id = secrets.token_urlsafe(12)
         #: the log asked for, and the one written: ``log_path`` unless another shop
-        #: writes it (``own_log``), from ``start`` on
-        self.log_wanted = self.log_path = log_path
+        #: writes it (``own_log``), from ``start`` on. Absolute: gunicorn runs in the
+        #: scratch dir, and took a relative one from there (``showdown --report
+        #: reports/demo``, what ``make demo`` runs: gunicorn never came up; a CLI audit)
+        self.log_wanted = self.log_path = None if log_path is None else log_path.absolute()
         self.proc: subprocess.Popen[bytes] | None = None
         self.workdir: Path | None = None
         #: the Redis servers started here (none for a REDIS_URL or REDLOCK_URLS given)

@@ -51,6 +51,21 @@ def test_the_served_shops_log_is_kept_in_the_reports_raw_folder_and_linked(tmp_p
     assert "href='raw/shop.log'" in (tmp_path / "index.html").read_text()
 
 
+@pytest.mark.timeout(180)
+def test_a_report_dir_relative_to_where_it_was_typed_serves_the_shop(tmp_path, monkeypatch):
+    """``make demo`` runs ``--report reports/demo``: gunicorn, started in its scratch
+    folder, took the log path from there, could not open it and never came up ("gunicorn
+    did not become healthy: FileNotFoundError: ... 'reports/demo/raw/shop.log'", exit
+    1; a CLI audit). Every test gave an absolute path."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SECKILL_LOG_LEVEL", "info")  # gunicorn's lines: the log is its
+    code = main(["showdown", "--report", "reports/demo", "--users", "3", "--stock", "2",
+                 "--strategies", "atomic"])
+    report = tmp_path / "reports" / "demo"
+    assert code == 0 and (report / "index.html").is_file()
+    assert "Booting worker" in (report / "raw" / "shop.log").read_text(errors="replace")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_full_showdown_of_every_strategy_has_no_safe_strategy_failing(tmp_path):
