@@ -31,6 +31,16 @@ misses that holder's order, not written yet::
 
 (A holder paused past its TTL is seed 004's story, for fencing: lesson 5.)
 
+**A reset to the same strategy.** The guard above lets the buyer through, yet the sale
+it looked up is gone: its per-buyer limit and its reservation went with it::
+
+    bob:    buys 3 (no limit), reserved; queues behind a holder in its section
+    reset:  same strategy, stock 5, limit 1: waits for the holder, resets, releases
+    bob:    takes the lock, reads the new stock: 3 units in a sale of 1 per buyer,
+            and no reservation of his in the new sale's buyers
+    guard:  the read fetches the sale's generation too; it is not the one bob looked
+            up, so he leaves with 503 busy, takes nothing, and buys again in the new sale
+
 **A write that outlives the lock.** The section's order rows are written only in the
 sale generation its stock belongs to (``SectionStock.generation``, read with the stock):
 a reset waits for the sale's lock, but only while the lock lives, and a row's write may
@@ -96,8 +106,9 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
     after Redis loses its data, the reload's fence must be above every token handed
     out, those of sections that wrote no order too.
 
-    :raises Busy: the sale was reset to another strategy since ``sale`` was looked up,
-        or Redis lost it (restarted empty), or an admin reset waits for the lock.
+    :raises Busy: the sale was reset (to another strategy, or to the same one) since
+        ``sale`` was looked up, or Redis lost it (restarted empty), or an admin reset
+        waits for the lock.
     """
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
@@ -115,10 +126,12 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
         # its reset to it heard "Redis lost the sale (restarted?)"
         raise Busy(f"the sale of {sale.sku} was reset to another strategy; try again",
                    retry_after_s=1)
-    if stock is None and generation is not None and sale.generation is not None \
+    if generation is not None and sale.generation is not None \
             and int(generation) != sale.generation:
+        # to the same strategy: the stock is the new sale's, the terms were the old one's
+        # (and, if its stock is not there yet, this is no lost Redis either)
         raise Busy(f"the sale of {sale.sku} was reset since this purchase looked it up; "
-                   "try again", retry_after_s=1)  # and its stock is not there yet
+                   "try again", retry_after_s=1)
     if stock is None and strategy is not None:  # the key alone: reload the sale
         raise saleinfo.stock_key_lost(deps.redis, sale)
     if stock is None or strategy is None:

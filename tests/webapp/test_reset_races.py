@@ -9,11 +9,12 @@ its timestamp), the second with a lost update on the new sale's stock.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from sqlalchemy import select, update
 
-from tests.webapp.conftest import SKU, auth, backends, buy, reset
+from tests.webapp.conftest import SKU, auth, backends, buy, empty_shop, make_app, reset
 from webapp import locks, paths, sales
 from webapp.models import Order, Sale
 from webapp.problems import Busy
@@ -182,3 +183,66 @@ def test_a_section_of_a_sale_reset_since_does_not_blame_redis(client, app, then)
         section.stock_if_still(deps, looked_up)
     assert "restarted" not in str(refused.value) and "reset" in str(refused.value), \
         str(refused.value)
+
+
+def _wait_until(condition, what: str) -> None:
+    for _ in range(5_000):
+        if condition():
+            return
+        threading.Event().wait(0.002)
+    raise AssertionError(f"never happened: {what}")
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_a_lock_buyer_queued_behind_a_reset_to_the_same_strategy_buys_nothing_on_old_terms(
+        database_url, redis_url, redis_client, strategy):
+    """bob asks for 3 of a sale with no per-buyer limit and queues behind a holder in its
+    section; an admin resets the sale to the same strategy with a limit of 1 and waits
+    for the holder. Once the reset let go, bob's section read the new sale's stock (the
+    strategy check passed) and sold him 3 units of a sale of 1 per buyer, with no
+    reservation of his in the new sale (an HTTP audit, token, fair and redlock alike)."""
+    app = make_app(database_url, redis_url, LOCK_TIMEOUT_S=10.0)
+    empty_shop(app)
+    shop = backends(app)
+    sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=5, strategy=strategy)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=5, strategy=strategy, work_ms=1_000)
+    answers: dict[str, Any] = {}
+
+    def buyer(user: str, quantity: int) -> threading.Thread:
+        def run() -> None:
+            answers[user] = buy(app.test_client(), user, quantity=quantity)
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    def queued() -> int:
+        return sum(len(combiner._queue) for combiner in shop.cohorts._combiners.values())
+
+    holder = buyer("holder", 1)
+    _wait_until(lambda: queued() == 0 and sum(
+        cohort.acquisitions for cohort in shop.cohorts._by_key.values()) == 1,
+        "the holder in its section")
+    bob = buyer("bob", 3)
+    _wait_until(lambda: queued() == 1, "bob queued behind the holder")
+
+    def reset_now() -> None:
+        answers["reset"] = app.test_client().put(
+            f"/api/admin/sales/{SKU}", headers=auth(),
+            json={"stock": 5, "strategy": strategy, "work_ms": 0, "limit": 1})
+
+    resetting = threading.Thread(target=reset_now)
+    resetting.start()
+    _wait_until(lambda: redis_client.exists(f"sale:{{{SKU}}}:resetting"), "the reset waiting")
+    for thread in (holder, bob, resetting):
+        thread.join(30)
+    assert answers["reset"].status_code == 200, answers["reset"].get_json()
+    assert answers["bob"].status_code == 503, answers["bob"].get_json()  # try again
+    assert "reset" in answers["bob"].get_json()["detail"]
+    with shop.sessions() as session:
+        assert session.scalars(select(Order).where(Order.sku == SKU)).all() == []
+    again = buy(app.test_client(), "bob", quantity=3)  # the new sale's terms
+    assert again.status_code == 400 and "between 1 and 1" in again.get_json()["detail"]
+    assert buy(app.test_client(), "bob").status_code == 201
+    audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["units_sold"], audit["consistent"]) == (1, 1, True), audit
+    shop.close()
