@@ -11,7 +11,9 @@ so the other processes get their turn (``holdbound.py``).
 while the distributed lock is held by this process, one section at a time (the local
 queue). Each section still reads and writes the stock itself. A pass happens only
 while the hold is young (``max_hold_s``, a quarter of the TTL at most), so a passed
-section starts with most of the TTL left, like a fresh acquisition.
+section starts with most of the TTL left, like a fresh acquisition; and only to a buyer
+whose sale has the work that TTL was sized for (a cohort per resource and TTL:
+``locks.local_queue``).
 
 **What changes.** Sections of one cohort share one acquisition, so their orders carry
 the same ``fencing_token`` (a fenced store accepts an equal token: one holder may write
@@ -79,7 +81,8 @@ class CohortLock:
 
 
 class Cohorts:
-    """One ``Cohort`` per lock resource, for this process (made after the fork)."""
+    """One ``Cohort`` per lock resource and TTL (``locks.local_queue``), for this
+    process (made after the fork)."""
 
     def __init__(self, max_passes: int, max_hold_s: float) -> None:
         self.max_passes = max_passes

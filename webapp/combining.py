@@ -15,7 +15,7 @@ it, and the holder makes each queued buyer's change on its behalf, with the answ
 own section would have given (``allocation.py``) and its order row written before the
 lock is released or kept.
 
-**Algorithm** (one ``Combiner`` per lock resource per worker)::
+**Algorithm** (one ``Combiner`` per lock resource and TTL per worker: ``locks.local_queue``)::
 
     buyer:    queue; if no one combines, combine; else wait for an answer, or leave
               with 503 busy if not taken into a batch in time

@@ -4,7 +4,7 @@ The queue in front of one distributed lock, in one process (``cohort.py`` tells 
 Only its head contends for the distributed lock; the others wait on an Event, which
 costs them no Redis connection and no round trip.
 
-**Algorithm** (one ``Cohort`` per lock resource per worker)::
+**Algorithm** (one ``Cohort`` per lock resource and TTL per worker: ``locks.local_queue``)::
 
     acquire:  nobody here holds the lock or is acquiring it: lead, acquire it across
               processes with the caller's deadline; else queue a turn and wait

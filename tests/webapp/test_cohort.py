@@ -343,3 +343,56 @@ def test_a_passed_turn_finds_the_lock_when_it_wakes(monkeypatch):
     thread.join(5)
     assert got == [True] and seen and seen[0] is not None
     buyer.release()
+
+
+def test_a_lock_taken_for_the_sale_before_a_reset_is_not_passed_to_the_new_sales_work(
+        sqlite_url, redis_url, redis_client, monkeypatch):
+    """Cohorting alone (``lockedpath.py``): the reset that raised work_ms holds the lock
+    while a buyer of the old sale leads the cohort and one of the new sale queues behind
+    it. The first took the lock with the old sale's TTL (1000 + 2 x 0 ms) and, its
+    section over at once, passed it on: the new sale's 1.5 s of work ran under a lock
+    that expired after 1 s, for another worker to take (``locks.local_queue``)."""
+    import lockcore
+    from webapp import lockedpath
+
+    app = make_app(sqlite_url, redis_url, LOCK_COHORT=True, LOCK_COMBINE=False,
+                   LOCK_TTL_MS=1_000, LOCK_COHORT_MAX_MS=1_000, LOCK_TIMEOUT_S=20.0)
+    empty_shop(app)
+    shop = app.extensions["seckill"]
+    sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=6, strategy="token")
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=6, strategy="token", limit=1)
+    lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
+    held_at_write: list[bool] = []
+    real_set_stock = lockedpath.set_stock
+
+    def watched_set_stock(client: Any, key: str, units: int) -> None:
+        held_at_write.append(bool(redis_client.exists(lock_key)))
+        real_set_stock(client, key, units)
+
+    def waiting() -> int:  # a leader trying for the lock, or a turn queued behind one
+        return sum(len(cohort._queue) + (cohort._trying is not None)
+                   for cohort in shop.cohorts._by_key.values())
+
+    def until(count: int) -> None:
+        while waiting() < count:
+            threading.Event().wait(0.001)
+
+    def post(user: str) -> int:
+        return app.test_client().post(f"/api/products/{SKU}/purchase",
+                                      json={"user_id": user}).status_code
+
+    monkeypatch.setattr(lockedpath, "set_stock", watched_set_stock)
+    reset = lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=20_000)
+    assert reset.acquire(blocking=False)  # the admin reset's hold
+    with ThreadPoolExecutor(2) as pool:
+        old = pool.submit(post, "old")  # looked the old sale up: leads, waits
+        until(1)
+        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=6, strategy="token",
+                         work_ms=1_500, limit=1)  # what the reset does under the lock
+        new = pool.submit(post, "new")
+        until(2)
+        reset.release()
+        statuses = [old.result(20), new.result(20)]
+    assert statuses[1] == 201, statuses
+    assert held_at_write and all(held_at_write), held_at_write  # never written unlocked
+    shop.close()

@@ -9,6 +9,7 @@ real processes (``twoprocesses.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from tests.webapp.conftest import SKU, backends, empty_shop, make_app
 from tests.webapp.twoprocesses import sell_in_two_processes
 from webapp import sales
 from webapp.combining import CombinableLock
-from webapp.locks import stock_resource
+from webapp.locks import local_queue, stock_resource
 from webapp.models import Order
 from webapp.saleinfo import load_sale
 
@@ -52,7 +53,9 @@ def orders_of(app) -> list[Order]:
 
 
 def combiner_of(app, strategy: str = "token"):
-    return backends(app).cohorts.combiner_for(stock_resource(SKU, strategy), 64)
+    shop = backends(app)
+    sale = dataclasses.replace(load_sale(shop.sessions, SKU), strategy=strategy)
+    return shop.cohorts.combiner_for(local_queue(shop, sale), 64)
 
 
 
@@ -210,6 +213,54 @@ def test_a_batch_with_simulated_work_is_cut_to_what_the_lock_ttl_has_room_for(
     audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
     assert audit["consistent"] and audit["units_sold"] == 30, audit
     backends(app).close()
+
+
+def test_a_lock_taken_for_the_sale_before_a_reset_is_not_kept_for_the_new_sales_work(
+        sqlite_url, redis_url, redis_client, monkeypatch):
+    """A reset raises work_ms on the same strategy: while it holds the lock, a buyer of
+    the old sale waits for it and one of the new sale queues behind, in the same worker.
+    The first took the lock with the old sale's TTL (LOCK_TTL_MS 1000 + 2 x 0), its
+    section was over at once, and the young hold was kept for the next batch: the new
+    sale's 1.5 s of work, under a lock that expired after 1 s. Another worker then took
+    it and sold the same unit (an HTTP audit: 7 orders for 6 units, six runs of six)."""
+    from webapp import allocation
+
+    # a hold young enough to be kept however slow this machine is (250 ms: TTL / 4)
+    app = combining_shop(sqlite_url, redis_url, stock=6, LOCK_TTL_MS=1_000,
+                         LOCK_COHORT_MAX_MS=1_000)
+    shop = backends(app)
+    lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
+    held_at_write: list[bool] = []
+    real_set_stock = allocation.set_stock
+
+    def watched_set_stock(client, key, units):
+        held_at_write.append(bool(redis_client.exists(lock_key)))
+        return real_set_stock(client, key, units)
+
+    def queued() -> int:
+        return sum(len(combiner._queue) for combiner in shop.cohorts._combiners.values())
+
+    def until(count: int) -> None:
+        while queued() < count:
+            threading.Event().wait(0.001)
+
+    monkeypatch.setattr(allocation, "set_stock", watched_set_stock)
+    reset = lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=20_000)
+    assert reset.acquire(blocking=False)  # the admin reset's hold
+    with ThreadPoolExecutor(2) as pool:
+        old = pool.submit(post, app, "old")  # looked the old sale up: leads, waits
+        until(1)
+        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=6, strategy="token",
+                         work_ms=1_500, limit=1)  # what the reset does under the lock
+        new = pool.submit(post, app, "new")
+        until(2)
+        reset.release()
+        answers = [old.result(20), new.result(20)]
+    assert answers[1][0] == 201, answers
+    assert held_at_write and all(held_at_write), held_at_write  # never written unlocked
+    audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
+    assert audit["consistent"], audit
+    shop.close()
 
 
 def test_a_lock_without_a_ttl_cuts_a_batch_with_simulated_work_too(
