@@ -34,14 +34,27 @@ def test_threads_of_one_process_take_turns():
 
 
 def test_notify_waiter_wakes_when_the_holder_releases():
+    """The waiter must be blocked in its wait when the holder lets go: released at once
+    after ``start()``, the waiter's first try usually found the lock free, and a
+    notify-waiter that never woke passed (a test audit: it slept out its timeout)."""
     holder = lockcore.create("local", None, "local-notify")
     waiter = lockcore.create("local", None, "local-notify", wait="notify")
     assert holder.acquire()
+    blocked = threading.Event()
+    real_wait = waiter.waiter.wait
+
+    def wait(lock, remaining, attempt):
+        blocked.set()
+        real_wait(lock, remaining, attempt)
+
+    waiter.waiter.wait = wait  # type: ignore[method-assign]
     got: list[bool] = []
-    thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=10)))
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire(timeout=30)),
+                              daemon=True)
     thread.start()
+    assert blocked.wait(10), "the waiter never waited"
     holder.release()
-    thread.join(timeout=5)
+    thread.join(timeout=10)  # a waiter not woken by the release sleeps its 30 s
     assert got == [True]
     waiter.release()
 
