@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 
 from tests.webapp.conftest import ADMIN_TOKEN, SKU, empty_shop, make_app
-from tests.webapp.twoprocesses import sell_in_two_processes
+from tests.webapp.twoprocesses import (
+    assert_holds_interleaved,
+    sell_in_two_processes,
+    tokens_by_process,
+)
 from webapp import sales
 from webapp.cohort import CohortLock
 from webapp.holdbound import HoldBound
@@ -203,15 +207,30 @@ def test_two_worker_processes_with_cohorts_sell_exactly_the_stock_and_both_sell(
     # work inside the section widens the read-modify-write race: a broken exclusion oversells
     assert client.put(f"/api/admin/sales/{SKU}", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
                       json={"stock": STOCK, "strategy": strategy, "work_ms": 3}).status_code == 200
-    got = sell_in_two_processes(_sell_in_a_process, sqlite_url, redis_url)
+    # together: started apart, one process could sell its 60 before the other bought,
+    # and neither a broken exclusion nor an unbounded cohort showed (a test audit)
+    got = sell_in_two_processes(_sell_in_a_process, sqlite_url, redis_url, together=True)
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    tokens = tokens_by_process(shop.sessions, SKU)
     shop.close()
     sold = {name: statuses.count(201) for name, statuses, _, _ in got}
     assert all(set(statuses) <= {201, 409} for _, statuses, _, _ in got), got
     assert sum(sold.values()) == audit["units_sold"] == STOCK, (sold, audit)
     assert audit["consistent"] and audit["oversold"] == 0, audit
-    assert min(sold.values()) > 0, sold  # the bound let the other process in
+    # 60 buyers a process, 100 units: each sells at least 40 whatever the bound does;
+    # the bound shows in the holds: a cohort let go while its own buyers still queued,
+    # and the other process's cohort held the lock in between
+    assert_holds_interleaved(tokens)
     assert sum(passes for *_, passes in got) > 0  # and the cohorts did pass the lock
+
+
+def test_the_interleaving_check_catches_processes_that_held_the_lock_one_after_the_other():
+    # the check above must be able to fail: one hold each, or all of one process's
+    # holds before the other's, is selling in turn, never contending
+    for apart in ({"w1": {3}, "w2": {4}}, {"w1": {1, 2, 3}, "w2": {4, 5}}):
+        with pytest.raises(AssertionError, match="one after the other"):
+            assert_holds_interleaved(apart)
+    assert_holds_interleaved({"w1": {1, 3}, "w2": {2}})
 
 
 @pytest.mark.parametrize("strategy, cohorted", [
