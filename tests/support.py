@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -62,6 +64,22 @@ def need_network_namespaces(what: str) -> None:
     reason = netns.unsupported()
     if reason is not None:
         missing_system_part(f"network namespaces: {reason}: {what}")
+
+
+def need_setpriv(what: str) -> None:
+    """``missing_system_part`` unless util-linux's ``setpriv`` offers ``--pdeathsig``
+    (2.33 and later). Where it does, ``lockcore.lifeline`` must use it: a skip keyed on
+    ``_setpriv() is None`` hid a probe that failed for another reason, and with it every
+    server left untied to its parent (a test audit)."""
+    from lockcore.lifeline import _setpriv
+
+    setpriv = shutil.which("setpriv")
+    offered = setpriv is not None and "--pdeathsig" in subprocess.run(
+        [setpriv, "--help"], capture_output=True, text=True, timeout=10).stdout
+    if not offered:
+        missing_system_part(f"setpriv --pdeathsig (util-linux >= 2.33): {what}")
+    assert _setpriv() == setpriv, \
+        f"{setpriv} offers --pdeathsig, yet lockcore.lifeline does not use it: {what}"
 
 
 def pid_alive(pid: int) -> bool:

@@ -23,15 +23,20 @@ from pathlib import Path
 import pytest
 
 from loadtest.labs import netns
-from lockcore.lifeline import _setpriv
-from tests.support import gone_within, missing_system_part, running, state
+from tests.support import gone_within, missing_system_part, need_setpriv, running, state
 
 pytestmark = pytest.mark.timeout(120)
 
 ROOT = Path(__file__).resolve().parents[2]
 
-needs_setpriv = pytest.mark.skipif(_setpriv() is None,
-                                   reason="no setpriv --pdeathsig (util-linux >= 2.33)")
+
+@pytest.fixture
+def setpriv_here() -> None:
+    """util-linux's setpriv ties a lab's children to it; under CI=true it must be here."""
+    need_setpriv("a lab's children tied to it")
+
+
+needs_setpriv = pytest.mark.usefixtures("setpriv_here")
 
 FROZEN_CHILD = r'''
 import signal, time

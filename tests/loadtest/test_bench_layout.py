@@ -13,13 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from loadtest.bench.pool import worker_layout
+from tests.support import missing_system_part
 
 PROBE = """
 import ctypes, json, multiprocessing as mp
 from loadtest.bench.pool import worker_layout
+from tests.support import missing_system_part
 
 def where_libc_is(q):
     q.put(ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value)
@@ -51,7 +51,7 @@ def test_forked_workers_share_their_layout() -> None:
 
 def test_spawned_workers_share_a_layout_only_with_randomisation_off(tmp_path) -> None:
     if shutil.which("setarch") is None:
-        pytest.skip("setarch (util-linux) is not installed: cannot turn randomisation off")
+        missing_system_part("setarch (util-linux): turning address randomisation off")
     randomising = Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0"
     plain = _probe(tmp_path)
     if randomising:

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lockcore.lifeline import _setpriv, tied_to_parent
-from tests.support import gone_within, running, state
+from lockcore.lifeline import tied_to_parent
+from tests.support import gone_within, need_setpriv, running, state
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,8 +57,8 @@ def parent_of_two(script: str, env: dict[str, str] | None = None
                 os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.skipif(_setpriv() is None, reason="no setpriv --pdeathsig (util-linux >= 2.33)")
 def test_a_server_from_the_main_thread_dies_with_a_parent_killed_by_sigkill(tmp_path):
+    need_setpriv("a server tied to its parent")
     # TMPDIR: the servers' dirs, left by the SIGKILL
     with parent_of_two(PARENT, {**os.environ, "TMPDIR": str(tmp_path)}) as (parent, pids):
         from_main, from_thread = pids
@@ -97,8 +97,8 @@ def _pending(pid: int) -> int:
     return 0
 
 
-@pytest.mark.skipif(_setpriv() is None, reason="no setpriv --pdeathsig (util-linux >= 2.33)")
 def test_a_frozen_child_tied_with_kill_dies_with_its_parent_one_tied_with_term_stays_frozen():
+    need_setpriv("children tied with KILL and TERM")
     with parent_of_two(FREEZER) as (parent, pids):
         with_kill, with_term = pids
         deadline = time.monotonic() + 10
