@@ -214,15 +214,27 @@ def test_a_renewal_that_succeeded_is_never_overruled_by_the_deadline(redis_clien
     deadline between two renewals that both succeed (a rival's ``acquire`` advancing a
     shared ``FakeClock``). It called the lock lost at random, with its key still in
     Redis (a review: 6 of 6 runs). Only a renewal on its way, or one that failed, lets
-    the deadline decide."""
+    the deadline decide.
+
+    (Between the two renewals: the deadline thread looks half an interval out of step
+    with them. When both waited one interval, a look could meet the next renewal just
+    sent and call the lock lost, as it may while a renewal is out: a loaded machine
+    failed this test so. A fixed sleep of 1.2 s was not always past the first renewal.)"""
     clock = FakeClock()
-    lock = lockcore.create("token", redis_client, "jumped", ttl_ms=3_000, watchdog=True,
+    lock = lockcore.create("token", redis_client, "jumped", ttl_ms=6_000, watchdog=True,
                            clock=clock)
     assert lock.acquire(blocking=False)
     try:
-        time.sleep(1.2)  # a renewal (every second) has succeeded
-        clock.now += 10  # the clock jumps past the deadline; no renewal is out
-        time.sleep(1.5)
+        watchdog = lock._watchdog
+        assert watchdog is not None
+        for _ in range(400):  # a renewal (every 2 s) has succeeded
+            if watchdog.renewals:
+                break
+            time.sleep(0.01)
+        assert watchdog.renewals == 1
+        clock.now += 20  # the clock jumps past the deadline; no renewal is out
+        time.sleep(1.5)  # the deadline thread looks (1 s after the renewal), none is out
+        assert watchdog.renewals == 1, "the check spans the next renewal: lengthen the ttl"
         assert not lock.lost and lock.held(), lock._lost_reason
     finally:
         lock.release()
