@@ -26,9 +26,14 @@ timeout node after node, before the live nodes were even asked (a lockcore audit
 frozen of 5 made every acquire and release 400 ms, and releases raised
 ``LockNotOwned`` with the validity left). A node that timed out is then a "no" without
 being asked for ``SUSPECT_S`` (unless that leaves fewer than a majority to ask), so a
-frozen minority costs one deadline a second. Nodes that timed out before connect
-last, so a frozen one early in the list cannot leave a live one no time. A new
-connection counts against it too: redis-py's pool connects the connections it hands
+frozen minority costs one deadline a second. The connects go one at a time, so each
+node first gets a share of what is left (left / nodes still to connect), and those it
+cut short share the rest: a frozen node first in the list took the whole deadline and
+left each later node 1 ms to connect and handshake. Over a network no live node made it
+in 1 ms: fresh clients with two frozen nodes of five first failed a try, two deadlines
+with its release, on a healthy majority (a lockcore audit, the live nodes 10 ms away
+behind a relay). Nodes that timed out before connect last. A new connection counts
+against the deadline too: redis-py's pool connects the connections it hands
 out, so the node lanes make theirs unconnected (``Lane(connect_later=True)``); clients
 made while two nodes were frozen paid a whole node timeout each, one after the other.
 
@@ -57,6 +62,7 @@ every release does for a free connection (``poolfull.RELEASE_PATIENCE_S``).
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 import weakref
@@ -147,9 +153,9 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
     """Send ``command`` to every node, then read every reply; each reply or its exception.
 
     Nodes with a connection open get the command first; nodes that need one connect
-    after, each within what is left of ``timeout``, so the replies of the first are
-    waiting when they are read. A node that timed out lately is a "no" without a try
-    (``SUSPECT_S``).
+    after, each within a share of what is left of ``timeout`` (the module docstring),
+    so the replies of the first are waiting when they are read. A node that timed out
+    lately is a "no" without a try (``SUSPECT_S``).
 
     :param call: the same command through the client's own API. Used to retry after
         NOSCRIPT (a node restarted and lost its scripts: the client loads them again),
@@ -181,24 +187,34 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
             unconnected.append((node, source, conn))
             continue
         _send(node, source, conn, command, results, sent)
-    # after the others' commands are on their way; a node that timed out before, last:
-    # a frozen one early in the list would leave a live one no time to connect
+    # after the others' commands are on their way. One connect at a time: each node first
+    # gets a share of what is left, then those it cut short share the rest; a node that
+    # timed out before goes last
     unconnected.sort(key=lambda item: clients[item[0]] in _suspects)
-    for node, source, conn in unconnected:
-        given = max(deadline - time.monotonic(), 0.001)
-        try:
-            _connect_within(conn, given)
-        except redis.TimeoutError as exc:
-            source.give_back(conn)
-            if given >= timeout / 2:  # not when others' waits left it no real chance
-                _suspects[clients[node]] = time.monotonic()
-            results[node] = NodeTimeout(f"node {node} did not let us connect in time: {exc}")
-            continue
-        except Exception as exc:
-            source.give_back(conn)
-            results[node] = exc
-            continue
-        _send(node, source, conn, command, results, sent)
+    share = timeout / max(len(unconnected), 1)
+    had = dict.fromkeys((node for node, _source, _conn in unconnected), 0.0)
+    for last_pass in (False, True):
+        missed = []
+        for turn, (node, source, conn) in enumerate(unconnected):
+            given = max((deadline - time.monotonic()) / (len(unconnected) - turn), 0.001)
+            had[node] += given
+            try:
+                _connect_within(conn, given)
+            except redis.TimeoutError as exc:
+                if not last_pass and given < _longest_wait(conn):  # we cut it short
+                    missed.append((node, source, conn))
+                    continue
+                source.give_back(conn)
+                if had[node] >= share / 2:  # not when a stall of ours left it no real chance
+                    _suspects[clients[node]] = time.monotonic()
+                results[node] = NodeTimeout(f"node {node} did not let us connect in time: {exc}")
+                continue
+            except Exception as exc:
+                source.give_back(conn)
+                results[node] = exc
+                continue
+            _send(node, source, conn, command, results, sent)
+        unconnected = missed
     for node, source, conn in sent:
         try:
             left = max(deadline - time.monotonic(), 0.001)
@@ -269,6 +285,12 @@ def _connect_within(conn: Any, left: float) -> None:
         sock = getattr(conn, "_sock", None)
         if sock is not None:
             sock.settimeout(timeouts[1])
+
+
+def _longest_wait(conn: Any) -> float:
+    """How long ``conn`` may take to connect by its own settings: a node that had all of
+    it in the first pass is not tried again (at most the client's timeout, as before)."""
+    return max(conn.socket_connect_timeout or math.inf, conn.socket_timeout or math.inf)
 
 
 class _Connections:

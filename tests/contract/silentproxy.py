@@ -1,7 +1,9 @@
 """A TCP proxy on loopback that can go silent: while ``silent``, it keeps every
 connection open and accepts what is sent (the kernel acknowledges it) but passes
 nothing on, in either direction. That is a database host or backend that has frozen
-with its network up: no error, no answer. Threads, stopped by ``close``."""
+with its network up: no error, no answer. ``delay`` holds each new connection that
+long before it is passed on, as a network's round trips hold a connect and its
+handshake. Threads, stopped by ``close``."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from lockcore.embedded import free_port
 
 
 class SilentProxy:
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1", *,
+                 delay: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.delay = delay
         self.port = free_port()
         self.silent = threading.Event()
         self._closed = threading.Event()
@@ -29,6 +33,7 @@ class SilentProxy:
                 client, _ = self._listener.accept()
             except OSError:  # the 0.2 s timeout, or closed
                 continue
+            self._closed.wait(self.delay)
             upstream = socket.create_connection(self.target, timeout=5)
             for sock in (client, upstream):
                 sock.settimeout(0.2)

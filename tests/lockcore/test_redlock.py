@@ -15,6 +15,7 @@ import lockcore
 from lockcore import LockNotOwned, scripts
 from lockcore.strategies.redlock import RedLock
 from lockcore.strategies.redlock_nodes import drift_ms, quorum, validity_ms
+from tests.contract.silentproxy import SilentProxy
 
 
 # -- pure logic, MagicMock nodes --------------------------------------------------------
@@ -249,6 +250,37 @@ def test_two_frozen_nodes_never_connected_cost_one_deadline_together(redlock_clu
             server.resume()
         for client in clients:
             client.close()
+
+
+def test_two_frozen_nodes_listed_first_leave_live_nodes_across_a_network_time_to_connect(
+        redlock_cluster) -> None:
+    """Fresh clients, two frozen nodes first in the list, the three live ones 10 ms of
+    network away (a relay). The nodes connected one after the other, each within what
+    was left of the deadline: the first frozen node took all of it, and every later
+    one, the live ones too, had 1 ms to connect and handshake. On loopback that was
+    enough; across the relay no live node made it, and the acquire failed on a
+    cluster with a healthy majority. Each node now first gets a share of the deadline."""
+    node_timeout = 1.0
+    frozen = redlock_cluster.servers[:2]
+    relays = [SilentProxy(server.port, delay=0.01) for server in redlock_cluster.servers[2:]]
+    clients = [redis.Redis(host="127.0.0.1", port=port)
+               for port in [server.port for server in frozen] + [r.port for r in relays]]
+    for server in frozen:
+        server.pause()
+    try:
+        lock = redlock(clients, node_timeout_ms=int(node_timeout * 1000), ttl_ms=10_000)
+        started = time.monotonic()
+        assert lock.acquire(blocking=False), f"{lock.unanswered} of 5 nodes did not answer"
+        took = time.monotonic() - started
+        assert took < 1.6 * node_timeout, f"acquire took {took:.2f}s"
+        lock.release()
+    finally:
+        for server in frozen:
+            server.resume()
+        for client in clients:
+            client.close()
+        for relay in relays:
+            relay.close()
 
 
 def test_two_paused_nodes_cost_one_deadline_and_their_late_replies_are_never_misread(
