@@ -5,17 +5,35 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_recipe(target: str) -> list[str]:
+    """The command ``make <target>`` runs, as the Makefile has it (``$(VENV)`` read as its
+    default): ``make demo`` -> ``[".venv/bin/seckill", "showdown", "--report", ...]``.
+
+    Tests of what a make target does run this, not a copy of it: ``make demo`` was broken
+    for a whole session while every test gave the showdown an absolute ``--report``."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    found = re.search(rf"^{re.escape(target)}:.*\n\t(.+)$", makefile, re.M)
+    assert found, f"the Makefile has no target {target!r} with a recipe"
+    venv = re.search(r"^VENV\s*\?=\s*(\S+)$", makefile, re.M)
+    assert venv, "the Makefile sets no default VENV"
+    return shlex.split(found[1].replace("$(VENV)", venv[1]))
 
 
 class JsonStub(BaseHTTPRequestHandler):

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from tests.support import make_recipe
 from webapp.cli import main
 
 SAFE_IN_CI = ["token", "fair", "atomic"]
@@ -55,16 +56,18 @@ def test_the_served_shops_log_is_kept_in_the_reports_raw_folder_and_linked(tmp_p
 
 
 @pytest.mark.timeout(180)
-def test_a_report_dir_relative_to_where_it_was_typed_serves_the_shop(tmp_path, monkeypatch):
+def test_make_demos_command_serves_the_shop_and_writes_its_report(tmp_path, monkeypatch):
     """``make demo`` runs ``--report reports/demo``: gunicorn, started in its scratch
     folder, took the log path from there, could not open it and never came up ("gunicorn
     did not become healthy: FileNotFoundError: ... 'reports/demo/raw/shop.log'", exit
-    1; a CLI audit). Every test gave an absolute path."""
+    1; a CLI audit). Every test gave an absolute path, so this one runs the Makefile's
+    own recipe, only smaller."""
+    recipe = make_recipe("demo")
+    assert recipe[:2] == [".venv/bin/seckill", "showdown"], recipe
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SECKILL_LOG_LEVEL", "info")  # gunicorn's lines: the log is its
-    code = main(["showdown", "--report", "reports/demo", "--users", "3", "--stock", "2",
-                 "--strategies", "atomic"])
-    report = tmp_path / "reports" / "demo"
+    code = main([*recipe[1:], "--users", "3", "--stock", "2", "--strategies", "atomic"])
+    report = tmp_path / recipe[recipe.index("--report") + 1]
     assert code == 0 and (report / "index.html").is_file()
     assert "Booting worker" in (report / "raw" / "shop.log").read_text(errors="replace")
 
