@@ -107,6 +107,40 @@ def test_an_unknown_scenario_is_exit_2_with_the_list_of_labs():
     assert "crash-no-ttl" in result.stderr
 
 
+def test_seckill_redis_nodes_5_prints_five_live_servers_and_ctrl_c_stops_them():
+    """The README's ``seckill redis --nodes 5``, as typed: only its usage errors were
+    tested. It must print one URL a line, then ``REDLOCK_URLS=`` naming them all (what
+    ``seckill serve`` reads), every one a redis-server that answers, until Ctrl-C."""
+    import redis
+
+    proc = subprocess.Popen([str(SECKILL), "redis", "--nodes", "5"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline().strip() for _ in range(6)]
+        started = descendants(proc.pid)
+        urls, last = lines[:5], lines[5]
+        assert last == "REDLOCK_URLS=" + ",".join(urls), lines
+        assert len(set(urls)) == 5 and len(started) >= 5, (lines, started)
+        for url in urls:
+            with redis.Redis.from_url(url, socket_timeout=5) as client:
+                assert client.ping(), url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rest, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            for pid in [*descendants(proc.pid), *started]:
+                if running(pid):
+                    os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+            raise
+    assert proc.returncode == 0 and "Traceback" not in err, err[-1000:]
+    assert not [pid for pid in started if running(pid)]
+
+
 BAD_ARGS = {
     "no-command": [],
     "unknown-command": ["nope"],
