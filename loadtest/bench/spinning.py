@@ -13,6 +13,8 @@ The gap between the two columns is what a sleep and a wake-up cost this machine.
 
 from __future__ import annotations
 
+import argparse
+import math
 import socket
 import sys
 import time
@@ -94,8 +96,23 @@ def _token_cycle(url: str, spin: bool, closing: ExitStack) -> Callable[[], Any]:
     return cycle
 
 
+def _seconds(text: str) -> float:
+    """A measuring time: a positive number of seconds (0 or nan measured no call)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 def main(argv: list[str]) -> None:
-    seconds = float(argv[0]) if argv else 2.0
+    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.spinning",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("seconds", nargs="?", type=_seconds, default=2.0,
+                        help="measuring time of each figure, each way (default 2)")
+    seconds = parser.parse_args(argv).seconds
     print(f"{'us per call':24} {'blocking':>9} {'spinning':>9}")
     for what, blocking, spinning in measure(seconds):
         print(f"{what:24} {blocking:9.1f} {spinning:9.1f}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadtest.bench import spinning
 
 
@@ -12,3 +14,16 @@ def test_the_spinning_bench_prints_every_call_read_both_ways(capsys):
     for line in lines[1:]:
         blocking, spun = map(float, line.split()[-2:])
         assert blocking > 0 and spun > 0
+
+
+@pytest.mark.parametrize("argv, code", [(["--help"], 0), (["abc"], 2), (["0"], 2),
+                                        (["nan"], 2)])
+def test_help_and_a_bad_duration_are_answered_by_the_parser_not_a_traceback(argv, code,
+                                                                             capsys):
+    # `--help` was "ValueError: could not convert string to float: '--help'", and 0 or
+    # nan measured no call at all: a ZeroDivisionError after starting a redis-server
+    with pytest.raises(SystemExit) as exited:
+        spinning.main(argv)
+    assert exited.value.code == code
+    said = capsys.readouterr()
+    assert "usage: python -m loadtest.bench.spinning" in said.out + said.err
