@@ -50,6 +50,22 @@ def seckill(*args: str, timeout: float = 30.0, cwd: Path | None = None,
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def interrupt_and_wait(proc: subprocess.Popen[str], started: list[int],
+                       timeout: float) -> tuple[str, str]:
+    """Ctrl-C ``proc`` and read the rest of its output; if it outlives ``timeout``,
+    SIGKILL it and ``started`` (its children) by pid, then re-raise."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=timeout)  # reads, closes the pipes, waits
+    except subprocess.TimeoutExpired:
+        for pid in [*descendants(proc.pid), *started]:  # clean up by pid, then report
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+        raise
+
+
 COMMANDS = ("serve", "showdown", "scenario", "bench")
 
 
@@ -127,16 +143,7 @@ def test_seckill_redis_nodes_5_prints_five_live_servers_and_ctrl_c_stops_them():
             with redis.Redis.from_url(url, socket_timeout=5) as client:
                 assert client.ping(), url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            rest, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            for pid in [*descendants(proc.pid), *started]:
-                if running(pid):
-                    os.kill(pid, signal.SIGKILL)
-            proc.kill()
-            proc.communicate()
-            raise
+        rest, err = interrupt_and_wait(proc, started, 30)
     assert proc.returncode == 0 and "Traceback" not in err, err[-1000:]
     assert not [pid for pid in started if running(pid)]
 
@@ -233,16 +240,7 @@ def test_serve_prints_url_and_token_serves_and_ctrl_c_stops_all_it_started(tmp_p
                          headers={"Authorization": f"Bearer {token}"})
         assert answer.status == 200, answer.body
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            rest, _ = proc.communicate(timeout=60)  # reads, closes the pipe, waits
-        except subprocess.TimeoutExpired:
-            for pid in [*descendants(proc.pid), *started]:  # clean up by pid, then report
-                if running(pid):
-                    os.kill(pid, signal.SIGKILL)
-            proc.kill()
-            proc.communicate()
-            raise
+        rest, _ = interrupt_and_wait(proc, started, 60)
     assert proc.returncode == 0 and "Traceback" not in rest, rest[-1000:]
     assert started and not [pid for pid in started if running(pid)]
     # the shop's log outlives it (its warnings were in a temp dir removed on exit)
