@@ -158,7 +158,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
 
             zk_hosts = None
             if "zookeeper" in strategies:
-                zk_hosts = os.environ.get("ZOOKEEPER_HOSTS") or _start_zookeeper(stack)
+                zk_hosts = settings.zookeeper_hosts() or _start_zookeeper(stack)
                 if zk_hosts is None and named:
                     raise StartupError("zookeeper was asked for, but there is no "
                                        "ZOOKEEPER_HOSTS and no local ZooKeeper (Debian: "

@@ -25,6 +25,14 @@ def redlock_urls() -> list[str]:
     return _csv(os.environ.get("REDLOCK_URLS"))
 
 
+def zookeeper_hosts() -> str | None:
+    """``ZOOKEEPER_HOSTS`` as the shop reads it, None when unset or empty; the one
+    reading the workers, ``seckill serve``'s notes and its database claim share (an
+    undocumented ``ZK_HOSTS`` alias reached the workers alone: a shop locking on
+    ZooKeeper started with no note that nothing answered there)."""
+    return os.environ.get("ZOOKEEPER_HOSTS") or None
+
+
 _OFF = ("", "0", "false", "no", "off")
 _ON = ("1", "true", "yes", "on")
 
@@ -253,7 +261,7 @@ def from_env(instance_path: str) -> dict[str, Any]:
                                      or default_database_url(instance_path)),
         "REDIS_URL": os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL,
         "REDLOCK_URLS": redlock_urls(),
-        "ZOOKEEPER_HOSTS": os.environ.get("ZOOKEEPER_HOSTS") or os.environ.get("ZK_HOSTS"),
+        "ZOOKEEPER_HOSTS": zookeeper_hosts(),
         "SECKILL_ADMIN_TOKEN": _admin_token(),
         # the featured sale's strategy when served (ServedApp reads it for the demo seed)
         "LOCK_STRATEGY": os.environ.get("LOCK_STRATEGY", "token"),

@@ -85,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     log = Path.cwd() / "instance" / "seckill-serve.log"  # another serve's: one of its own
     served = ServedApp(args.host, args.port or None, args.workers,
                        os.environ.get("REDIS_URL") or None,
-                       database_url, redlock, os.environ.get("ZOOKEEPER_HOSTS"),
+                       database_url, redlock, settings.zookeeper_hosts(),
                        log_path=log)
     try:
         served.start()  # stops what it started if it fails

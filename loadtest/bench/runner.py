@@ -22,7 +22,7 @@ import redis
 
 from lockcore.embedded import EmbeddedRedis
 from lockcore.zkserver import any_answers
-from webapp.config import ConfigError, check_zookeeper_hosts
+from webapp.config import ConfigError, check_zookeeper_hosts, zookeeper_hosts
 
 from . import stats
 from .contenders import Contender, by_name
@@ -144,8 +144,8 @@ def _snapshot(lock_servers: list[redis.Redis], every: list[redis.Redis],
 
 
 def _zookeeper(stack: ExitStack) -> tuple[str | None, str, int | None]:
-    if os.environ.get("ZOOKEEPER_HOSTS"):  # not ours: its CPU is not ours to count
-        hosts = os.environ["ZOOKEEPER_HOSTS"]
+    hosts = zookeeper_hosts()
+    if hosts:  # not ours: its CPU is not ours to count
         try:  # a string kazoo cannot read is no "nothing listens there"
             check_zookeeper_hosts(hosts)
         except ConfigError as exc:

@@ -80,3 +80,31 @@ def test_an_admin_token_that_is_not_utf8_is_refused_naming_it(monkeypatch, tmp_p
 def test_a_non_ascii_admin_token_in_utf8_is_taken(monkeypatch, tmp_path):
     monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "tökén")
     assert config.from_env(str(tmp_path))["SECKILL_ADMIN_TOKEN"] == "tökén"
+
+
+@pytest.mark.parametrize("name", ["ZOOKEEPER_HOSTS", "ZK_HOSTS"])
+def test_serve_gives_its_shop_the_zookeeper_hosts_the_workers_read(monkeypatch, tmp_path, name):
+    # ZK_HOSTS, an undocumented alias, reached the workers alone: `seckill serve` started
+    # a shop locking on it with no note that nothing answered there, and its database
+    # claim did not count it among the shop's lock servers
+    import argparse
+
+    from webapp import serve
+
+    seen = {}
+
+    class Recorded(serve.ServedApp):
+        def start(self):
+            seen["hosts"] = self.zookeeper_hosts
+            raise serve.StartupError("recorded")
+
+    monkeypatch.delenv("ZOOKEEPER_HOSTS", raising=False)
+    monkeypatch.delenv("ZK_HOSTS", raising=False)
+    monkeypatch.setenv(name, "127.0.0.1:2181")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(serve, "ServedApp", Recorded)
+    assert serve.main(argparse.Namespace(host="127.0.0.1", port=0, workers=1)) == 1
+    workers_read = config.from_env(str(tmp_path))["ZOOKEEPER_HOSTS"]
+    assert seen["hosts"] == workers_read
+    assert workers_read == ("127.0.0.1:2181" if name == "ZOOKEEPER_HOSTS" else None)
+    assert config.zookeeper_hosts() == workers_read  # what showdown and bench read too
