@@ -199,6 +199,13 @@ def check_served_database(config: dict[str, Any]) -> None:
     from sqlalchemy.engine import make_url
 
     url = make_url(config["DATABASE_URL"])
+    if url.get_backend_name() == "sqlite" and (url.host or url.port):
+        # sqlite://x.sqlite: SQLAlchemy reads a host 'x.sqlite' and no database, and
+        # the file was blamed on "an in-memory database" (a review)
+        raise ConfigError(f"DATABASE_URL: {without_password(config['DATABASE_URL'])!r} "
+                          "names a host, and SQLite takes a file path with no host: "
+                          "three slashes for a relative one (sqlite:///relative/path.sqlite), "
+                          "four for an absolute one (sqlite:////absolute/path.sqlite)")
     if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
         raise ConfigError("DATABASE_URL: an in-memory SQLite database lives in one process, "
                           "and gunicorn's workers are several: give it a file "

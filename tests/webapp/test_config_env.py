@@ -108,3 +108,23 @@ def test_serve_gives_its_shop_the_zookeeper_hosts_the_workers_read(monkeypatch, 
     assert seen["hosts"] == workers_read
     assert workers_read == ("127.0.0.1:2181" if name == "ZOOKEEPER_HOSTS" else None)
     assert config.zookeeper_hosts() == workers_read  # what showdown and bench read too
+
+
+@pytest.mark.parametrize("url", ["sqlite://x.sqlite", "sqlite://localhost/x.sqlite"])
+def test_a_sqlite_url_with_two_slashes_is_refused_for_its_host_not_called_in_memory(
+        monkeypatch, tmp_path, url):
+    # sqlite://x.sqlite is a host 'x.sqlite' and no database to SQLAlchemy: the hint
+    # blamed "an in-memory SQLite database", which the user never asked for
+    monkeypatch.setenv("DATABASE_URL", url)
+    with pytest.raises(config.ConfigError) as refused:
+        config.served_from_env(str(tmp_path))
+    message = str(refused.value)
+    assert "in-memory" not in message
+    assert "names a host" in message and "sqlite:///relative" in message
+    assert "sqlite:////absolute" in message
+
+
+def test_sqlite_in_memory_is_still_refused_as_in_memory(monkeypatch, tmp_path):
+    monkeypatch.setenv("DATABASE_URL", "sqlite://")
+    with pytest.raises(config.ConfigError, match="in-memory"):
+        config.served_from_env(str(tmp_path))
