@@ -162,6 +162,21 @@ class ShopClient:
         return True
 
 
+def unsendable_token(token: str, name: str) -> str | None:
+    """Why ``token`` cannot go in an Authorization header, naming where it came from
+    (``name``); None when it can. Bytes that are not UTF-8 (Latin-1 ``t\xf6k`` in a
+    shell) and control characters (a pasted newline) were reported as 'cannot reach the
+    shop', after a call that never left (a CLI audit)."""
+    try:
+        token.encode("utf-8")  # undecodable bytes arrive as lone surrogates
+    except UnicodeEncodeError:
+        return f"{name} is not UTF-8 text (its bytes are in another encoding)"
+    if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in token):
+        return (f"{name} has a control character (a newline?) that no HTTP header "
+                "can carry")
+    return None
+
+
 def _as_header(text: str) -> str:
     """``text`` as its UTF-8 bytes, one character per byte: http.client encodes a header
     as latin-1, so a token like ``tökén`` went as latin-1 (refused: the shop compares

@@ -46,7 +46,7 @@ from .serving import (
     strategy_names,
     strategy_safety,
 )
-from .shop import ShopError, ShopUnreachable
+from .shop import ShopError, ShopUnreachable, unsendable_token
 from .verdict import ANSWER_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
@@ -287,6 +287,10 @@ def main(args: argparse.Namespace) -> int:
         problem = "--report needs a directory name (like --report report/)"
     if args.url and problem is None:  # the shop's Redis, read for redis/purchase: a bad
         problem = malformed_redis_urls()  # URL was a traceback after the shop was asked
+    if args.url and problem is None:
+        token, name = ((args.admin_token, "--admin-token") if args.admin_token
+                       else (os.environ.get("SECKILL_ADMIN_TOKEN", ""), "SECKILL_ADMIN_TOKEN"))
+        problem = unsendable_token(token, name)
     if problem is None:  # last: it makes the folders, which a usage error must not
         problem = _unwritable(report_dir, args.json)
     if problem is not None:

@@ -431,3 +431,32 @@ def test_a_report_path_that_is_a_file_is_refused_saying_dir_names_a_folder(
     assert code == 2 and err.count("\n") == 1, err
     assert f"--report {page}: a file, not a directory" in err, err
     assert page.read_text() == "mine"
+
+
+@pytest.mark.parametrize("token, why", [
+    (b"t\xf6k".decode("utf-8", "surrogateescape"), "--admin-token is not UTF-8 text"),
+    ("a\nb", "--admin-token has a control character"),
+])
+def test_an_admin_token_no_header_can_carry_is_a_usage_error_naming_it(
+        monkeypatch, capsys, token, why):
+    # Latin-1 bytes or a pasted newline: "cannot reach the shop: 'utf-8' codec can't
+    # encode ..." (exit 1), about a call that never left this process
+    from loadtest import showdown as module
+
+    started = []
+    monkeypatch.setattr(module, "_run", lambda *args: started.append(args) or 0)
+    code = main(["showdown", "--url", "http://127.0.0.1:9", "--admin-token", token])
+    err = capsys.readouterr().err
+    assert code == 2 and not started
+    assert err.startswith(f"seckill showdown: error: {why}") and err.count("\n") == 1, err
+
+
+def test_an_admin_token_from_the_environment_no_header_can_carry_names_the_variable(
+        monkeypatch, capsys):
+    from loadtest import showdown as module
+
+    monkeypatch.setattr(module, "_run", lambda *args: 0)
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "a\rb")
+    code = main(["showdown", "--url", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: SECKILL_ADMIN_TOKEN has a control character" in err, err
