@@ -251,6 +251,19 @@ def check_served_strategy(config: dict[str, Any]) -> None:
         raise ConfigError(f"LOCK_STRATEGY: {missing}")
 
 
+#: the prefixes and names of what a served shop reads from the environment (here and
+#: in gunicorn_conf.py)
+_SHOP_SETTING_PREFIXES = ("SECKILL_", "LOCK_", "REDIS_")
+_SHOP_SETTING_NAMES = ("DATABASE_URL", "REDLOCK_URLS", "ZOOKEEPER_HOSTS",
+                       "PURCHASE_CONCURRENCY")
+
+
+def is_shop_setting(name: str) -> bool:
+    """Whether the environment variable ``name`` configures a served shop (the labs
+    serve theirs without any, so that their verdicts are the same in every shell)."""
+    return name.startswith(_SHOP_SETTING_PREFIXES) or name in _SHOP_SETTING_NAMES
+
+
 #: the response header in which ``/healthz`` names the serve that started it
 #: (``SECKILL_SERVE_ID``; ``ServedApp`` checks it)
 SERVE_ID_HEADER = "X-Seckill-Serve-Id"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .crowd import flash_sale
+from .crowd import flash_sale, lab_storefront
 from .narration import Narrator, Verdict
 
 TITLE = "1000 buyers, 100 units, a check-then-set lock: the sale oversells"
@@ -28,10 +28,8 @@ WORKERS = 2
 
 
 def run(narrator: Narrator, *, buyers: int = BUYERS, stock: int = STOCK) -> Verdict:
-    from webapp.serve import ServedApp  # the web app is only needed by the storefront labs
-
     narrator("starting the storefront: gunicorn with %d gevent workers", WORKERS)
-    with ServedApp(workers=WORKERS, redlock_urls=[]) as app:
+    with lab_storefront(WORKERS) as app:
         narrator("storefront at %s", app.url)
         narrator.section("naive: GET lock, then SET lock")
         naive = flash_sale(narrator, app, "naive", buyers=buyers, stock=stock, work_ms=WORK_MS)

@@ -23,7 +23,7 @@ import redis
 
 import lockcore
 
-from .crowd import flash_sale
+from .crowd import flash_sale, lab_storefront
 from .narration import Narrator, Verdict
 
 TITLE = "a process-local lock: exact within one process, oversells across gunicorn workers"
@@ -77,10 +77,8 @@ class _NoLock:
 
 
 def run(narrator: Narrator, *, buyers: int = BUYERS, stock: int = STOCK) -> Verdict:
-    from webapp.serve import ServedApp  # the web app is only needed by the storefront labs
-
     narrator("starting the storefront: gunicorn with %d gevent workers", WORKERS)
-    with ServedApp(workers=WORKERS, redlock_urls=[]) as app:
+    with lab_storefront(WORKERS) as app:
         narrator("storefront at %s (Redis %s)", app.url, app.redis_url)
         assert app.redis_url is not None  # ServedApp started its own Redis
         client = redis.Redis.from_url(app.redis_url)

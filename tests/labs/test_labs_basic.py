@@ -106,6 +106,36 @@ def test_oversell_lab_with_a_reduced_crowd_oversells_naive_and_not_token() -> No
     assert 0 < verdict.facts["token_units_sold"] <= 30
 
 
+def test_the_oversell_lab_serves_its_shop_without_the_users_shop_settings(monkeypatch) -> None:
+    # ServedApp hands its shop the environment it runs in: LOCK_TTL_MS=1 left in a
+    # shell made token oversell (1 of 100) and the verdict NOT DEMONSTRATED, and the
+    # README says the labs ignore these settings
+    import json
+    import os
+    import urllib.request
+
+    from loadtest.labs.crowd import SaleResult
+
+    shell = {"SECKILL_ADMIN_TOKEN": "from-the-shell", "ZOOKEEPER_HOSTS": "127.0.0.1:2181",
+             "LOCK_TTL_MS": "1"}
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    seen = []
+
+    def recorded_sale(narrator, app, strategy, **_):
+        with urllib.request.urlopen(f"{app.url}/api/strategies?unusable=true") as answer:
+            seen.append((app.admin_token, json.load(answer), dict(os.environ)))
+        return SaleResult(strategy, {}, {"oversold": 0, "units_sold": 0, "consistent": True})
+
+    monkeypatch.setattr(oversell, "flash_sale", recorded_sale)
+    oversell.run(Narrator(quiet=True), buyers=1, stock=1)
+    token, unusable, environ = seen[0]
+    assert token != "from-the-shell"
+    assert "zookeeper" in unusable  # its shop was given no ZOOKEEPER_HOSTS
+    assert not set(shell) & set(environ)
+    assert {name: os.environ[name] for name in shell} == shell  # back once it stopped
+
+
 @pytest.mark.slow
 def test_oversell_lab_at_full_size_oversells_1000_buyers_over_100_units() -> None:
     verdict, narrator = run_quietly("oversell")
