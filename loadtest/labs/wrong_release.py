@@ -38,8 +38,10 @@ def _wait_until_expired(client: Any, key: str, timeout: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def _story(narrator: Narrator, client: Any, strategy: str) -> tuple[bool, bool]:
-    """Returns (A's release was refused, C got the lock while B held it)."""
+def _story(narrator: Narrator, client: Any, strategy: str) -> tuple[bool, bool, bool]:
+    """Returns (B got the lock after it expired under A, A's release was refused, C got
+    the lock while B held it). C counts as a second holder only if B holds the lock:
+    unchecked, a B that never got it still read as "two holders"."""
     resource = f"stock:{strategy}"
     a = lockcore.create(strategy, client, resource, ttl_ms=TTL_MS)
     b = lockcore.create(strategy, client, resource, ttl_ms=LONG_TTL_MS)
@@ -48,8 +50,8 @@ def _story(narrator: Narrator, client: Any, strategy: str) -> tuple[bool, bool]:
     narrator("A acquires (ttl %d ms) and is slow", TTL_MS)
     _wait_until_expired(client, a.key)
     narrator("the lock expires under A")
-    b.acquire(blocking=False)
-    narrator("B acquires and starts working")
+    b_got = b.acquire(blocking=False)
+    narrator("B acquires and starts working" if b_got else "B could NOT acquire")
     refused = False
     try:
         a.release()
@@ -59,26 +61,30 @@ def _story(narrator: Narrator, client: Any, strategy: str) -> tuple[bool, bool]:
         refused = True
         narrator("A's release is refused (LockNotOwned: %s); B's key is untouched", exc.message)
     c_got = c.acquire(blocking=False)
+    two_holders = b_got and c_got
     narrator("C tries the lock while B works: %s", "ACQUIRED, B and C both hold it"
-             if c_got else "refused, B still holds it")
-    for handle in (c, b) if c_got else (b,):
+             if two_holders else "acquired, but B held nothing" if c_got
+             else "refused, B still holds it")
+    for handle in [h for h, got in ((c, c_got), (b, b_got)) if got]:
         try:
             handle.release()
         except lockcore.LockNotOwned:
             pass
-    return refused, c_got
+    return b_got, refused, two_holders
 
 
 def run(narrator: Narrator) -> Verdict:
     with lab_client(narrator) as (_, client):
         narrator.section("setnx-expire: SETNX + EXPIRE, release is a plain DEL")
-        plain_refused, plain_two_holders = _story(narrator, client, "setnx-expire")
+        plain_b_held, plain_refused, plain_two_holders = _story(narrator, client,
+                                                                "setnx-expire")
         narrator.section("token: random value, compare-and-delete release")
-        token_refused, token_two_holders = _story(narrator, client, "token")
-    facts = {"plain_del_refused": plain_refused, "plain_two_holders": plain_two_holders,
+        token_b_held, token_refused, token_two_holders = _story(narrator, client, "token")
+    facts = {"plain_b_held": plain_b_held, "token_b_held": token_b_held,
+             "plain_del_refused": plain_refused, "plain_two_holders": plain_two_holders,
              "token_release_refused": token_refused, "token_two_holders": token_two_holders}
-    demonstrated = (not plain_refused and plain_two_holders and token_refused
-                    and not token_two_holders)
+    demonstrated = (plain_b_held and token_b_held and not plain_refused
+                    and plain_two_holders and token_refused and not token_two_holders)
     line = (f"plain DEL: A freed B's lock and C got in "
             f"({'two holders' if plain_two_holders else 'NOT reproduced'}); token: A's "
             f"release {'raised LockNotOwned' if token_refused else 'was NOT refused'} and "

@@ -69,10 +69,34 @@ def test_getset_clock_verdict_does_not_rest_on_the_del_setnx_replay(monkeypatch)
 def test_wrong_release_lab_shows_plain_del_freeing_the_next_holders_lock() -> None:
     verdict, narrator = run_quietly("wrong-release")
     assert verdict.demonstrated, narrator.text()
+    assert verdict.facts["plain_b_held"] is True and verdict.facts["token_b_held"] is True
     assert verdict.facts["plain_del_refused"] is False
     assert verdict.facts["plain_two_holders"] is True
     assert verdict.facts["token_release_refused"] is True
     assert verdict.facts["token_two_holders"] is False
+
+
+def test_wrong_release_lab_counts_no_second_holder_when_b_never_got_the_lock(
+        monkeypatch) -> None:
+    # B's acquire went unchecked: C getting a free lock read as "B and C both hold it"
+    import lockcore
+    from loadtest.labs import wrong_release
+
+    created, original = [], lockcore.create
+
+    def create(*args, **kwargs):
+        lock = original(*args, **kwargs)
+        created.append(lock)
+        if len(created) % 3 == 2:  # B, in each story
+            monkeypatch.setattr(lock, "acquire", lambda **_: False)
+        return lock
+
+    monkeypatch.setattr(wrong_release.lockcore, "create", create)
+    narrator = Narrator(quiet=True)
+    verdict = wrong_release.run(narrator)
+    assert verdict.facts["plain_two_holders"] is False, narrator.text()
+    assert verdict.facts["plain_b_held"] is False
+    assert not verdict.demonstrated
 
 
 def test_pause_past_ttl_lab_lands_a_stale_write_unless_fenced() -> None:
