@@ -345,6 +345,32 @@ def test_frozen_nodes_keep_costing_one_deadline_not_one_each_and_release_stays_c
             server.resume()
 
 
+def test_the_frozen_nodes_of_one_call_fall_due_together(redlock_cluster,
+                                                        redlock_clients) -> None:
+    """Each frozen node was marked suspect as it timed out, the second a millisecond
+    after the first (it had what the first left). They fell due again apart, and a call
+    in that gap asked one, the next call the other: two deadlines a second, not one (a
+    lockcore audit). One call's timed-out nodes are now marked at one instant."""
+    from lockcore.strategies import redlock_nodes
+
+    lock = redlock(redlock_clients, node_timeout_ms=300, ttl_ms=10_000)
+    assert lock.acquire(blocking=False)  # every connection open: both frozen are read
+    lock.release()
+    frozen = redlock_cluster.servers[:2]
+    for server in frozen:
+        server.pause()
+    try:
+        assert lock.acquire(blocking=False)
+        marks = [redlock_nodes._suspects.get(client) for client in redlock_clients[:2]]
+        assert None not in marks and marks[0] == marks[1], marks
+        lock.release()
+    finally:
+        for server in frozen:
+            server.resume()
+        for client in redlock_clients[:2]:
+            redlock_nodes._suspects.pop(client, None)
+
+
 def test_suspects_are_asked_anyway_when_the_rest_are_no_majority(redlock_clients) -> None:
     # a stall of this process can time out live nodes: three of five suspected must
     # not refuse every acquire for a second
