@@ -772,3 +772,31 @@ def test_a_message_ends_its_sentence_once_and_says_when_once(page):
         card = page.locator('.card[data-sku="sku-1"]')
         card.locator(".buy").click()
         expect(card.locator(".message")).to_have_text(f"Not sold: {held_off}.")
+
+
+def test_an_oversold_sale_says_so_on_its_card_with_the_audits_number(page):
+    """A naive sale of 100 under 1000 buyers showed "26 of 100 left · 1000 sold" and a
+    Buy now button, and nothing else: only the admin page said 900 were oversold (a
+    storefront audit, watching a showdown). The card says it, with the audit's number."""
+    from playwright.sync_api import expect
+
+    from tests.webapp.served import audit, stampede
+
+    # two workers, as tests/webapp/test_served.py oversells naive: one worker's
+    # greenlets did not overlap reliably enough for the race to show
+    with ServedApp(workers=2) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="naive", work_ms=30)
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        expect(card.locator(".oversold")).to_be_hidden()
+        stampede(app, "sku-1", 60, threads=30)
+        result = audit(app, "sku-1")
+        assert result["oversold"] > 0, result  # naive oversells, as taught
+        expect(card.locator(".sold")).to_have_text(str(result["units_sold"]))
+        expect(card.locator(".oversold")).to_have_text(
+            f"Oversold by {result['oversold']}: orders for {result['units_sold']} units, "
+            "only 5 in stock.")
+
+        reset_sale(app, "sku-1", stock=5, strategy="token")  # a new sale: the line goes
+        expect(card.locator(".sold")).to_have_text("0")
+        expect(card.locator(".oversold")).to_be_hidden()

@@ -77,6 +77,13 @@ function render(product) {
   const inCheckout = product.initial_stock - product.stock - product.sold;
   el.querySelector(".in-checkout").textContent = inCheckout;
   el.querySelector(".checkout").hidden = !(inCheckout > 0);
+  // an unsafe lock sells units the shop never had: "26 of 100 left · 1000 sold" and
+  // nothing else left a watcher to find the 900 on the admin page (a storefront audit)
+  const oversold = product.sold - product.initial_stock;
+  const line = el.querySelector(".oversold");
+  line.hidden = !(oversold > 0);
+  line.textContent = oversold > 0 ? `Oversold by ${oversold}: orders for ${product.sold} ` +
+    `units, only ${product.initial_stock} in stock.` : "";
   el.querySelector(".strategy-name").textContent = product.strategy;
   const share = product.initial_stock ? (100 * product.stock) / product.initial_stock : 0;
   el.querySelector(".fill").style.width = Math.max(0, Math.min(100, share)) + "%";
