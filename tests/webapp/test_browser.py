@@ -800,3 +800,18 @@ def test_an_oversold_sale_says_so_on_its_card_with_the_audits_number(page):
         reset_sale(app, "sku-1", stock=5, strategy="token")  # a new sale: the line goes
         expect(card.locator(".sold")).to_have_text("0")
         expect(card.locator(".oversold")).to_be_hidden()
+
+
+def test_a_wrong_admin_token_is_called_that_on_the_admin_page(page):
+    """A mistyped token in the admin page's own "Admin token" field was answered with
+    the API's words for curl users, "unauthorized: send Authorization: Bearer <the
+    admin token>", a header the page itself sends (a storefront audit)."""
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        page.goto(app.url + "/admin")
+        page.fill("#token", app.admin_token + "x")
+        page.click("#reset-form button")
+        expect(page.locator("#reset-message")).to_have_text(
+            "Wrong admin token (unauthorized): use the one seckill serve printed.")
+        expect(page.locator("#reset-message")).to_have_class("message error")

@@ -94,7 +94,11 @@ $("reset-form").addEventListener("submit", async (event) => {
     message.textContent = response.ok
       ? `Reset ${body.sku}: ${body.stock} units, strategy ${body.strategy}, ` +
         `work ${body.work_ms} ms, ${limit}.`
-      : `${body.error}: ${body.detail}`;
+      // the API's 401 tells curl users which header to send; this page sends it, and
+      // the token typed above is what was wrong (a storefront audit)
+      : response.status === 401
+        ? `Wrong admin token (${body.error}): use the one seckill serve printed.`
+        : `${body.error}: ${body.detail}`;
   } catch (err) {
     message.className = "message error";
     message.textContent = "Network error (or not the shop's answer).";
