@@ -23,6 +23,7 @@ from .compare import (
     StrategyResult,
     format_rounds,
     table_rows,
+    unsold_notes,
 )
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}
@@ -44,6 +45,15 @@ def _table(results: list[StrategyResult]) -> str:
         out.append(f'<tr class="{css}">' + "".join(f"<td>{escape(c)}</td>" for c in row)
                    + "</tr>")
     return "\n".join(out + ["</table>"])
+
+
+def _notes(results: list[StrategyResult]) -> list[str]:
+    """What the terminal says under its table, said under this one: a sale cut short,
+    orders no buyer heard of, and why a phase broke. Without them the page showed a
+    green "ok" row, and a bare "ERROR" (a report audit)."""
+    lines = unsold_notes(results) + [f"{r.label}: ERROR: {r.error}" for r in results
+                                     if r.error]
+    return [f'<p class="note">{escape(line)}</p>' for line in lines]
 
 
 def charts(results: list[StrategyResult]) -> list[str]:
@@ -122,6 +132,7 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
         f"({summary.get('elapsed_s', '?')} s)</p>",
         _table(results),
         *(f"<p>{escape(line)}</p>" for line in format_rounds(results).splitlines()),
+        *_notes(results),
         _explained(results),
         *charts(results),
         f"<h2>Machine and settings</h2><ul>{facts}</ul>",

@@ -295,3 +295,17 @@ def test_a_bar_charts_slanted_labels_fit_inside_the_picture():
     y = float(re.search(r'transform="rotate\(-35 [\d.]+ ([\d.]+)\)"', chart)[1])
     assert y + len(label) * 6.2 * math.sin(math.radians(35)) <= height
     assert f">{label}</text>" in chart  # whole, not cut
+
+
+def test_the_page_says_under_its_table_what_the_terminal_noted_and_why_a_phase_broke():
+    """A sale cut short by an outage, orders no buyer heard of, and a phase that broke
+    were said under the terminal's table only: the page showed a green "ok" row and a
+    bare "ERROR" with no reason (a report audit)."""
+    cut_short = result("token", True, sold=4, outcomes={"busy": 6})
+    cut_short.stock = cut_short.users = 10
+    unheard = result("atomic", True, unconfirmed=3, outcomes={"error": 3})
+    broke = StrategyResult("redlock", True, error="Locust made no requests")
+    page = render([cut_short, unheard, broke], {})
+    assert "note: token left 6 of 10 units unsold while 6 answers were 503 busy" in page
+    assert "3 orders were made that no buyer was told about" in page
+    assert "redlock: ERROR: Locust made no requests" in page
