@@ -30,13 +30,15 @@ _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}
 table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px}
 td{text-align:right}td:first-child{text-align:left}.FAIL,.ERROR{background:#f8d0d0}
 .ok{background:#d8f0d8}.taught{background:#fde9c8}.baseline{background:#eef0f3}
-svg{margin:1em 0;display:block}
+svg{margin:1em 0;display:block}.wide{overflow-x:auto}
 code{background:#f4f4f4;padding:2px 4px}"""
 
 
 def _table(results: list[StrategyResult]) -> str:
     header, rows = table_rows(results)
-    out = ["<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>"]
+    # on a phone the wide table scrolls in its own box, not the whole page sideways
+    out = ["<div class='wide'><table><tr>"
+           + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>"]
     for result, row in zip(results, rows, strict=True):
         # a no-op baseline sells nothing and is judged on nothing: neither green nor the
         # orange of an unsafe strategy's taught failure, which it was given (a showdown audit)
@@ -44,7 +46,7 @@ def _table(results: list[StrategyResult]) -> str:
             result.verdict, "ERROR" if result.error else "taught")
         out.append(f'<tr class="{css}">' + "".join(f"<td>{escape(c)}</td>" for c in row)
                    + "</tr>")
-    return "\n".join(out + ["</table>"])
+    return "\n".join(out + ["</table></div>"])
 
 
 def _notes(results: list[StrategyResult]) -> list[str]:
@@ -126,6 +128,7 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
                     for k, v in {**machine, **settings}.items() if k != "command")
     return "\n".join([
         "<!doctype html><html><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<title>seckill showdown</title>", f"<style>{_STYLE}</style></head><body>",
         "<h1>seckill showdown</h1>",
         f"<p>Command: <code>{escape(str(machine.get('command', '')))}</code> "
@@ -134,7 +137,8 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
         *(f"<p>{escape(line)}</p>" for line in format_rounds(results).splitlines()),
         *_notes(results),
         _explained(results),
-        *charts(results),
+        # a chart keeps its size (its 11 px labels shrunk to 5 px on a phone) and scrolls
+        *(f"<div class='wide'>{chart}</div>" for chart in charts(results)),
         f"<h2>Machine and settings</h2><ul>{facts}</ul>",
         "<p>Raw data: <a href='summary.json'>summary.json</a>, Locust CSVs, logs and "
         "arrival logs (and the log of a shop the showdown served) in "

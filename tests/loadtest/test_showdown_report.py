@@ -309,3 +309,13 @@ def test_the_page_says_under_its_table_what_the_terminal_noted_and_why_a_phase_b
     assert "note: token left 6 of 10 units unsold while 6 answers were 503 busy" in page
     assert "3 orders were made that no buyer was told about" in page
     assert "redlock: ERROR: Locust made no requests" in page
+
+
+def test_the_page_fits_a_phones_width_the_table_and_each_chart_scroll_in_their_box():
+    """At 375 px the 720 px charts and the 14-column table ran off the page's right
+    edge, beside paragraphs wrapped to the screen (a report audit)."""
+    page = render([result("token", True)], {})
+    assert "<meta name='viewport' content='width=device-width, initial-scale=1'>" in page
+    assert page.count("<div class='wide'><svg") == 4
+    assert re.search(r"<div class='wide'><table>.*</table></div>", page, re.S)
+    assert ".wide{overflow-x:auto}" in page
