@@ -1,7 +1,8 @@
 """Small inline-SVG charts, so the report opens from the file system with no network.
 
 Three shapes cover the showdown: bars (one value per strategy), grouped bars (p50/p95/p99
-per strategy) and lines (throughput over time). Values of None are drawn as gaps.
+per strategy) and lines (throughput over time). A bar without a figure (None) is an
+"n/a" at its foot.
 """
 
 from __future__ import annotations
@@ -73,10 +74,15 @@ def bars(title: str, labels: list[str], series: dict[str, list[float | None]],
     bar_w = group_w * 0.8 / max(len(series), 1)
     for s, (name, values) in enumerate(series.items()):
         for i, value in enumerate(values):
-            if value is None:
+            x = LEFT + i * group_w + group_w * 0.1 + s * bar_w
+            if value is None:  # no figure (a strategy without a fairness): say so, as
+                # the table does, where a bare gap read as a zero (a report audit)
+                parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{TOP + plot_h - 4:.1f}" '
+                             f'font-size="10" fill="#777" text-anchor="middle">n/a'
+                             f'<title>{escape(labels[i])} {escape(name)}: no figure'
+                             f'</title></text>')
                 continue
             h = plot_h * value / top
-            x = LEFT + i * group_w + group_w * 0.1 + s * bar_w
             fill = colors[i] if colors and len(series) == 1 else PALETTE[s % len(PALETTE)]
             parts.append(f'<rect x="{x:.1f}" y="{TOP + plot_h - h:.1f}" width="{bar_w:.1f}" '
                          f'height="{h:.1f}" fill="{fill}"><title>{escape(labels[i])} '

@@ -20,7 +20,7 @@ from loadtest.compare import (
     format_rounds,
     format_table,
 )
-from loadtest.report import render, write_report
+from loadtest.report import charts, render, write_report
 from loadtest.verdict import PURCHASE_NAME
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -70,6 +70,14 @@ def test_the_table_has_one_aligned_line_per_strategy():
     assert len({len(line) for line in (header, rule, *rows)}) == 1
     assert rows[0].split()[:4] == ["naive", "NO", "100", "30"]
     assert " - " in rows[1]  # an unknown figure is a dash, not 0
+
+
+def test_a_strategy_without_a_figure_is_n_a_in_its_chart_not_a_bare_gap():
+    # a strategy with no fairness figure left a gap in the fairness chart, read as zero
+    fairness = charts([result("token", True), result("setnx-expire", True, fairness=None)])[-1]
+    assert "Fairness" in fairness
+    assert ">n/a<title>setnx-expire fairness: no figure</title>" in fairness
+    assert fairness.count("n/a") == 1  # token has its figure
 
 
 def test_the_report_is_one_offline_html_file_with_the_table_and_four_charts(tmp_path):
