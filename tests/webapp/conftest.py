@@ -102,6 +102,24 @@ def client(app: Flask) -> FlaskClient:
     return app.test_client()
 
 
+def lock_held_at_stock_writes(monkeypatch: pytest.MonkeyPatch, redis_client: Any,
+                              module: Any) -> list[bool]:
+    """Whether the sale's token lock key was in Redis at each stock write ``module``
+    (``lockedpath``, ``allocation``) makes from now on."""
+    import lockcore
+
+    lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
+    held_at_write: list[bool] = []
+    real_set_stock = module.set_stock
+
+    def watched_set_stock(client: Any, key: str, units: int) -> Any:
+        held_at_write.append(bool(redis_client.exists(lock_key)))
+        return real_set_stock(client, key, units)
+
+    monkeypatch.setattr(module, "set_stock", watched_set_stock)
+    return held_at_write
+
+
 def auth(token: str = ADMIN_TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

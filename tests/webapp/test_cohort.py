@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.webapp.conftest import ADMIN_TOKEN, SKU, empty_shop, make_app
+from tests.webapp.conftest import (
+    ADMIN_TOKEN,
+    SKU,
+    empty_shop,
+    lock_held_at_stock_writes,
+    make_app,
+)
 from tests.webapp.twoprocesses import (
     assert_holds_interleaved,
     sell_in_two_processes,
@@ -380,14 +386,6 @@ def test_a_lock_taken_for_the_sale_before_a_reset_is_not_passed_to_the_new_sales
     shop = app.extensions["seckill"]
     sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=6, strategy="token")
     sales.reset_sale(shop.sessions, shop.redis, SKU, stock=6, strategy="token", limit=1)
-    lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
-    held_at_write: list[bool] = []
-    real_set_stock = lockedpath.set_stock
-
-    def watched_set_stock(client: Any, key: str, units: int) -> None:
-        held_at_write.append(bool(redis_client.exists(lock_key)))
-        real_set_stock(client, key, units)
-
     def waiting() -> int:  # a leader trying for the lock, or a turn queued behind one
         return sum(len(cohort._queue) + (cohort._trying is not None)
                    for cohort in shop.cohorts._by_key.values())
@@ -400,7 +398,7 @@ def test_a_lock_taken_for_the_sale_before_a_reset_is_not_passed_to_the_new_sales
         return app.test_client().post(f"/api/products/{SKU}/purchase",
                                       json={"user_id": user}).status_code
 
-    monkeypatch.setattr(lockedpath, "set_stock", watched_set_stock)
+    held_at_write = lock_held_at_stock_writes(monkeypatch, redis_client, lockedpath)
     reset = lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=20_000)
     assert reset.acquire(blocking=False)  # the admin reset's hold
     with ThreadPoolExecutor(2) as pool:

@@ -20,9 +20,9 @@ import pytest
 from sqlalchemy import select
 
 import lockcore
-from tests.webapp.conftest import SKU, backends, empty_shop, make_app
+from tests.webapp.conftest import SKU, backends, empty_shop, lock_held_at_stock_writes, make_app
 from tests.webapp.twoprocesses import sell_in_two_processes
-from webapp import sales
+from webapp import allocation, sales
 from webapp.combining import CombinableLock
 from webapp.locks import local_queue, stock_resource
 from webapp.models import Order
@@ -188,29 +188,13 @@ def test_the_lock_is_held_until_every_winner_of_the_batch_has_written_its_row(
     backends(app).close()
 
 
-def lock_held_at_stock_writes(monkeypatch, redis_client) -> list[bool]:
-    """Whether the sale's token lock key was in Redis at each stock write, from now on."""
-    from webapp import allocation
-
-    lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
-    held_at_write: list[bool] = []
-    real_set_stock = allocation.set_stock
-
-    def watched_set_stock(client, key, units):
-        held_at_write.append(bool(redis_client.exists(lock_key)))
-        return real_set_stock(client, key, units)
-
-    monkeypatch.setattr(allocation, "set_stock", watched_set_stock)
-    return held_at_write
-
-
 def test_a_batch_with_simulated_work_is_cut_to_what_the_lock_ttl_has_room_for(
         sqlite_url, redis_url, redis_client, monkeypatch):
     """30 queued buyers at 20 ms of work each would hold one section 600 ms under a
     440 ms lock (LOCK_TTL_MS 400 + 2 x 20): the lock expires mid-section and another
     worker may take it. Batches are cut so every stock write happens under the lock."""
     app = combining_shop(sqlite_url, redis_url, stock=100, work_ms=20, LOCK_TTL_MS=400)
-    held_at_write = lock_held_at_stock_writes(monkeypatch, redis_client)
+    held_at_write = lock_held_at_stock_writes(monkeypatch, redis_client, allocation)
     users = [f"u{n}" for n in range(30)]
     answers = queued_while_held(app, redis_client, [lambda u=u: post(app, u) for u in users])
     assert [status for status, _ in answers] == [201] * 30
@@ -241,7 +225,7 @@ def test_a_lock_taken_for_the_sale_before_a_reset_is_not_kept_for_the_new_sales_
         while queued() < count:
             threading.Event().wait(0.001)
 
-    held_at_write = lock_held_at_stock_writes(monkeypatch, redis_client)
+    held_at_write = lock_held_at_stock_writes(monkeypatch, redis_client, allocation)
     reset = lockcore.create("token", redis_client, f"stock:{SKU}", ttl_ms=20_000)
     assert reset.acquire(blocking=False)  # the admin reset's hold
     with ThreadPoolExecutor(2) as pool:
