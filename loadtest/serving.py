@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webapp.config import without_password
+# REDLOCK_URLS as the shop reads it (spaces around a URL go), the showdown's reading too
+from webapp.config import redlock_urls, without_password
 
 from .machine import describe
 from .phase import Plan
@@ -82,12 +83,6 @@ def _start_zookeeper(stack: contextlib.ExitStack) -> str | None:
     except Exception as exc:  # noqa: BLE001 - no java or jars: run without ZooKeeper
         logger.warning("no ZooKeeper: %s", exc)
         return None
-
-
-def redlock_urls() -> list[str]:
-    """``REDLOCK_URLS``, as the shop the showdown serves is given them."""
-    from webapp.config import redlock_urls as shop_reading  # spaces around a URL go
-    return shop_reading()
 
 
 def malformed_redis_urls() -> str | None:

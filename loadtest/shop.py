@@ -81,9 +81,8 @@ class ShopClient:
         found: set[str] = set()
         after = ""
         while True:
-            query = urllib.parse.urlencode({"after": after}) if after else ""
-            page = self._call("GET", f"/api/admin/sales/{sku}/buyers"
-                                     + (f"?{query}" if query else ""), admin=True)
+            query = f"?{urllib.parse.urlencode({'after': after})}" if after else ""
+            page = self._call("GET", f"/api/admin/sales/{sku}/buyers{query}", admin=True)
             found.update(str(user) for user in page["buyers"])
             if not page.get("next"):
                 return found
