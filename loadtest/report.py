@@ -133,6 +133,9 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
         "<h1>seckill showdown</h1>",
         f"<p>Command: <code>{escape(str(machine.get('command', '')))}</code> "
         f"({summary.get('elapsed_s', '?')} s)</p>",
+        # a run cut short by Ctrl-C: the phases that finished, said so above the table
+        *([f"<p class='note'><strong>Showdown {escape(summary['interrupted'])}.</strong>"
+           "</p>"] if summary.get("interrupted") else []),
         _table(results),
         *(f"<p>{escape(line)}</p>" for line in format_rounds(results).splitlines()),
         *_notes(results),

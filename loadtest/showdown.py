@@ -72,6 +72,22 @@ MIN_SUSTAINED_S, MAX_SUSTAINED_S = 2, 86_400
 MAX_ROUNDS = 100
 
 
+class ShowdownInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) between or during phases, carrying the phases that finished:
+    the run reports them rather than nothing. A showdown interrupted ten minutes into a
+    sustained run printed one line, and the finished phases' figures were lost with the
+    scratch folder. A KeyboardInterrupt still, so any code that stops on Ctrl-C stops."""
+
+    def __init__(self, results: list[StrategyResult], total: int) -> None:
+        super().__init__()
+        self.results, self.total = results, total
+
+    @property
+    def note(self) -> str:
+        return (f"interrupted after {len(self.results)} of {self.total} phases: "
+                "the table has only those")
+
+
 def strategy_list(text: str) -> list[str]:
     """The names, each once (``comma_names``), checked up front: a typo should be a
     usage error, not a failed phase."""
@@ -201,6 +217,8 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
         try:
             result = run_phase(target.shop, target.redis_clients, name, safe, phase_plan,
                                raw_dir, round_no)
+        except KeyboardInterrupt:  # the phase under way is dropped: its figures are cut
+            raise ShowdownInterrupted(results, len(phases)) from None
         except (ShopError, PhaseBroken) as exc:  # the shop said why (a refused reset),
             # or what the run lacks (Locust killed, a short arrival log): no traceback
             logger.error("phase %s failed: %s", shown, str(exc).splitlines()[0])
@@ -210,8 +228,11 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
             logger.exception("phase %s failed", shown)
             result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc),
                                     round_no=round_no)
-        print(f"      {_summary(result)}", flush=True)
         results.append(result)
+        try:
+            print(f"      {_summary(result)}", flush=True)
+        except KeyboardInterrupt:
+            raise ShowdownInterrupted(results, len(phases)) from None
     return results
 
 
@@ -316,15 +337,23 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
     # the served shop's log beside the phases' raw files (with --report; else it goes
     # with the scratch folder); a shop at --url keeps its own
     shop_log = report_dir / "raw" / SHOP_LOG if report_dir else None
+    interrupted: ShowdownInterrupted | None = None
     with serve_target(args, requested or strategy_names(), named=bool(requested),
                       log_path=shop_log) as target:
         names = target.strategies
         kept_log = target.shop_log
         raw_dir = (report_dir / "raw") if report_dir else Path(target.scratch) / "raw"
-        results = run_showdown(target, names, plan, raw_dir,
-                               args.rounds if args.sustained else 1, args.paired)
+        try:
+            results = run_showdown(target, names, plan, raw_dir,
+                                   args.rounds if args.sustained else 1, args.paired)
+        except ShowdownInterrupted as exc:
+            if not exc.results:  # nothing to report: the plain interrupt
+                raise
+            interrupted, results = exc, exc.results
         machine = target.describe()
     elapsed = time.monotonic() - started
+    if interrupted is not None:  # the shop and its servers are stopped by now
+        print(f"\nshowdown {interrupted.note}; everything it started is stopped")
     print()
     print(format_table(results))
     rounds = format_rounds(results)
@@ -339,6 +368,8 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
               "REDLOCK_URLS) to the shop's for the showdown too")
     summary = {"settings": {**plan.__dict__, "strategies": names}, "machine": machine,
                "elapsed_s": round(elapsed, 1), "results": [r.as_dict() for r in results]}
+    if interrupted is not None:
+        summary["interrupted"] = interrupted.note
     if report_dir:
         from .report import write_report
         try:
@@ -365,4 +396,7 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
         print("(the logs named above were in a scratch folder, removed on exit: "
               "--report DIR keeps them)")
     print(f"showdown took {elapsed:.0f}s")
+    if interrupted is not None:  # the phases that ran are judged above; the run is not
+        print(f"showdown {interrupted.note}")
+        return 130
     return 1 if bad else 0

@@ -460,3 +460,50 @@ def test_an_admin_token_from_the_environment_no_header_can_carry_names_the_varia
     code = main(["showdown", "--url", "http://127.0.0.1:9"])
     err = capsys.readouterr().err
     assert code == 2 and "error: SECKILL_ADMIN_TOKEN has a control character" in err, err
+
+
+def test_ctrl_c_mid_run_reports_the_phases_that_finished_and_exits_130(tmp_path, capsys,
+                                                                        monkeypatch):
+    """A showdown interrupted minutes in printed one line: the finished phases' figures
+    went with the scratch folder, and no report was written (a left-alone item)."""
+    from loadtest import showdown as module
+
+    real_phase = module.run_phase
+    calls = []
+
+    def interrupted_second(*args, **kwargs):
+        calls.append(args[2])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_phase(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run_phase", interrupted_second)
+    with serve(StubShop(oversell=2)) as url:
+        code = showdown(url, tmp_path, "token,naive,atomic")
+    out = capsys.readouterr().out
+    assert code == 130
+    assert calls == ["token", "naive"]  # the third phase never ran
+    assert "showdown interrupted after 1 of 3 phases" in out, out[-2000:]
+    # the finished phase is judged: a safe strategy that oversold still says so
+    assert "FAILED: token: marked safe but sold 12, oversold 2" in out, out[-2000:]
+    summary = json.loads((tmp_path / "out.json").read_text())
+    assert [r["strategy"] for r in summary["results"]] == ["token"]
+    assert summary["interrupted"] == "interrupted after 1 of 3 phases: the table has only those"
+    page = (tmp_path / "index.html").read_text()
+    assert "Showdown interrupted after 1 of 3 phases" in page
+    assert "raw/token_stats.csv" in page
+
+
+def test_ctrl_c_in_the_first_phase_is_the_plain_interrupt(tmp_path, capsys, monkeypatch):
+    from loadtest import showdown as module
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "run_phase", interrupted)
+    with serve(StubShop()) as url:
+        code = showdown(url, tmp_path, "token")
+    captured = capsys.readouterr()
+    assert code == 130
+    assert "showdown interrupted; everything it started is stopped" in captured.err
+    assert not (tmp_path / "index.html").exists()  # nothing ran: nothing to report
