@@ -44,13 +44,15 @@ is down, and with no socket timeout its handshake waits for a frozen node foreve
 dead minority must be a quick "no", or the time spent eats the validity and the
 majority never wins (a contract audit: 3 live nodes of 5, ``acquire`` 9.1 s, release
 9.2 s; with ``ttl_ms=3000`` never). So the connections to each node come from a pool
-of lockcore's own, made with the client's settings but one connection attempt, and
+of lockcore's own, whatever the client's pool (a small one, a blocking one) or class,
+made with the client's settings but one connection attempt, and
 connect and socket timeouts no longer than the node timeout. They close when the
 client is garbage collected, not with ``client.close()``.
 
 **A full pool is "not sent", not "no"** (``until_sent``). That pool has the client's
-``max_connections``, and keeps a lane only from 4 up (a quarter of them): with one or
-two connections per node, threads sharing the clients met ``MaxConnectionsError``
+``max_connections``, and keeps a lane of a quarter of them (at least one, at most
+``LANE_SIZE``): with one or two connections per node, threads sharing the clients met
+``MaxConnectionsError``
 before anything was sent. It was that node's answer: a release counted the node as
 not released, raised ``LockNotOwned("released on only 1 of 3 nodes")``, and left the
 keys held for their whole TTL (a lockcore audit: 8 threads on pools of one). Nothing
@@ -75,7 +77,7 @@ from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from ..poolfull import MAX_PAUSE_S, MaxConnectionsError, pause
-from ..wire import LANE_SIZE, Lane, lane
+from ..wire import LANE_SIZE, Lane
 
 if TYPE_CHECKING:
     from ..base import DistributedLock
@@ -330,18 +332,24 @@ _node_lanes: weakref.WeakKeyDictionary[Any, dict[float, Lane]] = weakref.WeakKey
 def node_lane(client: Any, timeout: float) -> Lane | None:
     """A lane (``lockcore.wire``) to ``client``'s node on a pool of RedLock's own: the
     client's connection settings, but no retry of a failed connect, and connect and
-    socket timeouts of at most ``timeout`` (the module docstring says why). None for a
-    client ``wire.lane`` would not give a lane either (a subclass, a blocking pool):
-    those keep their own path."""
+    socket timeouts of at most ``timeout`` (the module docstring says why). None only
+    for a pool that is no ``redis.ConnectionPool``: that keeps its own path.
+
+    Also for the clients ``wire.lane`` gives no lane (a pool of fewer than 4, a
+    subclass, a ``BlockingConnectionPool``): those connected through their own pool,
+    with the client's retries and timeouts. On pools of two a dead node cost 7 s a
+    call, and a frozen one's handshake waited for ever (a lockcore audit). A blocking
+    pool's waiting is not lost: a node whose own pool is full is asked again
+    (``until_sent``)."""
     try:  # every node of every RedLock call comes here: the common case first
         found = _node_lanes.get(client, {}).get(timeout)
     except TypeError:  # cannot be weakly referenced: no lane (as ``wire.lane`` says)
         return None
     if found is None:
-        if lane(client) is None:
+        pool = client.connection_pool
+        if not isinstance(pool, redis.ConnectionPool):  # a blocking pool is one
             return None
         lanes = _node_lanes.setdefault(client, {})
-        pool = client.connection_pool
         kwargs = dict(pool.connection_kwargs)
         kwargs["retry"] = Retry(NoBackoff(), 0)
         for key in ("socket_connect_timeout", "socket_timeout"):
@@ -349,8 +357,10 @@ def node_lane(client: Any, timeout: float) -> Lane | None:
             kwargs[key] = timeout if given is None else min(given, timeout)
         own = redis.ConnectionPool(connection_class=pool.connection_class,
                                    max_connections=pool.max_connections, **kwargs)
-        found = lanes[timeout] = Lane(own, min(LANE_SIZE, pool.max_connections // 4),
-                                      connect_later=True)
+        # at least one: a lane's new connections come unconnected, to connect within
+        # the call's deadline (a borrowed one connects at the checkout, node by node)
+        size = max(1, min(LANE_SIZE, pool.max_connections // 4))
+        found = lanes[timeout] = Lane(own, size, connect_later=True)
     return found
 
 

@@ -210,6 +210,71 @@ def test_with_default_clients_a_frozen_node_never_connected_costs_one_node_timeo
             client.close()
 
 
+class SubclassedRedis(redis.Redis):
+    """A client class of the user's own (which ``wire.lane`` leaves on redis-py's path)."""
+
+
+def clients_without_a_lane(cluster, kind: str) -> list[redis.Redis]:
+    """Clients ``wire.lane`` gives no lane, with redis-py 8's default retry and no socket
+    timeout: a pool too small to spare a connection, a subclass, a blocking pool."""
+    ports = [server.port for server in cluster.servers]
+    if kind == "pool of two":
+        return [redis.Redis(host="127.0.0.1", port=port, max_connections=2) for port in ports]
+    if kind == "subclass":
+        return [SubclassedRedis(host="127.0.0.1", port=port) for port in ports]
+    return [redis.Redis(connection_pool=redis.BlockingConnectionPool(host="127.0.0.1", port=port))
+            for port in ports]
+
+
+KINDS_WITHOUT_A_LANE = ["pool of two", "subclass", "blocking pool"]
+
+
+@pytest.mark.parametrize("kind", KINDS_WITHOUT_A_LANE)
+def test_a_dead_minority_is_a_quick_no_for_clients_without_a_lane_too(redlock_cluster, kind):
+    """RedLock's own connections (one connect attempt, timeouts within the node timeout)
+    were made only for clients ``wire.lane`` gives a lane; the others connected through
+    their own pool, with the client's retries: on pools of two, a dead node cost 7 s a
+    call, and with ``ttl_ms=3000`` no acquire was ever valid (a lockcore audit)."""
+    for server in redlock_cluster.servers[:2]:
+        server.kill()
+    clients = clients_without_a_lane(redlock_cluster, kind)
+    try:
+        lock = redlock(clients, ttl_ms=3_000)
+        started = time.monotonic()
+        assert lock.acquire(blocking=False)
+        lock.release()
+        assert time.monotonic() - started < 1.5, time.monotonic() - started
+    finally:
+        for client in clients:
+            client.close()
+
+
+@pytest.mark.parametrize("kind", KINDS_WITHOUT_A_LANE)
+def test_a_frozen_node_costs_one_node_timeout_for_clients_without_a_lane_too(redlock_cluster,
+                                                                          kind):
+    """Connected through such a client's own pool, with no socket timeout, a frozen
+    node's handshake waited for ever (a pool of two, a subclass), or 5 s on a blocking
+    pool, and the acquire of a free lock on a live majority failed (a lockcore audit)."""
+    frozen = redlock_cluster.servers[0]
+    clients = clients_without_a_lane(redlock_cluster, kind)
+    frozen.pause()
+    got: list[bool] = []
+    try:
+        lock = redlock(clients, node_timeout_ms=300)
+        attempt = threading.Thread(target=lambda: got.append(lock.acquire(blocking=False)),
+                                   daemon=True)
+        started = time.monotonic()
+        attempt.start()
+        attempt.join(10)
+        assert got == [True], f"{got} in {time.monotonic() - started:.1f}s"
+        assert time.monotonic() - started < 2.0
+        lock.release()
+    finally:
+        frozen.resume()
+        for client in clients:
+            client.close()
+
+
 @pytest.mark.parametrize("counters", ["equal", "unequal"])
 def test_two_frozen_nodes_never_connected_cost_one_deadline_together(redlock_cluster,
                                                                      counters) -> None:
