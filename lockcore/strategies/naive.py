@@ -11,7 +11,8 @@ which is exactly why it survives code review and fails in the flash sale.
 
 Steps 1 and 2 are two round trips. Nothing stops another client from running its own
 step 1 in between, so both see "free" and both SET. The TTL is there so that this
-strategy shows only one flaw (no atomicity), not also the crash flaw of ``setnx``.
+strategy shows only one flaw (no atomicity), not also the crash flaw of ``setnx``
+(so it needs a ``ttl_ms``).
 
 **Failure timeline**::
 
@@ -50,6 +51,9 @@ class NaiveLock(DistributedLock):
         """:param between_check_and_set: called after GET found the lock free, before the
             SET; tests use it to let a rival in at the worst moment."""
         super().__init__(client, name, **options)
+        if self.ttl_ms is None:  # it kept setnx's crash flaw too, against the lesson above
+            raise ValueError("naive needs a ttl_ms: it shows the GET-then-SET race alone "
+                             "(a lock that never expires is setnx's lesson)")
         if between_check_and_set is not None and not callable(between_check_and_set):
             raise TypeError("between_check_and_set must be callable")
         self.between_check_and_set = between_check_and_set

@@ -64,3 +64,13 @@ def test_without_a_rival_naive_excludes_a_second_client(redis_client):
 def test_between_check_and_set_must_be_callable(redis_client):
     with pytest.raises(TypeError):
         lockcore.create("naive", redis_client, "res", between_check_and_set="no")
+
+
+def test_naive_needs_a_ttl(redis_client):
+    """``ttl_ms=None`` was taken: a lock with setnx's crash flaw too (no expiry, against
+    this module's lesson), whose ``extend()`` then said "ttl_ms must be a number of
+    milliseconds or None, not None" (a lockcore audit). Refused, as setnx-expire and
+    getset refuse it."""
+    with pytest.raises(ValueError, match="naive needs a ttl_ms"):
+        lockcore.create("naive", redis_client, "res", ttl_ms=None)
+    assert redis_client.keys("*") == []
