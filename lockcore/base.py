@@ -481,6 +481,10 @@ class DistributedLock(ABC):
         if self._forked():  # a child leaving its parent's ``with``: not its lock
             self._token = None
             return
+        if self._token is None:  # released inside the block (or by a thread sharing it)
+            if exc_type is not None:  # the block's exception is the news
+                return
+            raise LockNotOwned("the lock was released before leaving `with`", self.name)
         reason = self._lost_reason
         try:
             self.release()

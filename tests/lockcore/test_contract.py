@@ -203,6 +203,17 @@ def test_context_manager_raises_lock_timeout_when_it_cannot_acquire(strategy, ma
         holder.release()
 
 
+def test_leaving_with_after_the_body_released_says_so_not_that_the_lock_was_lost(pair):
+    """It raised ``LockLost("lock lost while held: it expired or was taken")``, for
+    ``local`` and ``setnx`` too, which never expire (a lockcore audit)."""
+    lock, rival = pair
+    with pytest.raises(LockNotOwned, match="released before leaving") as caught:
+        with lock:
+            lock.release()
+    assert not isinstance(caught.value, lockcore.LockLost)
+    assert rival.acquire(blocking=False)
+
+
 def test_strategy_declares_safety_origin_and_summary(strategy):
     cls = lockcore.registry.lock_class(strategy)
     assert cls.strategy == strategy
