@@ -81,7 +81,8 @@ MIN_BLPOP_S = 0.002
 FINE_POLL_S = 0.005
 #: a notify-waiter's sleep between attempts while its pool's blocking slots are taken
 CROWDED_POLL_S = 0.02
-#: a pool this large needs no cap on its blocked waiters (redis-py's default is 2**31)
+#: a pool this large needs no cap on its blocked waiters (redis-py's default was
+#: 2**31; since redis-py 8.1 it is 100, whose waiters get 25 blocking slots)
 UNCAPPED_POOL = 10_000
 
 #: per connection pool of fewer than ``UNCAPPED_POOL``: its blocking slots. Held
