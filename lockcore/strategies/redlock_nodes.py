@@ -38,9 +38,9 @@ out, so the node lanes make theirs unconnected (``Lane(connect_later=True)``); c
 made while two nodes were frozen paid a whole node timeout each, one after the other.
 
 **RedLock's own connections** (``node_lane``). Opening a connection goes through
-redis-py's connect, which retries with the client's policy: redis-py 8's default client
-retries a refused connection three times with exponential backoff, 9 s for a node that
-is down, and with no socket timeout its handshake waits for a frozen node forever. A
+redis-py's connect, which retries with the client's policy: redis-py 8.1's default
+client retries a refused connection ten times with exponential backoff, 7-9 s for a
+node that is down, and with no socket timeout its handshake waits for a frozen node forever. A
 dead minority must be a quick "no", or the time spent eats the validity and the
 majority never wins (a contract audit: 3 live nodes of 5, ``acquire`` 9.1 s, release
 9.2 s; with ``ttl_ms=3000`` never). So the connections to each node come from a pool

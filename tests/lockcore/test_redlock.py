@@ -169,7 +169,7 @@ def default_clients(cluster) -> list[redis.Redis]:
 
 def test_with_default_clients_two_dead_nodes_are_a_quick_no(redlock_cluster,
                                                             redlock_clients) -> None:
-    """redis-py 8's default client retries a refused connect with backoff (9 s a node):
+    """redis-py 8's default client retries a refused connect with backoff (7-9 s a node):
     RedLock's own connections try once, so a dead minority costs nothing like that."""
     for server in redlock_cluster.servers[:2]:
         server.kill()
