@@ -128,16 +128,20 @@ def test_a_reset_forgets_the_keys_of_the_orders_it_deleted(shop):
     shop.assert_books_balance(SMALL)
 
 
-@pytest.mark.parametrize("key", ["", " ", "\t", "k" * 129, "tab\tinside"],
-                         ids=["empty", "space", "tab", "129-chars", "tab-inside"])
+@pytest.mark.parametrize("key", ["", " ", "\t", "k" * 129, "tab\tinside",
+                                 # UTF-8 bytes, as http.client sends a latin-1 string
+                                 "é".encode().decode("latin-1") * 129],
+                         ids=["empty", "space", "tab", "129-chars", "tab-inside",
+                              "129-chars-utf8"])
 def test_an_odd_key_is_400_and_takes_no_stock(shop, key):
     before = shop.audit(SKU)["remaining"]
     assert_error(shop.buy("odd-key", SKU, key=key), 400, "invalid_request")
     assert shop.audit(SKU)["remaining"] == before
 
 
-@pytest.mark.parametrize("key", ["k" * 128, "ключ-🛒", "é" * 64, "a b", "{json}"],
-                         ids=["128-chars", "utf8", "128-bytes-utf8", "space-inside", "braces"])
+@pytest.mark.parametrize("key", ["k" * 128, "ключ-🛒", "é" * 64, "é" * 128, "a b", "{json}"],
+                         ids=["128-chars", "utf8", "128-bytes-utf8", "128-chars-256-bytes-utf8",
+                              "space-inside", "braces"])
 def test_long_unicode_and_punctuated_keys_replay(shop, key):
     user = f"key-{len(key)}-{key[:3]}"
     # http.client sends headers as latin-1; UTF-8 keys travel as their raw bytes
@@ -155,6 +159,19 @@ def test_a_key_whose_first_try_failed_may_buy_once_there_is_stock(shop, strategy
     shop.reset(SMALL, 1, strategy)
     assert shop.buy("early-bird", SMALL, key=f"early-{strategy}").status == 201
     assert_error(shop.buy("late-bird", SMALL), 409, "sold_out")
+    shop.assert_books_balance(SMALL)
+
+
+def test_a_key_whose_first_try_failed_in_the_sale_stays_its_buyers_until_a_reset(shop):
+    # bound to its buyer before the stock was looked at (services.claim_key): refused for
+    # lack of units, it is still hers to retry, and another buyer's use is 400
+    shop.reset(SMALL, 1)
+    assert "only 1 left" in assert_error(shop.buy("claimer", SMALL, 2, key="claimed"),
+                                         409, "sold_out")["detail"]
+    assert_error(shop.buy("claim-jumper", SMALL, key="claimed"), 400, "invalid_request")
+    assert shop.buy("claimer", SMALL, 1, key="claimed").status == 201
+    shop.reset(SMALL, 1)  # the reset forgets the claim with the sale
+    assert shop.buy("claim-jumper", SMALL, key="claimed").status == 201
     shop.assert_books_balance(SMALL)
 
 
