@@ -55,6 +55,11 @@ from .writedeadline import ORDER_WRITE_S, bounded
 logger = logging.getLogger(__name__)
 
 KEY_USED_ELSEWHERE = "this Idempotency-Key was already used for another purchase"
+#: a key another buyer sent first in this sale: bound to them whether or not their try
+#: made an order (a 409 "only 1 left" binds it too), so "used for another purchase"
+#: was untrue of a key whose first try bought nothing (an HTTP audit)
+KEY_OTHER_BUYERS = ("this Idempotency-Key was sent first by another buyer in this sale: "
+                    "it stays theirs until the sale is reset; use a key of your own")
 
 
 def find_order_or_key(sessions: sessionmaker[Session], sale_id: int, user_id: str,

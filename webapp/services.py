@@ -47,6 +47,7 @@ from .logthrottle import PER_REQUEST
 from .models import OrderLike
 from .orders import (
     IN_DOUBT,
+    KEY_OTHER_BUYERS,
     KEY_USED_ELSEWHERE,
     find_order_or_key,
     give_back,
@@ -350,7 +351,7 @@ def claim_key(redis: Any, keys: SaleKeys, request: PurchaseRequest) -> None:
         return
     owner = redis.hget(keys.key_owners, request.idempotency_key)
     if owner is not None and owner.decode("utf-8", "surrogateescape") != request.user_id:
-        raise InvalidRequest(KEY_USED_ELSEWHERE)
+        raise InvalidRequest(KEY_OTHER_BUYERS)
 
 
 def _reserve(deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
