@@ -815,3 +815,58 @@ def test_a_wrong_admin_token_is_called_that_on_the_admin_page(page):
         expect(page.locator("#reset-message")).to_have_text(
             "Wrong admin token (unauthorized): use the one seckill serve printed.")
         expect(page.locator("#reset-message")).to_have_class("message error")
+
+
+@contextlib.contextmanager
+def frozen_workers(master: int) -> Iterator[None]:
+    """The shop's gunicorn workers stopped (SIGSTOP), as a frozen or paused machine is:
+    the kernel still takes connections, and nothing answers them."""
+    import signal
+
+    with open(f"/proc/{master}/task/{master}/children") as listing:
+        workers = [int(pid) for pid in listing.read().split()]
+    assert workers, f"gunicorn {master} has no workers"
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_the_admin_page_says_so_when_its_audit_has_no_answer(page):
+    """The live audit was asked with no time limit: a shop that took the connection and
+    never answered (its worker frozen) left "consistent true" up, with no word, for as
+    long as it lasted, and a frozen Redis for the shop's 10 s Redis timeout, while the
+    storefront named it within seconds (a browser audit). Past 3 s the page says the
+    numbers may be old; an answer that comes later is still shown."""
+    from playwright.sync_api import expect
+
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer().start()
+    try:
+        with ServedApp(workers=1, redis_url=server.url) as app:
+            page.goto(app.url + "/admin")
+            expect(page.locator("#a-consistent")).to_have_text("true")
+            expect(page.locator("#audit-message")).to_have_text("")
+            with frozen_workers(app.pid):
+                expect(page.locator("#audit-message")).to_have_text(
+                    "The shop is not answering: the numbers shown may be out of date.",
+                    timeout=6_000)
+                expect(page.locator("#a-consistent")).to_have_text("true")  # kept, marked
+            expect(page.locator("#audit-message")).to_have_text("", timeout=10_000)
+
+            server.pause()
+            try:
+                expect(page.locator("#audit-message")).to_contain_text("not answering",
+                                                                       timeout=6_000)
+                # the shop's own answer, after its Redis timeout, is shown when it comes
+                expect(page.locator("#audit-message")).to_contain_text(
+                    "No audit of sku-1: redis", timeout=15_000)
+            finally:
+                server.resume()
+            expect(page.locator("#audit-message")).to_have_text("", timeout=15_000)
+    finally:
+        server.cleanup()

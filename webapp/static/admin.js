@@ -109,11 +109,24 @@ $("reset-form").addEventListener("submit", async (event) => {
   }
 });
 
+// The audit was asked with no time limit: a shop that took the connection and never
+// answered (frozen, a paused machine) left the last numbers up as if live, and a frozen
+// Redis for the shop's 10 s Redis timeout (a browser audit). Past AUDIT_LATE_MS the page
+// says they may be old; an answer that comes later is still shown, and past
+// AUDIT_GIVE_UP_MS the audit is given up and asked again.
+const AUDIT_LATE_MS = 3000;
+const AUDIT_GIVE_UP_MS = 15000;
+const NOT_ANSWERING = "The shop is not answering: the numbers shown may be out of date.";
+
 async function refresh() {
   const sku = $("sku").value.trim();
   $("audit-sku").textContent = sku;
+  const abort = new AbortController();
+  const late = setTimeout(() => say("audit-message", NOT_ANSWERING, "error"), AUDIT_LATE_MS);
+  const giveUp = setTimeout(() => abort.abort(), AUDIT_GIVE_UP_MS);
   try {
-    const response = await fetch(`/api/sales/${encodeURIComponent(sku)}/audit`, { cache: "no-store" });
+    const response = await fetch(`/api/sales/${encodeURIComponent(sku)}/audit`,
+                                 { cache: "no-store", signal: abort.signal });
     if (response.ok) {
       const audit = await response.json();
       for (const field of FIELDS) $("a-" + field).textContent = String(audit[field]);
@@ -138,9 +151,12 @@ async function refresh() {
           response.status === 404 ? "warn" : "error");
     }
   } catch (err) {
-    // the server is away: keep the last numbers, and say they may be old
-    say("audit-message", "The shop is not answering: the numbers shown may be out of date.",
-        "error");
+    // the server is away, or gave no answer in time: keep the last numbers, and say
+    // they may be old
+    say("audit-message", NOT_ANSWERING, "error");
+  } finally {
+    clearTimeout(late);
+    clearTimeout(giveUp);
   }
   setTimeout(refresh, 500);
 }
