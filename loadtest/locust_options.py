@@ -23,4 +23,8 @@ def add_seckill_options(parser: Any) -> None:
                        default=1, help="retries after 503 busy (Retry-After, capped at 1 s)")
     group.add_argument("--seckill-arrivals", env_var="SECKILL_ARRIVALS", default="",
                        help="append one JSON line per purchase attempt to this file")
-    group.add_argument("--seckill-noop-path", env_var="SECKILL_NOOP_PATH", default="/healthz")
+    # the no-op modes' endpoint; /healthz was the default, which a plain run in
+    # `noop` mode POSTed to (405, every request a failure) and which reads Redis and
+    # the database, no baseline at all
+    group.add_argument("--seckill-noop-path", env_var="SECKILL_NOOP_PATH", default="/api/noop",
+                       help="the no-op modes' endpoint (default /api/noop)")

@@ -7,6 +7,7 @@ Served by werkzeug on a free loopback port in a thread of the test process.
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 import time
@@ -45,6 +46,8 @@ class StubShop:
         self.busy_after = busy_after
         self.oversell = oversell
         self.failing_resets = failing_resets
+        #: how many requests asked each path
+        self.paths: collections.Counter[str] = collections.Counter()
         self.reset(stock)
 
     def reset(self, stock: int, strategy: str = "stub") -> None:
@@ -92,6 +95,8 @@ class StubShop:
     def __call__(self, environ: Any, start_response: Any) -> Any:
         request = Request(environ)
         path, method = request.path, request.method
+        with self.lock:
+            self.paths[path] += 1
         if path == "/healthz":
             status, body = 200, {"redis": "ok", "database": "ok"}
         elif path == "/api/noop":

@@ -121,6 +121,25 @@ def test_the_no_op_baseline_posts_like_a_purchase_and_logs_each_answer(tmp_path)
     assert shop.orders == []
 
 
+@pytest.mark.parametrize("mode", ["noop", "noop-get"])
+def test_plain_locust_in_a_no_op_mode_asks_the_no_op_endpoint(tmp_path, mode):
+    """Run as plain Locust (the README: ``locust -f loadtest/locustfile.py --host ...``),
+    without the ``--seckill-noop-path`` the showdown passes, the no-op modes went to
+    ``/healthz``: every POST a failure (the shop answers it 405), and the bare GET one
+    that reads Redis and the database, no baseline at all."""
+    shop = StubShop()
+    with serve(shop) as url:
+        command = locust_command(Plan(users=5, mode=mode, duration=2), url,
+                                 tmp_path / "run", tmp_path / "arrivals.jsonl")
+        at = command.index("--seckill-noop-path")
+        del command[at:at + 2]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    stats = locust_csv.read_stats(tmp_path / "run")
+    assert stats["/api/noop"].requests > 5 and stats["/api/noop"].failures == 0
+    assert set(shop.paths) == {"/api/noop"}, shop.paths
+
+
 def test_the_old_baseline_is_a_bare_get_of_the_no_op_endpoint(tmp_path):
     done, stats, log = run(tmp_path, StubShop(), Plan(users=10, mode="noop-get", duration=2))
     assert set(stats) == {"/api/noop", locust_csv.AGGREGATED}, set(stats)
