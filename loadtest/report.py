@@ -127,7 +127,7 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
     facts = "".join(f"<li>{escape(str(k))}: {escape(str(v))}</li>"
                     for k, v in {**machine, **settings}.items() if k != "command")
     return "\n".join([
-        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<title>seckill showdown</title>", f"<style>{_STYLE}</style></head><body>",
         "<h1>seckill showdown</h1>",

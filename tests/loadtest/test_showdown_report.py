@@ -327,3 +327,12 @@ def test_the_page_fits_a_phones_width_the_table_and_each_chart_scroll_in_their_b
     assert page.count("<div class='wide'><svg") == 4
     assert re.search(r"<div class='wide'><table>.*</table></div>", page, re.S)
     assert ".wide{overflow-x:auto}" in page
+
+
+def test_the_page_says_it_is_in_english_as_the_shops_pages_do():
+    """The report's <html> named no language (the storefront's and the admin page's say
+    lang="en"): a screen reader set to another language, a Chinese one for this
+    workshop's readers say, reads the English page with that language's voice and
+    rules (WCAG 3.1.1; a report audit)."""
+    page = render([result("token", True)], {})
+    assert page.startswith("<!doctype html><html lang='en'><head>")
