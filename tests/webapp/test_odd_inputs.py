@@ -13,6 +13,7 @@ ODD_BODIES = [
     {"user_id": "nul\u0000byte"}, {"user_id": "lone \ud800 surrogate"},
     {"user_id": "\u0085c1"}, {"user_id": "\u200b"}, {"user_id": "\u202eevil"},
     {"user_id": "\ufeff"}, {"user_id": "\u2028"}, {"user_id": "\u00a0"},
+    {"user_id": "private\ue000use"}, {"user_id": "unassigned\u0378"},
     {"user_id": "ann", "quantity": 0}, {"user_id": "ann", "quantity": -1},
     {"user_id": "ann", "quantity": 1.0}, {"user_id": "ann", "quantity": 1.5},
     {"user_id": "ann", "quantity": "1"}, {"user_id": "ann", "quantity": True},
