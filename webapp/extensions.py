@@ -42,7 +42,8 @@ ZK_FIRST_CONNECT_S = 5.0
 #: It waits in C, not in gevent: the whole worker stops meanwhile. And a lock section
 #: writes its order rows inside the lock, whose TTL (``LOCK_TTL_MS``, 10 s) the wait
 #: must leave room in. At 20 s (a storefront audit, another process holding the file's
-#: write lock) purchases answered after 20-40 s, past the page's 35 s "no answer", and
+#: write lock) purchases answered after 20-40 s, past the page's "no answer" (36 s by
+#: default: ``shop.purchase_timeout_s``), and
 #: a section's write outlived its lock (a review: a reset took the lock meanwhile).
 #: A writer of this shop holds the lock for one batch's commit, milliseconds.
 SQLITE_BUSY_TIMEOUT_S = 5

@@ -102,6 +102,8 @@ def test_unicode_and_hostile_user_ids_are_stored_exactly(shop, user):
     pytest.param("\u200d\u200d", id="joiners-only"),
     pytest.param("\u3164", id="hangul-filler"),
     pytest.param("\u0301\u0301", id="combining-marks-only"),
+    pytest.param("bob\ue000", id="private-use"),
+    pytest.param("carol\u0378", id="unassigned"),
 ])
 def test_invisible_or_control_user_ids_are_400(shop, user):
     assert_error(shop.buy(user, SKU), 400, "invalid_request")
