@@ -444,6 +444,10 @@ def test_the_admin_page_says_why_there_is_no_audit_and_drops_an_old_reset_messag
         expect(page.locator("#a-consistent")).to_have_text("-")
         # a dash is neither good nor bad: it kept the last audit's green (a UI audit)
         expect(page.locator("#a-consistent")).not_to_have_class(re.compile(r"\b(good|bad)\b"))
+        page.fill("#sku", "  ")  # it asked for the audit of "": "No audit of : The ..."
+        expect(page.locator("#audit-message")).to_have_text(
+            "Enter a product's sku to see its audit.")
+        expect(page.locator("#a-consistent")).to_have_text("-")
         page.fill("#sku", "sku-1")
         expect(page.locator("#audit-message")).to_have_text("")
 
@@ -870,3 +874,32 @@ def test_the_admin_page_says_so_when_its_audit_has_no_answer(page):
             expect(page.locator("#audit-message")).to_have_text("", timeout=15_000)
     finally:
         server.cleanup()
+
+
+def test_the_admin_page_asks_for_its_audit_less_often_in_a_hidden_tab(page):
+    """It asked twice a second in a tab nobody looked at, where the storefront slows
+    to every 5 s (a browser audit); back in view, it asks at once."""
+    import time
+
+    with ServedApp(workers=1) as app:
+        asked: list[float] = []
+        page.on("request", lambda r: asked.append(time.monotonic())
+                if r.url.endswith("/api/sales/sku-1/audit") else None)
+        page.goto(app.url + "/admin")
+        page.wait_for_timeout(2_000)
+        assert len(asked) >= 2, asked  # watched: about four in 2 s
+        page.evaluate("""() => {
+            Object.defineProperty(document, "hidden", {value: true, configurable: true});
+            document.dispatchEvent(new Event("visibilitychange"));
+        }""")
+        page.wait_for_timeout(1_000)  # the audit asked before it was hidden, and its next
+        hidden_from = len(asked)
+        page.wait_for_timeout(3_000)
+        assert len(asked) - hidden_from <= 1, asked
+        page.evaluate("""() => {
+            Object.defineProperty(document, "hidden", {value: false, configurable: true});
+            document.dispatchEvent(new Event("visibilitychange"));
+        }""")
+        shown_at, before = time.monotonic(), len(asked)
+        page.wait_for_timeout(3_000)  # at once, or after one in flight: not 5 s later
+        assert len(asked) > before and asked[before] - shown_at < 2.0, asked
