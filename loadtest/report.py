@@ -124,8 +124,13 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
            raw_files: list[str] | None = None) -> str:
     machine = summary.get("machine", {})
     settings = summary.get("settings", {})
+    # what the run's mode uses: a flash sale listed a "duration: 10" it never had (it
+    # ends with its stock, at cap_s), a sustained run the flash sale's cap, and both an
+    # empty "notes: []" (a docs audit); summary.json keeps every field
+    unused = {"duration"} if settings.get("mode", "flash") == "flash" else {"cap_s"}
     facts = "".join(f"<li>{escape(str(k))}: {escape(str(v))}</li>"
-                    for k, v in {**machine, **settings}.items() if k != "command")
+                    for k, v in {**machine, **settings}.items()
+                    if k != "command" and k not in unused and v not in ([], "", None))
     return "\n".join([
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",

@@ -336,3 +336,18 @@ def test_the_page_says_it_is_in_english_as_the_shops_pages_do():
     rules (WCAG 3.1.1; a report audit)."""
     page = render([result("token", True)], {})
     assert page.startswith("<!doctype html><html lang='en'><head>")
+
+
+def test_the_settings_list_leaves_out_what_the_runs_mode_does_not_use():
+    from loadtest.phase import Plan
+
+    machine = {"cpu": "EPYC", "notes": [], "command": "seckill showdown"}
+    flash = render([result("token", True)],
+                   {"machine": machine, "settings": {**Plan().__dict__, "strategies": ["token"]}})
+    assert "<li>cap_s: 35</li>" in flash and "<li>cpu: EPYC</li>" in flash
+    assert "duration" not in flash and "notes" not in flash  # a flash sale has no duration
+    sustained = render([result("token", True, mode="sustained")],
+                       {"machine": {**machine, "notes": ["no ZooKeeper"]},
+                        "settings": Plan(mode="sustained", duration=60).__dict__})
+    assert "<li>duration: 60</li>" in sustained and "cap_s" not in sustained
+    assert "<li>notes: [&#x27;no ZooKeeper&#x27;]</li>" in sustained
