@@ -8,8 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, Response, render_template
+from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from . import sales
+from . import errors, sales
 from .extensions import get_backends
 from .writedeadline import ORDER_WRITE_S, SLACK_S
 
@@ -55,9 +58,34 @@ def purchase_timeout_s(config: Mapping[str, Any]) -> int:
     return math.ceil(worst) + 5
 
 
+#: how often the storefront's "cannot open" page tries again
+UNAVAILABLE_RETRY_S = 5
+
+
 @bp.get("/")
 def index() -> Response:
     backends = get_backends()
-    return page(render_template("shop.html",
-                                products=sales.list_products(backends.sessions, backends.redis),
+    try:
+        products = sales.list_products(backends.sessions, backends.redis)
+    except (RedisError, DBAPIError, PoolTimeout) as exc:
+        return _unavailable(exc)
+    return page(render_template("shop.html", products=products,
                                 purchase_timeout_s=purchase_timeout_s(backends.config)))
+
+
+def _unavailable(exc: Exception) -> Response:
+    """A page, not the API's JSON, for a person whose storefront cannot be drawn (its
+    products come from the database): a browser showed the raw 503 body, and stayed on
+    it after the database came back (a docs audit). Same 503, ``Retry-After`` and log
+    line as the API's answer (``errors.py``); the page reloads itself."""
+    handler = (errors.redis_down if isinstance(exc, RedisError)
+               else errors.database_down if isinstance(exc, OperationalError | PoolTimeout)
+               else errors.database_refused)
+    answer, status = handler(exc)  # type: ignore[arg-type]
+    detail = str((answer.get_json() or {}).get("detail", "the shop is unavailable"))
+    html = render_template("unavailable.html", detail=detail[:1].upper() + detail[1:],
+                           retry_s=UNAVAILABLE_RETRY_S)
+    response = page(html)
+    response.status_code = status
+    response.headers["Retry-After"] = str(UNAVAILABLE_RETRY_S)
+    return response

@@ -312,6 +312,29 @@ def test_the_storefront_and_admin_pages_render(client):
     assert "Reset a sale" in client.get("/admin").get_data(as_text=True)
 
 
+def test_the_storefront_with_its_database_down_is_a_page_that_tries_again(redis_url):
+    """A browser showed the API's raw JSON 503 ({"error": "busy", ...}), and stayed on
+    it after the database came back (a docs audit): a person gets a page saying why,
+    which reloads itself; the API keeps its JSON."""
+    from lockcore.embedded import free_port
+
+    down = make_app(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing",
+                    redis_url)
+    try:
+        client = down.test_client()
+        answer = client.get("/")
+        assert answer.status_code == 503 and answer.mimetype == "text/html"
+        assert answer.headers["Retry-After"] == "5"
+        page = answer.get_data(as_text=True)
+        assert "The database is unavailable, try again shortly." in page, page
+        assert '<meta http-equiv="refresh" content="5">' in page
+        assert answer.headers["Content-Security-Policy"]  # a page's headers
+        api = client.get("/api/products")
+        assert api.status_code == 503 and api.get_json()["error"] == "busy"
+    finally:
+        backends(down).close()
+
+
 def test_when_every_purchase_slot_stays_taken_a_buyer_gets_503_busy(client, app):
     app.config["LOCK_TIMEOUT_S"] = 0.2
     slots = app.extensions["seckill"].combined_slots  # sku-1 sells with token, combined
