@@ -97,7 +97,10 @@ def _admin_token() -> str:
     one with spaces around it, is refused: the shop strips what follows ``Bearer``, so
     nobody could ever send it and every admin call would be 401. So is one whose bytes
     are not UTF-8 (Latin-1 ``t\xf6k``): the shop compares UTF-8 bytes, and every admin
-    call, a wrong token's too, was a 500 (a CLI audit)."""
+    call, a wrong token's too, was a 500 (a CLI audit). So is one with a control
+    character inside (a tab aside, as HTTP allows): no header carries a newline, so
+    ``seckill serve`` printed a token split over two lines that every admin call was
+    refused for, and the showdown it served broke every phase (a CLI audit)."""
     token = os.environ.get("SECKILL_ADMIN_TOKEN", "")
     try:
         token.encode("utf-8")  # undecodable bytes arrive as lone surrogates
@@ -109,6 +112,10 @@ def _admin_token() -> str:
         raise ConfigError("SECKILL_ADMIN_TOKEN is blank or has spaces around it, so no "
                           "Authorization header could carry it: unset it (a random one "
                           "is made and printed) or give one without surrounding spaces")
+    if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in token):
+        raise ConfigError("SECKILL_ADMIN_TOKEN has a control character (a pasted newline?) "
+                          "that no Authorization header can carry: unset it (a random one "
+                          "is made and printed) or give one without it")
     return token
 
 

@@ -128,3 +128,21 @@ def test_sqlite_in_memory_is_still_refused_as_in_memory(monkeypatch, tmp_path):
     monkeypatch.setenv("DATABASE_URL", "sqlite://")
     with pytest.raises(config.ConfigError, match="in-memory"):
         config.served_from_env(str(tmp_path))
+
+
+@pytest.mark.parametrize("token", ["ab\ncd", "ab\rcd", "ab\x1bcd", "ab\x7fcd"])
+def test_an_admin_token_with_a_control_character_is_refused_naming_it(
+        monkeypatch, tmp_path, token):
+    # a pasted newline inside it: `seckill serve` started, printed the token over two
+    # lines and refused every admin call (no header carries it: 400 from gunicorn), and
+    # the showdown it served broke every phase with an 'Invalid header value' traceback
+    # (a CLI audit)
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", token)
+    with pytest.raises(config.ConfigError, match="^SECKILL_ADMIN_TOKEN has a control character"):
+        config.from_env(str(tmp_path))
+
+
+def test_an_admin_token_with_a_tab_or_a_space_inside_is_taken(monkeypatch, tmp_path):
+    # HTTP carries both inside a header value
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "my\tadmin token")
+    assert config.from_env(str(tmp_path))["SECKILL_ADMIN_TOKEN"] == "my\tadmin token"
