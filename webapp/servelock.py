@@ -97,8 +97,12 @@ def claimed(database_url: str, servers: Servers) -> Iterator[None]:
     """
     from sqlalchemy.engine import make_url
 
+    from .config import database_url as database_url_for_sqlalchemy
     from .db import sqlite_file
 
+    # postgres:// is no backend SQLAlchemy knows: read as another database, it was not
+    # claimed (``seckill showdown`` hands it over as the user spelled it; a CLI audit)
+    database_url = database_url_for_sqlalchemy(database_url)
     path = sqlite_file(database_url)
     if path is not None and not path.startswith("file:"):
         # the file itself: a serve given a symlink to it claimed it a second time

@@ -119,3 +119,23 @@ def test_a_migration_through_a_symlink_waits_for_one_on_the_real_file(tmp_path):
         with pytest.raises(db.MigrationBusy):
             with db.migration_lock(f"sqlite:///{tmp_path / 'link.sqlite'}", wait_s=0.3):
                 pass
+
+
+@pytest.mark.parametrize("scheme", ["postgres://", "postgresql://"])
+def test_every_spelling_of_a_postgresql_url_claims_the_database(scheme):
+    # postgres:// (Heroku's spelling) and a bare postgresql:// mean the psycopg 3
+    # driver everywhere else (config.database_url); the claim took 'postgres' for
+    # another database and claimed nothing, so a showdown given DATABASE_URL=postgres://
+    # reset and sold the sale of a serve running on that database (a CLI audit)
+    from tests.support import scratch_postgres
+
+    with scratch_postgres("seckill_claim") as (_, _, url):
+        spelled = url.replace("postgresql+psycopg://", scheme)
+        with held(spelled, ALONE):
+            with pytest.raises(DatabaseInUse, match="sell the stock twice"):
+                with held(url, ALONE):
+                    pass
+        with held(url, ALONE):
+            with pytest.raises(DatabaseInUse, match="sell the stock twice"):
+                with held(spelled, ALONE):
+                    pass
