@@ -168,7 +168,9 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
             try:
                 app = stack.enter_context(ServedApp(
                     workers=args.workers or 2, redis_url=os.environ.get("REDIS_URL") or None,
-                    database_url=os.environ.get("DATABASE_URL"), redlock_urls=redlock or None,
+                    # empty is unset, as for REDIS_URL and `seckill serve`
+                    database_url=os.environ.get("DATABASE_URL") or None,
+                    redlock_urls=redlock or None,
                     zookeeper_hosts=zk_hosts, env=_shop_env(args), log_path=log_path))
                 shop_log = app.log_path  # its own name if another run holds log_path
             except StartupError:

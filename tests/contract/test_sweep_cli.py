@@ -220,3 +220,18 @@ def test_bench_with_a_directory_as_its_json_file_says_so_before_measuring(capsys
                                       "--json", str(tmp_path)])
     assert bench.main(args) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_an_empty_database_url_is_unset_for_the_shop_the_showdown_serves(monkeypatch):
+    # as for seckill serve (and REDIS_URL here): DATABASE_URL= was handed to the shop
+    # as it was, and the showdown stopped with "could not serve the shop:
+    # ArgumentError: Could not parse SQLAlchemy URL from given URL string" (a CLI audit)
+    import argparse
+
+    from loadtest import serving
+
+    monkeypatch.setenv("DATABASE_URL", "")
+    args = argparse.Namespace(url=None, admin_token=None, workers=1, lock_timeout=None)
+    with serving.serve_target(args, ["atomic"]) as target:
+        assert target.strategies == ["atomic"]
+        assert target.shop.healthy()
