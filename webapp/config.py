@@ -227,13 +227,25 @@ def served_from_env(instance_path: str) -> dict[str, Any]:
     check_urls(config)
     check_served_database(config)
     check_served_strategy(config)
-    # gunicorn_conf.py reads these two in the workers' master, where a bad one was a
-    # worker that never came up (a one-minute wait for "no log"), or taken as it was
+    # gunicorn_conf.py reads these in the workers' master, where a bad one was a
+    # worker that never came up (a one-minute wait for "no log"), or taken as it was;
+    # SECKILL_WORKERS too, though serve's --workers overrides it: a gunicorn that could
+    # not read its config, after every server had started (a CLI audit)
     _number("SECKILL_WORKER_CONNECTIONS", "1000", int)
+    _number("SECKILL_WORKERS", "2", int)
     if _number("SECKILL_GC_GEN0_THRESHOLD", "50000", int) > GC_THRESHOLD_MAX:
         raise ConfigError(f"SECKILL_GC_GEN0_THRESHOLD must be at most {GC_THRESHOLD_MAX} "
                           "(gc.set_threshold takes a C int)")
+    level = os.environ.get("SECKILL_LOG_LEVEL", "warning")
+    if level.lower() not in LOG_LEVELS:  # each worker failed to boot: "Unknown level"
+        raise ConfigError(f"SECKILL_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}; "
+                          f"got {level!r}")
     return config
+
+
+#: the levels gunicorn's ``loglevel`` takes (``SECKILL_LOG_LEVEL``, any case), which
+#: gunicorn_conf.py also sets the shop's own log to
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 #: the largest threshold ``gc.set_threshold`` takes: past it, every worker failed to boot

@@ -587,6 +587,13 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     # noted as "no server answers there", then every zookeeper purchase 500 (a CLI audit)
     ("ZOOKEEPER_HOSTS=127.0.0.1:2181,", "ZOOKEEPER_HOSTS"),
     ("SECKILL_GC_GEN0_THRESHOLD=3000000000", "SECKILL_GC_GEN0_THRESHOLD"),  # no worker booted
+    # also read by gunicorn_conf.py: every server started, then gunicorn did not become
+    # healthy with "Unknown level: 'VERBOSE'" or "invalid literal for int()", unnamed,
+    # exit 1 (a CLI audit)
+    ("SECKILL_LOG_LEVEL=verbose", "SECKILL_LOG_LEVEL"),
+    ("SECKILL_WORKERS=four", "SECKILL_WORKERS"),
+    # a pasted newline: served, the token printed over two lines, every admin call refused
+    ("SECKILL_ADMIN_TOKEN=ab\ncd", "SECKILL_ADMIN_TOKEN"),
 ])
 def test_serve_with_a_bad_setting_names_it_in_one_line_and_starts_nothing(
         tmp_path, setting, named):
