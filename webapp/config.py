@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import urllib.parse
 from typing import Any
 
@@ -50,14 +51,18 @@ def _flag(name: str, default: str) -> bool:
 
 
 def without_password(url: str) -> str:
-    """``url`` fit to print or log: a password in it becomes ``***``."""
+    """``url`` fit to print or log: a password in it becomes ``***``, in its user part
+    or as a ``password=`` query parameter (redis-py's form for a Unix socket,
+    ``unix:///run/redis.sock?password=...``, and a libpq keyword)."""
     try:
         parts = urllib.parse.urlsplit(url)
-        if parts.password is None:
-            return url
-        userinfo, host = parts.netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+        if parts.password is not None:
+            userinfo, host = parts.netloc.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            url = urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+        # in the text itself: urlunsplit drops a socket URL's empty host (unix:///...)
+        base, mark, query = url.partition("?")
+        return base + mark + re.sub(r"(^|&)password=[^&#]*", r"\1password=***", query)
     except ValueError:  # not a URL urllib reads: say so rather than print it
         return "<a URL that does not parse>"
 

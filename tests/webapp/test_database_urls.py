@@ -32,6 +32,16 @@ def test_an_engine_for_postgres_scheme_uses_psycopg_3():
     ("rediss://h:1/0", "rediss://h:1/0"),
     ("postgresql+psycopg://root:p%40ss@h/db", "postgresql+psycopg://root:***@h/db"),
     ("garbage", "garbage"),
+    # redis-py's documented form for a socket, and libpq's keyword: it was printed as it
+    # was (seckill serve's banner: "Redis unix:///run/redis.sock?password=S3cret"; a
+    # CLI audit)
+    ("unix:///run/redis.sock?password=S3cret", "unix:///run/redis.sock?password=***"),
+    ("unix:///run/redis.sock?db=2&password=S3cret&x=1",
+     "unix:///run/redis.sock?db=2&password=***&x=1"),
+    ("redis://u:S3cret@h:1/0?password=S3cret", "redis://u:***@h:1/0?password=***"),
+    ("postgresql+psycopg://root@h/db?password=S3cret&sslmode=require",
+     "postgresql+psycopg://root@h/db?password=***&sslmode=require"),
+    ("unix:///run/redis.sock?db=2&not_password=1", "unix:///run/redis.sock?db=2&not_password=1"),
 ])
 def test_urls_are_printed_without_passwords(url, shown):
     assert config.without_password(url) == shown
