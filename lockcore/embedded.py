@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -329,8 +330,15 @@ def serve_forever(nodes: int = 1) -> int:
             while all(s.proc and s.proc.poll() is None for s in cluster.servers):
                 time.sleep(0.5)
         except KeyboardInterrupt:
-            pass
-    return 0
+            return 0
+        # one exited on its own (killed, out of memory): it returned 0 in silence, and a
+        # script waiting on it took that for a Ctrl-C (a CLI audit)
+        for server in cluster.servers:
+            code = server.proc.poll() if server.proc else None
+            if server.proc is None or code is not None:
+                print(f"seckill redis: the redis-server at {server.url} exited on its own "
+                      f"(exit code {code}); stopping the others", file=sys.stderr, flush=True)
+    return 1
 
 
 MAX_NODES = 100

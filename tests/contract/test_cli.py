@@ -148,6 +148,28 @@ def test_seckill_redis_nodes_5_prints_five_live_servers_and_ctrl_c_stops_them():
     assert not [pid for pid in started if running(pid)]
 
 
+def test_seckill_redis_says_which_server_exited_on_its_own_and_exits_1():
+    """A server that died (killed, out of memory) ended ``seckill redis`` with exit 0
+    and no word, as a Ctrl-C does (a CLI audit)."""
+    proc = subprocess.Popen([str(SECKILL), "redis", "--nodes", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        assert proc.stdout is not None
+        urls = [proc.stdout.readline().strip() for _ in range(2)]
+        started = descendants(proc.pid)
+        victim = next(pid for pid in started if urls[1].split("/")[2] in cmdline(pid))
+        os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            interrupt_and_wait(proc, started, 30)
+    assert proc.returncode == 1, (out, err)
+    assert f"the redis-server at {urls[1]} exited on its own" in err, err
+    assert "Traceback" not in err
+    assert not [pid for pid in started if running(pid)]
+
+
 BAD_ARGS = {
     "no-command": [],
     "unknown-command": ["nope"],
