@@ -110,7 +110,7 @@ def test_sustained_buyers_only_buy_each_time_as_a_new_buyer(tmp_path):
 
 def test_the_no_op_baseline_posts_like_a_purchase_and_logs_each_answer(tmp_path):
     shop = StubShop()
-    done, stats, log = run(tmp_path, shop, Plan(users=10, mode="noop", duration=2))
+    done, stats, log = run(tmp_path, shop, Plan(users=10, mode="noop", duration=4))
     assert set(stats) == {"/api/noop", locust_csv.AGGREGATED}, set(stats)
     assert stats["/api/noop"].method == "POST"
     assert stats["/api/noop"].requests > 10 and stats["/api/noop"].failures == 0
@@ -129,7 +129,7 @@ def test_plain_locust_in_a_no_op_mode_asks_the_no_op_endpoint(tmp_path, mode):
     that reads Redis and the database, no baseline at all."""
     shop = StubShop()
     with serve(shop) as url:
-        command = locust_command(Plan(users=5, mode=mode, duration=2), url,
+        command = locust_command(Plan(users=5, mode=mode, duration=4), url,
                                  tmp_path / "run", tmp_path / "arrivals.jsonl")
         at = command.index("--seckill-noop-path")
         del command[at:at + 2]
@@ -141,7 +141,9 @@ def test_plain_locust_in_a_no_op_mode_asks_the_no_op_endpoint(tmp_path, mode):
 
 
 def test_the_old_baseline_is_a_bare_get_of_the_no_op_endpoint(tmp_path):
-    done, stats, log = run(tmp_path, StubShop(), Plan(users=10, mode="noop-get", duration=2))
+    # 4 s, not 2: under a loaded suite (load 6 on two cores) a 2 s run ended before its
+    # users made a request (only the "Aggregated" row)
+    done, stats, log = run(tmp_path, StubShop(), Plan(users=10, mode="noop-get", duration=4))
     assert set(stats) == {"/api/noop", locust_csv.AGGREGATED}, set(stats)
     assert stats["/api/noop"].method == "GET" and stats["/api/noop"].failures == 0
     assert log == []  # no client-side work beyond the request
