@@ -357,6 +357,9 @@ def node_lane(client: Any, timeout: float) -> Lane | None:
             kwargs[key] = timeout if given is None else min(given, timeout)
         own = redis.ConnectionPool(connection_class=pool.connection_class,
                                    max_connections=pool.max_connections, **kwargs)
+        # closed with the client's last reference: left to the garbage collector, its
+        # sockets were "ResourceWarning: unclosed socket" (seen in a test run)
+        weakref.finalize(client, own.disconnect)
         # at least one: a lane's new connections come unconnected, to connect within
         # the call's deadline (a borrowed one connects at the checkout, node by node)
         size = max(1, min(LANE_SIZE, pool.max_connections // 4))
