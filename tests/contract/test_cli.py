@@ -123,14 +123,19 @@ def test_an_unknown_scenario_is_exit_2_with_the_list_of_labs():
     assert "crash-no-ttl" in result.stderr
 
 
+def seckill_redis(nodes: int) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(SECKILL), "redis", "--nodes", str(nodes)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
 def test_seckill_redis_nodes_5_prints_five_live_servers_and_ctrl_c_stops_them():
     """The README's ``seckill redis --nodes 5``, as typed: only its usage errors were
     tested. It must print one URL a line, then ``REDLOCK_URLS=`` naming them all (what
     ``seckill serve`` reads), every one a redis-server that answers, until Ctrl-C."""
     import redis
 
-    proc = subprocess.Popen([str(SECKILL), "redis", "--nodes", "5"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = seckill_redis(5)
     started: list[int] = []
     try:
         assert proc.stdout is not None
@@ -151,8 +156,7 @@ def test_seckill_redis_nodes_5_prints_five_live_servers_and_ctrl_c_stops_them():
 def test_seckill_redis_says_which_server_exited_on_its_own_and_exits_1():
     """A server that died (killed, out of memory) ended ``seckill redis`` with exit 0
     and no word, as a Ctrl-C does (a CLI audit)."""
-    proc = subprocess.Popen([str(SECKILL), "redis", "--nodes", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = seckill_redis(2)
     started: list[int] = []
     try:
         assert proc.stdout is not None
