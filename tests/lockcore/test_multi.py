@@ -64,6 +64,22 @@ def test_release_frees_only_what_this_acquisition_still_holds(redis_client) -> N
     theirs.release()
 
 
+def test_a_release_that_finds_one_resource_taken_over_says_the_lock_was_not_ours(
+        redis_client) -> None:
+    """Half a hold is not a hold: the section ran with ``y`` in another holder's hands,
+    and release must say so (a check that only ``0 of n`` is refused let it pass)."""
+    mine = multi(redis_client, ["x", "y"], ttl_ms=60_000)
+    assert mine.acquire(blocking=False)
+    redis_client.delete(mine.keys[1])  # "y" expired alone (an evicting Redis, a pexpire)
+    theirs = multi(redis_client, ["y"])
+    assert theirs.acquire(blocking=False)
+    with pytest.raises(LockNotOwned, match="1 of 2"):
+        mine.release()
+    assert not redis_client.exists(mine.keys[0])  # what was still ours is freed
+    assert theirs.held()
+    theirs.release()
+
+
 def test_extend_refreshes_every_resource_but_only_for_the_owner(redis_client) -> None:
     lock = multi(redis_client, ["p", "q"], ttl_ms=1_000)
     lock.acquire()
