@@ -574,3 +574,25 @@ def test_threads_on_pools_of_one_connection_extend_and_release_every_node(redloc
     assert [client.exists("lock:{pool-of-one}") for client in redlock_clients[:3]] == [0] * 3
     for client in nodes:
         client.close()
+
+
+def test_an_extend_whose_round_outlasted_the_new_ttl_is_refused(redlock_clients, fake_clock,
+                                                                monkeypatch) -> None:
+    """Every node said yes, but the round took longer than the ttl it set (a node frozen,
+    the client paused): the keys may be gone on a majority already, so an extend counted
+    by its votes alone let the holder write on while a second one took the lock."""
+    from lockcore.strategies import redlock as redlock_module
+
+    lock = redlock(redlock_clients, ttl_ms=10_000, clock=fake_clock)
+    assert lock.acquire(blocking=False)
+    real_until_sent = redlock_module.until_sent
+
+    def slow_round(*args, **kwargs):
+        answers = real_until_sent(*args, **kwargs)
+        fake_clock.now += 11.0  # the replies came 11 s after the round began
+        return answers
+
+    monkeypatch.setattr(redlock_module, "until_sent", slow_round)
+    with pytest.raises(LockNotOwned, match="majority"):
+        lock.extend(10_000)
+    assert lock.lost
