@@ -576,3 +576,25 @@ def test_a_bad_name_or_option_is_refused_before_connecting(monkeypatch, name, op
     monkeypatch.setattr(zookeeper, "shared_client", dial)
     with pytest.raises(error):
         lockcore.create("zookeeper", "127.0.0.1:1", name, **options)
+
+
+def test_a_session_closed_under_the_holder_is_reported_as_a_lost_lock(zookeeper_hosts, zk,
+                                                                      request) -> None:
+    """Closing the session (``stop()``: a shutdown, another thread) goes straight to LOST,
+    with no SUSPENDED first: the LOST branch alone must report it, for the server has
+    deleted our znode and the next waiter holds the lock."""
+    mine = _client(zookeeper_hosts)
+    reasons: list[str] = []
+    lock = lockcore.create("zookeeper", mine, request.node.name,
+                           on_lost=lambda _lock, why: reasons.append(why))
+    try:
+        assert lock.acquire(timeout=10)
+        mine.stop()
+        assert _wait_until(lambda: lock.lost)
+        assert reasons and "session lost" in reasons[0]
+        other = lockcore.create("zookeeper", zk, request.node.name)
+        assert other.acquire(timeout=10)  # the session's end deleted our znode
+        other.release()
+    finally:
+        mine.stop()
+        mine.close()
