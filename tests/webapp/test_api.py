@@ -401,6 +401,18 @@ def test_a_replayed_key_with_another_quantity_is_400(client):
     assert response.status_code == 400 and "quantity" in response.get_json()["detail"]
 
 
+@pytest.mark.parametrize("strategy", ["token", "atomic", "sql"])
+def test_a_key_spent_on_another_sku_is_400_before_the_sale_is_asked(client, strategy):
+    # Found by its order before anything else: without that look the purchase went on,
+    # took a unit (only the row's UNIQUE key gave it back) and, of a sale with nothing
+    # left, answered 409 sold_out, as if the key were free to use here (a mutation audit)
+    reset(client, stock=0, strategy=strategy)
+    assert buy(client, "ann", sku="sku-2", key="k-spent").status_code == 201
+    response = buy(client, "ann", key="k-spent")
+    assert response.status_code == 400, response.get_json()
+    assert "already used for another purchase" in response.get_json()["detail"]
+
+
 @pytest.mark.parametrize("strategy", ["atomic", "token"])
 def test_a_quantity_above_the_sales_limit_is_400_naming_the_limit(client, strategy):
     reset(client, stock=10, strategy=strategy, limit=3)
