@@ -132,3 +132,15 @@ def test_a_key_conflict_with_the_users_order_in_another_sale_is_not_a_replay(dep
     mine = saleinfo.load_sale(deps.sessions, SKU)
     with pytest.raises(Replay):
         orders.explain_conflict(deps.sessions, mine, "ann", "k-1")
+
+
+def test_a_key_conflict_with_another_users_order_in_this_sale_is_not_a_replay(deps):
+    # explain_conflict's user check (a mutation audit): bob racing ann with her key, past
+    # the early look and a claim Redis lost, must hear 400, not 200 with ann's order
+    from webapp import saleinfo
+    from webapp.problems import InvalidRequest
+
+    assert checkout(deps, PurchaseRequest(SKU, "ann", idempotency_key="k-ann")).created
+    sale = saleinfo.load_sale(deps.sessions, SKU)
+    with pytest.raises(InvalidRequest):
+        orders.explain_conflict(deps.sessions, sale, "bob", "k-ann")
