@@ -39,3 +39,28 @@ def test_after_redis_lost_a_sold_out_sale_an_earlier_buyer_hears_already_purchas
     deps.redis.flushall()  # a restart without persistence
     with pytest.raises(AlreadyPurchased):
         checkout(deps, PurchaseRequest(SKU, "ann"))
+
+
+def test_a_reload_that_read_the_sale_before_a_reset_writes_nothing_over_the_new_stock(
+        redis_client):
+    # restore_sale.lua's stock-generation check (a mutation audit took it out; no test
+    # noticed). The reset's hash copy is gone alone (an evicting Redis) and its stock
+    # stands: a reload that read the old sale must not put the old one back over it, its
+    # strategy, generation, sold-out flag and buyers (the script's header: a sale reset
+    # to sql went on selling through the token lock, and oversold)
+    from webapp import scripts
+    from webapp.keys import SaleKeys
+
+    keys = SaleKeys("sku-reload-late")
+    redis_client.delete(*keys.all())
+    redis_client.set(keys.stock_gen, 200)  # the reset's sale: generation 200, 50 units
+    redis_client.set(keys.stock, 50)
+    staged = f"{keys.buyers}:restoring:late"
+    redis_client.sadd(staged, "ann")  # the old sale's buyers, read with it
+    written = scripts.script(redis_client, "restore_sale")(
+        keys=[keys.info, keys.stock_gen, keys.stock, keys.soldout, keys.buyers, staged,
+              keys.reloaded, keys.holdoff, keys.key_owners, keys.reservations, keys.taken],
+        args=[100, 0, "1", "", "strategy", "token", "generation", "100"])
+    assert written == 0
+    assert (redis_client.get(keys.stock_gen), redis_client.get(keys.stock)) == (b"200", b"50")
+    assert not redis_client.exists(keys.info, keys.soldout, keys.buyers, staged)
