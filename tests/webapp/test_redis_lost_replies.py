@@ -171,6 +171,27 @@ def test_a_stock_write_redis_runs_too_late_buys_nothing(client, monkeypatch):
     assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 7, True), audit
 
 
+def test_a_checkout_script_redis_runs_too_late_reserves_and_takes_nothing(client,
+                                                                          monkeypatch):
+    """``atomic_checkout.lua`` carries the deadline too: run after it, it changes nothing.
+    Run all the same, it reserved the buyer and took an ``atomic`` sale's unit after the
+    client had given up on it (a mutation audit took the check out; no test noticed)."""
+    from webapp import pipelining, services
+
+    def long_past(client: Any) -> int:
+        return 1
+
+    monkeypatch.setattr(services, "deadline", long_past)
+    monkeypatch.setattr(pipelining, "deadline", long_past)
+    answer = buy(client, "alice", sku="sku-2")
+    monkeypatch.undo()
+    assert answer.status_code == 503 and "too late" in answer.get_json()["detail"], \
+        answer.get_json()
+    audit = client.get("/api/sales/sku-2/audit").get_json()
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 1, True), audit
+    assert buy(client, "alice", sku="sku-2").status_code == 201  # not left reserved
+
+
 def test_a_reservation_redis_runs_too_late_is_a_503_not_a_wait(client, monkeypatch):
     """A keyed purchase reserves its buyer with a deadline. LATE read as "reserved
     already" made it wait 10 s for a purchase in flight that did not exist."""
