@@ -158,8 +158,9 @@ class OrderWriter(Batcher[OrderWrite]):
                      ) -> list[tuple[Pending[OrderWrite], int]]:
         """Count the units off ``sales.remaining``, insert the rows, commit; each row
         written with its id (a row refused by ``_take_units`` has its error instead)."""
-        with committing(self._engine.begin(), self._remote) as connection:
-            bounded(connection, min(pending.since for pending in batch) + self.budget_s)
+        deadline = min(pending.since for pending in batch) + self.budget_s
+        with committing(self._engine.begin(), self._remote, deadline) as connection:
+            bounded(connection, deadline)
             taken = self._take_units(connection, batch)
             if not taken:
                 return []

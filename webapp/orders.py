@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, or_, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import scripts
 from .batching import Pending
-from .commits import CommitLost, committing, remote
+from .commits import CommitLost, answered_within, committing, remote
 from .groupcommit import reset_since, writer_for
 from .keys import SaleKeys
 from .models import Order, PlacedOrder, Sale, utcnow
@@ -50,7 +50,7 @@ from .statements import (
     TAKE_UNITS_IF_LEFT_OF_GENERATION,
     TAKE_UNITS_OF_GENERATION,
 )
-from .writedeadline import ORDER_WRITE_S, bounded
+from .writedeadline import LANDED_CHECK_S, ORDER_WRITE_S, bounded
 
 logger = logging.getLogger(__name__)
 
@@ -141,9 +141,10 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
         # Core statements on the session's connection: writing the order was a third of
         # a purchase's CPU in the profile, much of it the ORM's unit of work (identity
         # map, flush ordering, events) for one UPDATE and one INSERT of a fixed shape
-        with committing(sessions.begin(), remote(_dialect(sessions))) as session:
-            # the whole transaction within one budget, not each statement (writedeadline.py)
-            connection = bounded(session.connection(), time.monotonic() + ORDER_WRITE_S)
+        # the whole transaction within one budget, not each statement (writedeadline.py)
+        deadline = time.monotonic() + ORDER_WRITE_S
+        with committing(sessions.begin(), remote(_dialect(sessions)), deadline) as session:
+            connection = bounded(session.connection(), deadline)
             if connection.execute(decrement, parameters).rowcount == 0:
                 if generation is not None and (not conditional or reset_since(
                         connection, sale.id, generation)):
@@ -235,11 +236,30 @@ def maybe_written(error: BaseException) -> bool:
 
 
 def _written_rows(sessions: sessionmaker[Session], sale_id: int,
-                  wanted: list[tuple[str, int, str | None]]) -> list[Order | None]:
+                  wanted: list[tuple[str, int, str | None]],
+                  within_s: float = LANDED_CHECK_S) -> list[Order | None]:
     """For each ``(user_id, quantity, idempotency_key)``: its row in the sale if it is
-    that purchase's (its quantity and key), else None. One query."""
+    that purchase's (its quantity and key), else None. One query, after the sale row's
+    lock; within ``within_s`` on a remote database (else ``NoAnswer``, or the lock's
+    timeout: it cannot tell yet).
+
+    **Failure timeline** the lock prevents (a PostgreSQL audit)::
+
+        buyer:  its write's COMMIT is stuck (a frozen backend); given up at its deadline
+        look:   another connection's snapshot: no row, the transaction is still open
+        buyer:  its unit goes back to stock and is sold again
+        COMMIT: goes through: one unit sold twice
+
+    Every order write takes the sale row (its UPDATE) before it inserts, and holds it
+    until it ends: waiting for that lock (``FOR SHARE``) reads the rows after it."""
     users = [user_id for user_id, _, _ in wanted]
-    with sessions() as session:
+    dialect = _dialect(sessions)
+    with answered_within(within_s, remote(dialect)), sessions() as session:
+        if dialect == "postgresql":  # the server gives up the lock wait when we do
+            session.execute(text(f"SET LOCAL lock_timeout = {max(int(within_s * 1000), 1)}"))
+        if remote(dialect):  # (SQLite: a COMMIT is never in doubt, nothing to wait for)
+            session.execute(select(Sale.id).where(Sale.id == sale_id)
+                            .with_for_update(read=True))
         rows = {row.user_id: row for row in session.scalars(select(Order).where(
             Order.sale_id == sale_id, Order.user_id.in_(users)))}
     found = []
@@ -294,10 +314,12 @@ def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
         return list(_written_rows(sessions, sale.id, wanted))
     except Exception as exc:  # noqa: BLE001 - asked once more, unless that took long
         failure: Exception = exc
-    if time.monotonic() - started < 1.0:
+    spent = time.monotonic() - started
+    if spent < LANDED_CHECK_S / 2:  # within what is left of the look's time
         time.sleep(0.05)
         try:
-            return list(_written_rows(sessions, sale.id, wanted))
+            return list(_written_rows(sessions, sale.id, wanted,
+                                      LANDED_CHECK_S - spent - 0.05))
         except Exception as exc:  # noqa: BLE001 - in doubt: settled later
             failure = exc
     outcomes: list[Any] = []

@@ -14,7 +14,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from . import errors, sales
 from .extensions import get_backends
-from .writedeadline import ORDER_WRITE_S, SLACK_S
+from .writedeadline import LANDED_CHECK_S, NO_ANSWER_S, ORDER_WRITE_S, SLACK_S
 
 bp = Blueprint("shop", __name__)
 
@@ -36,9 +36,10 @@ def page(html: str) -> Response:
     return Response(html, mimetype="text/html", headers=PAGE_HEADERS)
 
 
-#: the longest an order write takes, from when it queued to its answer: its budget and
-#: the most a statement may run past it (``writedeadline.py``)
-ORDER_WRITE_WORST_S = ORDER_WRITE_S + SLACK_S
+#: the longest an order write takes, from when it queued to its answer: its budget, the
+#: most a statement may run past it, then, from a database that said nothing, the wait
+#: before the worker gives it up and the look for its row (``writedeadline.py``)
+ORDER_WRITE_WORST_S = ORDER_WRITE_S + SLACK_S + NO_ANSWER_S + LANDED_CHECK_S
 
 
 def purchase_timeout_s(config: Mapping[str, Any]) -> int:

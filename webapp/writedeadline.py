@@ -21,6 +21,9 @@ cancelled write fails as before: 503 and its units back.
 The SET costs a round trip, so it is sent only when the time left is ``SLACK_S`` under
 the timeout in force: a write that queued for milliseconds sends none. A statement may
 so run ``SLACK_S`` past the deadline, never more (the next one gets 1 ms).
+A server that says nothing cancels nothing: a gevent worker gives the write up itself
+``NO_ANSWER_S`` after that (``commits.py``), and looks for the row of a COMMIT it gave
+up within ``LANDED_CHECK_S``.
 SQLite has no server to cancel a statement: its writes are bounded by the busy timeout
 (5 s) and the queue's deadline.
 """
@@ -39,6 +42,14 @@ from .problems import Busy
 ORDER_WRITE_S = 10.0
 #: how far under the timeout in force the time left must be to send a SET for it
 SLACK_S = 0.25
+#: how long after that (the deadline + ``SLACK_S``) a gevent worker waits for a database
+#: that has not answered at all before it gives the write up itself (``commits.py``):
+#: a server that says nothing enforces no timeout of its own
+NO_ANSWER_S = 0.25
+#: how long the look for the row of a write given up during its COMMIT may take (the
+#: wait for that write's lock on the sale row included: ``orders._written_rows``); past
+#: it, the write is in doubt and settled later
+LANDED_CHECK_S = 0.5
 #: the execution option of a Core connection that carries its transaction's deadline
 OPTION = "write_deadline"
 

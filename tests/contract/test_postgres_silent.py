@@ -169,3 +169,100 @@ def test_a_url_that_lifts_the_timeout_still_has_its_writes_bounded(database):
     finally:
         engine.dispose()
     assert [timeout_ms(t) for t in ("0", "2s", "1500ms", "1min")] == [None, 2000, 1500, 60_000]
+
+
+def _proxied(url: str, proxy: SilentProxy) -> str:
+    port = urlsplit(PG_ADMIN_URL).port or 5432
+    proxied = url.replace(f":{port}/", f":{proxy.port}/")
+    assert proxied != url
+    return proxied + "?sslmode=disable"  # the proxy reads the COMMIT on the wire
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "token"])
+def test_buyers_hear_within_the_write_budget_from_a_database_that_says_nothing(
+        database, strategy):
+    """A database that stops answering with its network up (a frozen backend, a pooler
+    queueing its clients: the kernel acknowledges what the shop sends, so neither
+    ``tcp_user_timeout`` nor the keepalives fire) held every buyer for as long as it
+    said nothing: 41 s for 40 s of silence (a PostgreSQL audit), past the write's budget,
+    the page's "no answer" and nginx's 45 s. ``statement_timeout`` is the server's, and
+    a silent server enforces nothing. Now the worker gives the write up itself."""
+    from webapp.shop import ORDER_WRITE_WORST_S
+
+    _, _, url = database
+    port = urlsplit(PG_ADMIN_URL).port or 5432
+    sku = f"qa-pg-mute-{strategy}"
+    with SilentProxy(port) as proxy:
+        with served_shop([sku], database_url=_proxied(url, proxy), workers=1) as shop:
+            shop.reset(sku, 10, strategy)
+            assert shop.buy("before", sku).status == 201  # a pooled connection to reuse
+            waits: dict[str, tuple[int, float, str]] = {}
+
+            def buyer(user: str) -> None:
+                started = time.monotonic()
+                answer = shop.call("POST", f"/api/products/{sku}/purchase",
+                                   {"user_id": user}, timeout=60)
+                waits[user] = (answer.status, time.monotonic() - started,
+                               (answer.json or {}).get("error", ""))
+
+            proxy.silent.set()
+            buyers = [threading.Thread(target=buyer, args=(f"mute-{n}",)) for n in range(4)]
+            for thread in buyers:
+                thread.start()
+            silent_until = time.monotonic() + 20
+            while len(waits) < len(buyers) and time.monotonic() < silent_until:
+                time.sleep(0.1)
+            proxy.silent.clear()
+            for thread in buyers:
+                thread.join(60)
+            assert len(waits) == len(buyers)
+            longest = max(wait for _, wait, _ in waits.values())
+            assert longest <= ORDER_WRITE_WORST_S + 1.5, waits
+            assert {(status, error) for status, _, error in waits.values()} == {
+                (503, "busy")}, waits
+            deadline = time.monotonic() + 20  # a write in doubt is settled once it answers
+            while not shop.audit(sku)["consistent"] and time.monotonic() < deadline:
+                time.sleep(0.5)
+            audit = shop.assert_books_balance(sku)
+            assert audit["orders"] == 1, audit
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "token"])
+def test_a_commit_stuck_past_its_deadline_is_settled_by_what_it_did_not_by_a_guess(
+        database, strategy):
+    """One backend stuck in a COMMIT (held here by the proxy; a frozen backend process
+    in life) while the database answers everyone else: the buyer waited for as long as
+    it stayed stuck. Given up on at its deadline, the write is in doubt, and its row
+    must not be looked for in a snapshot taken while its transaction is still open: that
+    said "not written", the unit went back, and the COMMIT landed after (one unit sold
+    twice). The look waits for the write's lock on the sale row, so the units stay taken
+    until the transaction has ended either way."""
+    from webapp.shop import ORDER_WRITE_WORST_S
+
+    _, _, url = database
+    port = urlsplit(PG_ADMIN_URL).port or 5432
+    sku = f"qa-pg-stuck-{strategy}"
+    with SilentProxy(port) as proxy:
+        with served_shop([sku], database_url=_proxied(url, proxy), workers=1) as shop:
+            shop.reset(sku, 5, strategy)
+            proxy.hold_commit.set()
+            threading.Timer(20, proxy.release.set).start()  # (before the fix: the answer)
+            started = time.monotonic()
+            answer = shop.call("POST", f"/api/products/{sku}/purchase",
+                               {"user_id": "stuck"}, timeout=60)
+            waited = time.monotonic() - started
+            assert proxy.holding.is_set()
+            assert waited <= ORDER_WRITE_WORST_S + 1.5, (waited, answer.status)
+            assert_error(answer, 503, "busy")
+            time.sleep(3)  # settles tried meanwhile: the transaction is still open
+            assert not proxy.release.is_set()
+            assert shop.audit(sku)["remaining"] == 4  # its unit stays taken: unknown yet
+            proxy.release.set()  # the COMMIT goes on and commits
+            deadline = time.monotonic() + 20
+            while not shop.audit(sku)["consistent"] and time.monotonic() < deadline:
+                time.sleep(0.5)
+            audit = shop.assert_books_balance(sku)
+            assert (audit["orders"], audit["remaining"]) == (1, 4), audit
+            buyers = shop.call("GET", f"/api/admin/sales/{sku}/buyers",
+                               headers={"Authorization": f"Bearer {shop.admin_token}"})
+            assert buyers.json["buyers"] == ["stuck"]
