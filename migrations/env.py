@@ -4,7 +4,9 @@ The database URL comes from ``config.attributes["database_url"]`` (set by
 ``webapp.db``), else the ``DATABASE_URL`` environment variable. SQLite gets batch mode,
 since it cannot ALTER most things in place, a new SQLite file our page size
 (``webapp.db.SQLITE_PAGE_SIZE``), and SQLite's DDL a transaction
-(``webapp.db.sqlite_transactional_ddl``: each migration is all or nothing).
+(``webapp.db.sqlite_transactional_ddl``: each migration is all or nothing). On
+PostgreSQL one migration runs at a time, whoever started it (the command line, a
+starting shop): ``webapp.db.one_migration_at_a_time``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from webapp import config as settings
-from webapp.db import connect_args, sqlite_file_layout, sqlite_transactional_ddl
+from webapp.db import (
+    connect_args,
+    one_migration_at_a_time,
+    sqlite_file_layout,
+    sqlite_transactional_ddl,
+)
 from webapp.models import Base
 
 config = context.config
@@ -49,6 +56,7 @@ def run_migrations_online() -> None:
             context.configure(connection=connection, target_metadata=target_metadata,
                               render_as_batch=url.startswith("sqlite"))
             with context.begin_transaction():
+                one_migration_at_a_time(connection)  # before the revision is read
                 context.run_migrations()
     finally:
         engine.dispose()

@@ -19,8 +19,9 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
 from .config import database_url as database_url_for_sqlalchemy
@@ -196,6 +197,37 @@ def migration_lock(database_url: str, wait_s: float = MIGRATION_WAIT_S) -> Itera
         engine.dispose()
 
 
+#: ``pg_advisory_xact_lock``'s key for "a migration runs" (``one_migration_at_a_time``).
+#: Not ``MIGRATION_LOCK_KEY``: a starting shop holds that one on a connection of its own
+#: while its migrations run on another.
+ALEMBIC_LOCK_KEY = MIGRATION_LOCK_KEY + 1
+
+
+def one_migration_at_a_time(connection: Connection, wait_s: float = MIGRATION_WAIT_S) -> None:
+    """Called by ``migrations/env.py`` in the migrations' transaction, before Alembic
+    reads the revision: on PostgreSQL, wait (``wait_s`` at most, then ``MigrationBusy``)
+    for any other migration of this database to end; the lock goes with the transaction.
+
+    ``migration_lock`` serialises shops only: two ``alembic upgrade head`` from two
+    deploy hosts (or one beside a starting shop) both read revision 0001, both ran 0002,
+    and the second failed ``index "ix_orders_sale_id" does not exist``. Here the second
+    reads the revision once the first has committed, and finds head."""
+    if connection.dialect.name != "postgresql":
+        return
+    was = connection.execute(text("SHOW lock_timeout")).scalar()
+    connection.execute(text("SELECT set_config('lock_timeout', :ms, true)"),
+                       {"ms": f"{int(wait_s * 1000)}ms"})
+    try:
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                           {"key": ALEMBIC_LOCK_KEY})
+    except OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            raise MigrationBusy(f"another process has been migrating this database for "
+                                f"over {wait_s:g}s") from None
+        raise
+    connection.execute(text("SELECT set_config('lock_timeout', :was, true)"), {"was": was})
+
+
 def _wait_or_give_up(deadline: float, wait_s: float) -> None:
     if time.monotonic() > deadline:
         raise MigrationBusy(f"another process has been migrating this database for over "
@@ -225,7 +257,9 @@ def _refuse_unversioned(database_url: str) -> None:
 
 def upgrade(database_url: str, revision: str = "head") -> None:
     """Bring the schema at ``database_url`` to ``revision``; a SQLite file's folder is made.
-    Callers that may race (several servers on one database) hold ``migration_lock``."""
+    Callers that may race (several servers on one database) hold ``migration_lock``: on
+    PostgreSQL the migrations also wait for each other (``one_migration_at_a_time``), but
+    a shop's seeding after them needs the lock too."""
     database_url = database_url_for_sqlalchemy(database_url)
     sqlite_file(database_url, make_folder=True)
     _refuse_unversioned(database_url)

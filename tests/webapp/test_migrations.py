@@ -271,3 +271,64 @@ def test_a_new_sqlite_file_interrupted_while_migrating_is_migrated_by_the_next_s
     db.upgrade(url)
     tables, heads = _tables_and_revision(url)
     assert {"products", "sales", "orders"} <= tables and heads == ["0004"]
+
+
+@pytest.mark.postgres
+def test_two_alembic_commands_at_once_on_one_postgres_database_both_succeed():
+    """``alembic upgrade head`` (the command line ``migrations/alembic.ini`` documents)
+    from two deploy hosts at once: both read revision 0001 and both ran 0002; the second
+    failed ``index "ix_orders_sale_id" does not exist``. The same befell a command run
+    while a shop was starting, which holds only its own lock (``db.migration_lock``).
+    Now the second waits for the first's migration transaction, then finds head."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+
+    from tests.support import ROOT
+
+    with scratch_postgres("seckill_alembic_race") as (admin, name, url):
+        db.upgrade(url, "0001")
+        command = [sys.executable, "-m", "alembic", "-c", str(ROOT / "migrations" / "alembic.ini"),
+                   "upgrade", "head"]
+        env = {**os.environ, "DATABASE_URL": url}
+
+        def blocked() -> int:  # backends of this database waiting for a lock
+            return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                                 "AND wait_event_type = 'Lock'", (name,)).fetchone()[0]
+
+        runs = []
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as holder:
+            holder.execute("LOCK TABLE orders IN ACCESS SHARE MODE")  # 0002 waits on it
+            try:
+                for _ in range(2):  # the second starts once the first is inside 0002
+                    runs.append(subprocess.Popen(command, env=env, cwd=ROOT, text=True,
+                                                 stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT))
+                    deadline = time.monotonic() + 30
+                    while blocked() < len(runs) and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    assert blocked() >= len(runs), runs[-1].poll()
+            finally:
+                holder.rollback()
+                outputs = [run.communicate(timeout=60)[0] for run in runs]
+        assert [run.returncode for run in runs] == [0, 0], outputs[-1][-2000:]
+        assert _tables_and_revision(url)[1] == ["0004"]
+
+
+@pytest.mark.postgres
+def test_a_migration_waits_for_another_and_not_for_ever():
+    with scratch_postgres("seckill_alembic_wait") as (_, _, url):
+        engine = create_engine(url)
+        try:
+            with engine.begin() as other:  # another migration's transaction
+                db.one_migration_at_a_time(other)
+                with engine.begin() as mine, pytest.raises(db.MigrationBusy):
+                    db.one_migration_at_a_time(mine, wait_s=0.3)
+            with engine.begin() as mine:  # ended: the next one goes on at once
+                db.one_migration_at_a_time(mine, wait_s=0.3)
+                assert mine.execute(text("SHOW lock_timeout")).scalar() == "0"
+        finally:
+            engine.dispose()
