@@ -12,6 +12,7 @@ starting shop): ``webapp.db.one_migration_at_a_time``.
 from __future__ import annotations
 
 import os
+from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy import create_engine
@@ -27,6 +28,9 @@ from webapp.models import Base
 
 config = context.config
 target_metadata = Base.metadata
+
+if config.config_file_name is not None:  # the alembic command line: alembic.ini's logging
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 
 def database_url() -> str:

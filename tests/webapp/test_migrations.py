@@ -332,3 +332,24 @@ def test_a_migration_waits_for_another_and_not_for_ever():
                 assert mine.execute(text("SHOW lock_timeout")).scalar() == "0"
         finally:
             engine.dispose()
+
+
+def test_the_alembic_command_line_says_what_it_ran(tmp_path):
+    """``alembic -c migrations/alembic.ini upgrade head`` printed nothing at all, the
+    file's logging sections never applied: an operator could not tell which revisions
+    ran, or whether any did."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    command = [sys.executable, "-m", "alembic", "-c", str(ROOT / "migrations" / "alembic.ini")]
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'cli.sqlite'}"}
+    ran = subprocess.run([*command, "upgrade", "head"], env=env, cwd=ROOT, text=True,
+                         capture_output=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "Running upgrade  -> 0001" in ran.stderr and "0003 -> 0004" in ran.stderr, ran.stderr
+    again = subprocess.run([*command, "upgrade", "head"], env=env, cwd=ROOT, text=True,
+                           capture_output=True, timeout=60)
+    assert again.returncode == 0 and "Running upgrade" not in again.stderr, again.stderr
