@@ -91,7 +91,32 @@ def make_engine(url: str) -> Engine:
     if engine.dialect.name == "postgresql":  # an order write's budget (writedeadline.py)
         # the shop's own statement timeout, or the URL's (asked per connection)
         keep_deadlines(engine, PG_STATEMENT_TIMEOUT_MS if "options" in serving else None)
+        if "synchronous_commit" not in make_url(url).query.get("options", ""):
+            event.listen(engine, "connect", _durable_commits)
     return engine
+
+
+#: turns ``synchronous_commit = off`` (the database's or the role's) back to the default
+DURABLE_COMMITS = ("SELECT set_config('synchronous_commit', 'on', false) "
+                   "WHERE current_setting('synchronous_commit') = 'off'")
+
+
+def _durable_commits(dbapi_connection: Any, record: Any) -> None:
+    """A new PostgreSQL connection of the shop's: a COMMIT is on disk before it returns.
+
+    With ``synchronous_commit = off`` set on the database (a common tuning), a crash in
+    the middle of a sale lost orders whose buyers had heard 201: 19, 17 and 6 of them
+    for ``atomic``, ``token`` and ``sql`` (a PostgreSQL audit), and the units they took
+    stayed sold in Redis. Only
+    ``off`` is raised: ``local`` is durable here, and ``remote_write``/``remote_apply``
+    are stronger than the default. A URL whose ``options=`` sets it is taken at its word.
+    One statement when the connection opens."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(DURABLE_COMMITS)
+    finally:
+        cursor.close()
+        dbapi_connection.commit()  # a SET in a transaction rolled back would be undone
 
 
 def _semaphore(size: int) -> Any:
