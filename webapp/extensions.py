@@ -91,29 +91,36 @@ def make_engine(url: str) -> Engine:
     if engine.dialect.name == "postgresql":  # an order write's budget (writedeadline.py)
         # the shop's own statement timeout, or the URL's (asked per connection)
         keep_deadlines(engine, PG_STATEMENT_TIMEOUT_MS if "options" in serving else None)
-        if "synchronous_commit" not in make_url(url).query.get("options", ""):
-            event.listen(engine, "connect", _durable_commits)
+        durable = "synchronous_commit" not in str(make_url(url).query.get("options", ""))
+        event.listen(engine, "connect", functools.partial(_session_settings, durable=durable))
     return engine
 
 
-#: turns ``synchronous_commit = off`` (the database's or the role's) back to the default
-DURABLE_COMMITS = ("SELECT set_config('synchronous_commit', 'on', false) "
-                   "WHERE current_setting('synchronous_commit') = 'off'")
+#: ISO output for a database whose ``DateStyle`` is another (the input order is kept);
+#: ``synchronous_commit = off`` (the database's or the role's) back to the default
+_ISO_DATES = ("CASE WHEN current_setting('DateStyle') NOT LIKE 'ISO,%' "
+              "THEN set_config('DateStyle', 'ISO', false) END")
+_DURABLE = ("CASE WHEN current_setting('synchronous_commit') = 'off' "
+            "THEN set_config('synchronous_commit', 'on', false) END")
 
 
-def _durable_commits(dbapi_connection: Any, record: Any) -> None:
-    """A new PostgreSQL connection of the shop's: a COMMIT is on disk before it returns.
+def _session_settings(dbapi_connection: Any, record: Any, *, durable: bool = True) -> None:
+    """A new PostgreSQL connection of the shop's, in one statement when it opens:
+
+    * **dates psycopg can read.** It reads a ``timestamptz`` in the ISO style only: on a
+      database whose ``DateStyle`` is ``SQL, DMY`` the shop could not start
+      ("NotImplementedError: can't parse timestamptz").
+    * **a COMMIT on disk before it returns** (unless ``durable`` is False: the URL's
+      ``options=`` sets ``synchronous_commit`` itself, and is taken at its word).
 
     With ``synchronous_commit = off`` set on the database (a common tuning), a crash in
     the middle of a sale lost orders whose buyers had heard 201: 19, 17 and 6 of them
     for ``atomic``, ``token`` and ``sql`` (a PostgreSQL audit), and the units they took
-    stayed sold in Redis. Only
-    ``off`` is raised: ``local`` is durable here, and ``remote_write``/``remote_apply``
-    are stronger than the default. A URL whose ``options=`` sets it is taken at its word.
-    One statement when the connection opens."""
+    stayed sold in Redis. Only ``off`` is raised: ``local`` is durable here, and
+    ``remote_write``/``remote_apply`` are stronger than the default."""
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute(DURABLE_COMMITS)
+        cursor.execute(f"SELECT {_ISO_DATES}" + (f", {_DURABLE}" if durable else ""))
     finally:
         cursor.close()
         dbapi_connection.commit()  # a SET in a transaction rolled back would be undone

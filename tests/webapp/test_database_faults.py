@@ -566,3 +566,24 @@ def test_the_shops_commits_are_durable_whatever_the_databases_default(default, k
                 assert connection.execute(text("SHOW synchronous_commit")).scalar() == "off"
         finally:
             engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_database_with_another_datestyle_is_served():
+    """psycopg reads a ``timestamptz`` in the ISO style only: on a database whose
+    ``DateStyle`` is ``SQL, DMY`` (or German, or Postgres) ``seckill serve`` could not
+    start ("NotImplementedError: can't parse timestamptz with DateStyle 'SQL, DMY'"), and
+    one changed under a running shop failed every read of a sale. The shop's connections
+    ask for ISO output; the order dates are read in keeps the database's."""
+    from webapp.extensions import make_engine
+
+    with scratch_postgres("seckill_datestyle") as (admin, name, url):
+        db.upgrade(url)
+        admin.execute(f"ALTER DATABASE \"{name}\" SET DateStyle = 'SQL, DMY'")
+        engine = make_engine(url)
+        try:
+            with engine.begin() as connection:
+                assert connection.execute(text("SELECT now()")).scalar().tzinfo is not None
+                assert connection.execute(text("SHOW DateStyle")).scalar() == "ISO, DMY"
+        finally:
+            engine.dispose()
