@@ -99,6 +99,8 @@ PG_IDLE_IN_TRANSACTION_MS = 60_000
 #: connection fails after this, where TCP retransmits for about 15 minutes. While a
 #: buyer waited that long, its units were neither sold nor back in stock.
 PG_TCP_USER_TIMEOUT_MS = 15_000
+#: the text the shop sends and reads, whatever the database's encoding (``connect_args``)
+PG_CLIENT_ENCODING = "UTF8"
 #: an idle pooled connection to a server that went away is noticed in 10 + 3 x 5 s
 PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
                  "keepalives_count": 3}
@@ -106,14 +108,22 @@ PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 
 
 def connect_args(database_url: str, *, serving: bool = False) -> dict[str, Any]:
     """The driver's connection options every engine of ours passes. PostgreSQL: a
-    connect timeout, TCP keepalives and a send timeout, and for the serving shop
-    (``serving``) a statement timeout; any of them the URL sets itself is left to it
-    (``?options=...`` replaces both server-side settings)."""
+    connect timeout, TCP keepalives and a send timeout, UTF-8 text, and for the serving
+    shop (``serving``) a statement timeout; any of them the URL sets itself is left to
+    it (``?options=...`` replaces both server-side settings).
+
+    UTF-8 whatever the database's own encoding (``PG_CLIENT_ENCODING``): psycopg speaks
+    the database's by default, and on SQL_ASCII handed text back as bytes (``seckill
+    serve`` could not start: "TypeError: cannot use a string pattern on a bytes-like
+    object"); on LATIN1 a buyer named 小明 was a 500, psycopg failing to encode the name.
+    Now SQL_ASCII keeps the bytes sent, and LATIN1 refuses what it cannot hold with an
+    error of its own (503, the unit back)."""
     url = make_url(database_url_for_sqlalchemy(database_url))
     if url.get_backend_name() != "postgresql":
         return {}
     wanted: dict[str, Any] = {"connect_timeout": PG_CONNECT_TIMEOUT_S, **PG_KEEPALIVES,
-                              "tcp_user_timeout": PG_TCP_USER_TIMEOUT_MS}
+                              "tcp_user_timeout": PG_TCP_USER_TIMEOUT_MS,
+                              "client_encoding": PG_CLIENT_ENCODING}
     if serving:
         wanted["options"] = (f"-c statement_timeout={PG_STATEMENT_TIMEOUT_MS} "
                              f"-c idle_in_transaction_session_timeout="

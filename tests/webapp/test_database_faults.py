@@ -587,3 +587,44 @@ def test_a_database_with_another_datestyle_is_served():
                 assert connection.execute(text("SHOW DateStyle")).scalar() == "ISO, DMY"
         finally:
             engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("encoding", ["SQL_ASCII", "LATIN1"])
+def test_a_database_not_in_utf8_answers_every_buyer_and_keeps_the_books(
+        encoding, redis_url):
+    """The shop's connections spoke the database's own encoding. On SQL_ASCII psycopg
+    handed text back as bytes and ``seckill serve`` could not start ("TypeError: cannot
+    use a string pattern on a bytes-like object"); on LATIN1 a buyer named 小明 was a 500,
+    psycopg failing to encode the name before sending it. They speak UTF-8 now: SQL_ASCII
+    keeps the bytes as sent, LATIN1 refuses what it cannot hold (503, the unit back)."""
+    from tests.webapp.conftest import make_app
+
+    with scratch_postgres("seckill_encoding") as (admin, name, url):
+        own = f"{name}_{encoding.lower()}"
+        admin.execute(f"CREATE DATABASE \"{own}\" ENCODING '{encoding}' LC_COLLATE 'C' "
+                      "LC_CTYPE 'C' TEMPLATE template0")
+        try:
+            url = url.rsplit("/", 1)[0] + f"/{own}"
+            db.upgrade(url)
+            app = make_app(url, redis_url)
+            b = app.extensions["seckill"]
+            try:
+                sales.create_product(b.sessions, SKU, "Lamp", 1_000, stock=3,
+                                     strategy="atomic")
+                sales.reset_sale(b.sessions, b.redis, SKU, stock=3, strategy="atomic")
+                client = app.test_client()
+                answers = {user: client.post(f"/api/products/{SKU}/purchase",
+                                             json={"user_id": user})
+                           for user in ("josé", "小明")}
+                assert answers["josé"].status_code == 201
+                assert answers["josé"].get_json()["user_id"] == "josé"
+                expected = 201 if encoding == "SQL_ASCII" else 503
+                assert answers["小明"].status_code == expected, answers["小明"].get_json()
+                audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+                assert audit["consistent"] and audit["orders"] == (
+                    2 if encoding == "SQL_ASCII" else 1), audit
+            finally:
+                b.close()
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
