@@ -15,6 +15,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from webapp.config import has_control_character, not_utf8  # the shop's own rules
+
 logger = logging.getLogger(__name__)
 
 
@@ -166,11 +168,9 @@ def unsendable_token(token: str, name: str) -> str | None:
     (``name``); None when it can. Bytes that are not UTF-8 (Latin-1 ``t\xf6k`` in a
     shell) and control characters (a pasted newline) were reported as 'cannot reach the
     shop', after a call that never left (a CLI audit)."""
-    try:
-        token.encode("utf-8")  # undecodable bytes arrive as lone surrogates
-    except UnicodeEncodeError:
+    if not_utf8(token):
         return f"{name} is not UTF-8 text (its bytes are in another encoding)"
-    if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in token):
+    if has_control_character(token):
         return (f"{name} has a control character (a newline?) that no HTTP header "
                 "can carry")
     return None

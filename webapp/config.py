@@ -97,6 +97,23 @@ def _number(name: str, default: str, kind: type = float, most: float | None = No
     return value
 
 
+def not_utf8(text: str) -> bool:
+    """Whether ``text`` came from bytes that are not UTF-8 (they arrive from the
+    environment or the command line as lone surrogates), which no header sends as the
+    shop compares them (``_admin_token``, ``loadtest.shop.unsendable_token``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def has_control_character(text: str) -> bool:
+    """Whether ``text`` holds a character no HTTP header value can carry: a control
+    character (a pasted newline), a tab aside, as RFC 9110 allows."""
+    return any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in text)
+
+
 def _admin_token() -> str:
     """``SECKILL_ADMIN_TOKEN``, or '' (the app then makes a random one). A blank token, or
     one with spaces around it, is refused: the shop strips what follows ``Bearer``, so
@@ -107,17 +124,15 @@ def _admin_token() -> str:
     ``seckill serve`` printed a token split over two lines that every admin call was
     refused for, and the showdown it served broke every phase (a CLI audit)."""
     token = os.environ.get("SECKILL_ADMIN_TOKEN", "")
-    try:
-        token.encode("utf-8")  # undecodable bytes arrive as lone surrogates
-    except UnicodeEncodeError:
+    if not_utf8(token):
         raise ConfigError("SECKILL_ADMIN_TOKEN is not UTF-8 text (its bytes are in another "
                           "encoding): give one in UTF-8, or unset it (a random one is "
-                          "made and printed)") from None
+                          "made and printed)")
     if token != token.strip():  # a blank one too
         raise ConfigError("SECKILL_ADMIN_TOKEN is blank or has spaces around it, so no "
                           "Authorization header could carry it: unset it (a random one "
                           "is made and printed) or give one without surrounding spaces")
-    if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in token):
+    if has_control_character(token):
         raise ConfigError("SECKILL_ADMIN_TOKEN has a control character (a pasted newline?) "
                           "that no Authorization header can carry: unset it (a random one "
                           "is made and printed) or give one without it")
