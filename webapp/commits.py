@@ -61,19 +61,30 @@ def _silence(seconds: float) -> str:
     return f"the database did not answer in {seconds:.1f} s"
 
 
-@contextlib.contextmanager
-def answered_within(seconds: float, remote: bool) -> Iterator[None]:
-    """Run the block's waits on a remote database (``remote``) for ``seconds`` at most
-    in a gevent worker, else raise ``NoAnswer``; elsewhere, no limit (a sync worker's
-    waits cannot be interrupted, and SQLite waits in C)."""
-    if not remote or not gevent_patched("socket"):
-        yield
-        return
+def _silence_timer(seconds: float) -> tuple[_Unanswered, Any] | None:
+    """A started gevent timer that raises its own ``_Unanswered`` in ``seconds`` in the
+    greenlet waiting; None outside a gevent worker (a sync worker's waits cannot be
+    interrupted)."""
+    if not gevent_patched("socket"):
+        return None
     from gevent import Timeout
 
     silent = _Unanswered()
     timer = Timeout(max(seconds, 0.0), silent)
     timer.start()
+    return silent, timer
+
+
+@contextlib.contextmanager
+def answered_within(seconds: float, remote: bool) -> Iterator[None]:
+    """Run the block's waits on a remote database (``remote``) for ``seconds`` at most
+    in a gevent worker, else raise ``NoAnswer``; elsewhere, no limit (a sync worker's
+    waits cannot be interrupted, and SQLite waits in C)."""
+    started = _silence_timer(seconds) if remote else None
+    if started is None:
+        yield
+        return
+    silent, timer = started
     try:
         yield
     except _Unanswered as exc:
@@ -105,18 +116,15 @@ class committing(Generic[T]):  # noqa: N801 - used like the context manager it w
         self._timer: Any = None
 
     def __enter__(self) -> T:
-        if self._at is not None and self._remote and gevent_patched("socket"):
-            from gevent import Timeout
-
-            self._silent = _Unanswered()
-            self._timer = Timeout(max(self._at + SLACK_S + NO_ANSWER_S - time.monotonic(),
-                                      0.0), self._silent)
-            self._timer.start()
+        if self._at is not None and self._remote:
+            started = _silence_timer(self._at + SLACK_S + NO_ANSWER_S - time.monotonic())
+            if started is not None:
+                self._silent, self._timer = started
         try:
             entered: T = self._begin.__enter__()  # (a connection from the pool)
         except BaseException as exc:
             self._stop()
-            if exc is self._silent and self._silent is not None:
+            if self._ours(exc):
                 raise self._no_answer() from None
             raise
         return entered
