@@ -7,12 +7,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Blueprint, Response, render_template
+from flask import Blueprint, Response, current_app, render_template
 from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from . import errors, sales
+from . import sales
 from .extensions import get_backends
 from .writedeadline import LANDED_CHECK_S, NO_ANSWER_S, ORDER_WRITE_S, SLACK_S
 
@@ -78,11 +78,10 @@ def _unavailable(exc: Exception) -> Response:
     """A page, not the API's JSON, for a person whose storefront cannot be drawn (its
     products come from the database): a browser showed the raw 503 body, and stayed on
     it after the database came back (a docs audit). Same 503, ``Retry-After`` and log
-    line as the API's answer (``errors.py``); the page reloads itself."""
-    handler = (errors.redis_down if isinstance(exc, RedisError)
-               else errors.database_down if isinstance(exc, OperationalError | PoolTimeout)
-               else errors.database_refused)
-    answer, status = handler(exc)  # type: ignore[arg-type]
+    line as the API's answer (``errors.py``'s handler for it, found as Flask finds it);
+    the page reloads itself."""
+    answer = current_app.make_response(current_app.handle_user_exception(exc))
+    status = answer.status_code
     detail = str((answer.get_json() or {}).get("detail", "the shop is unavailable"))
     html = render_template("unavailable.html", detail=detail[:1].upper() + detail[1:],
                            retry_s=UNAVAILABLE_RETRY_S)
