@@ -5,9 +5,11 @@ lock was held (a PostgreSQL audit). Both are bounded now, and the unit goes back
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -171,6 +173,16 @@ def test_a_url_that_lifts_the_timeout_still_has_its_writes_bounded(database):
     assert [timeout_ms(t) for t in ("0", "2s", "1500ms", "1min")] == [None, 2000, 1500, 60_000]
 
 
+@contextlib.contextmanager
+def _behind_a_proxy(database, sku: str) -> Iterator[tuple[SilentProxy, Any]]:
+    """A one-worker shop selling ``sku`` whose database is reached through a
+    ``SilentProxy`` (``_proxied``): the proxy and the shop."""
+    _, _, url = database
+    with SilentProxy(urlsplit(PG_ADMIN_URL).port or 5432) as proxy, \
+            served_shop([sku], database_url=_proxied(url, proxy), workers=1) as shop:
+        yield proxy, shop
+
+
 def _proxied(url: str, proxy: SilentProxy) -> str:
     port = urlsplit(PG_ADMIN_URL).port or 5432
     proxied = url.replace(f":{port}/", f":{proxy.port}/")
@@ -189,42 +201,39 @@ def test_buyers_hear_within_the_write_budget_from_a_database_that_says_nothing(
     a silent server enforces nothing. Now the worker gives the write up itself."""
     from webapp.shop import ORDER_WRITE_WORST_S
 
-    _, _, url = database
-    port = urlsplit(PG_ADMIN_URL).port or 5432
     sku = f"qa-pg-mute-{strategy}"
-    with SilentProxy(port) as proxy:
-        with served_shop([sku], database_url=_proxied(url, proxy), workers=1) as shop:
-            shop.reset(sku, 10, strategy)
-            assert shop.buy("before", sku).status == 201  # a pooled connection to reuse
-            waits: dict[str, tuple[int, float, str]] = {}
+    with _behind_a_proxy(database, sku) as (proxy, shop):
+        shop.reset(sku, 10, strategy)
+        assert shop.buy("before", sku).status == 201  # a pooled connection to reuse
+        waits: dict[str, tuple[int, float, str]] = {}
 
-            def buyer(user: str) -> None:
-                started = time.monotonic()
-                answer = shop.call("POST", f"/api/products/{sku}/purchase",
-                                   {"user_id": user}, timeout=60)
-                waits[user] = (answer.status, time.monotonic() - started,
-                               (answer.json or {}).get("error", ""))
+        def buyer(user: str) -> None:
+            started = time.monotonic()
+            answer = shop.call("POST", f"/api/products/{sku}/purchase",
+                               {"user_id": user}, timeout=60)
+            waits[user] = (answer.status, time.monotonic() - started,
+                           (answer.json or {}).get("error", ""))
 
-            proxy.silent.set()
-            buyers = [threading.Thread(target=buyer, args=(f"mute-{n}",)) for n in range(4)]
-            for thread in buyers:
-                thread.start()
-            silent_until = time.monotonic() + 20
-            while len(waits) < len(buyers) and time.monotonic() < silent_until:
-                time.sleep(0.1)
-            proxy.silent.clear()
-            for thread in buyers:
-                thread.join(60)
-            assert len(waits) == len(buyers)
-            longest = max(wait for _, wait, _ in waits.values())
-            assert longest <= ORDER_WRITE_WORST_S + 1.5, waits
-            assert {(status, error) for status, _, error in waits.values()} == {
-                (503, "busy")}, waits
-            deadline = time.monotonic() + 20  # a write in doubt is settled once it answers
-            while not shop.audit(sku)["consistent"] and time.monotonic() < deadline:
-                time.sleep(0.5)
-            audit = shop.assert_books_balance(sku)
-            assert audit["orders"] == 1, audit
+        proxy.silent.set()
+        buyers = [threading.Thread(target=buyer, args=(f"mute-{n}",)) for n in range(4)]
+        for thread in buyers:
+            thread.start()
+        silent_until = time.monotonic() + 20
+        while len(waits) < len(buyers) and time.monotonic() < silent_until:
+            time.sleep(0.1)
+        proxy.silent.clear()
+        for thread in buyers:
+            thread.join(60)
+        assert len(waits) == len(buyers)
+        longest = max(wait for _, wait, _ in waits.values())
+        assert longest <= ORDER_WRITE_WORST_S + 1.5, waits
+        assert {(status, error) for status, _, error in waits.values()} == {
+            (503, "busy")}, waits
+        deadline = time.monotonic() + 20  # a write in doubt is settled once it answers
+        while not shop.audit(sku)["consistent"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        audit = shop.assert_books_balance(sku)
+        assert audit["orders"] == 1, audit
 
 
 @pytest.mark.parametrize("strategy", ["atomic", "token"])
@@ -239,30 +248,27 @@ def test_a_commit_stuck_past_its_deadline_is_settled_by_what_it_did_not_by_a_gue
     until the transaction has ended either way."""
     from webapp.shop import ORDER_WRITE_WORST_S
 
-    _, _, url = database
-    port = urlsplit(PG_ADMIN_URL).port or 5432
     sku = f"qa-pg-stuck-{strategy}"
-    with SilentProxy(port) as proxy:
-        with served_shop([sku], database_url=_proxied(url, proxy), workers=1) as shop:
-            shop.reset(sku, 5, strategy)
-            proxy.hold_commit.set()
-            threading.Timer(20, proxy.release.set).start()  # (before the fix: the answer)
-            started = time.monotonic()
-            answer = shop.call("POST", f"/api/products/{sku}/purchase",
-                               {"user_id": "stuck"}, timeout=60)
-            waited = time.monotonic() - started
-            assert proxy.holding.is_set()
-            assert waited <= ORDER_WRITE_WORST_S + 1.5, (waited, answer.status)
-            assert_error(answer, 503, "busy")
-            time.sleep(3)  # settles tried meanwhile: the transaction is still open
-            assert not proxy.release.is_set()
-            assert shop.audit(sku)["remaining"] == 4  # its unit stays taken: unknown yet
-            proxy.release.set()  # the COMMIT goes on and commits
-            deadline = time.monotonic() + 20
-            while not shop.audit(sku)["consistent"] and time.monotonic() < deadline:
-                time.sleep(0.5)
-            audit = shop.assert_books_balance(sku)
-            assert (audit["orders"], audit["remaining"]) == (1, 4), audit
-            buyers = shop.call("GET", f"/api/admin/sales/{sku}/buyers",
-                               headers={"Authorization": f"Bearer {shop.admin_token}"})
-            assert buyers.json["buyers"] == ["stuck"]
+    with _behind_a_proxy(database, sku) as (proxy, shop):
+        shop.reset(sku, 5, strategy)
+        proxy.hold_commit.set()
+        threading.Timer(20, proxy.release.set).start()  # (before the fix: the answer)
+        started = time.monotonic()
+        answer = shop.call("POST", f"/api/products/{sku}/purchase",
+                           {"user_id": "stuck"}, timeout=60)
+        waited = time.monotonic() - started
+        assert proxy.holding.is_set()
+        assert waited <= ORDER_WRITE_WORST_S + 1.5, (waited, answer.status)
+        assert_error(answer, 503, "busy")
+        time.sleep(3)  # settles tried meanwhile: the transaction is still open
+        assert not proxy.release.is_set()
+        assert shop.audit(sku)["remaining"] == 4  # its unit stays taken: unknown yet
+        proxy.release.set()  # the COMMIT goes on and commits
+        deadline = time.monotonic() + 20
+        while not shop.audit(sku)["consistent"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        audit = shop.assert_books_balance(sku)
+        assert (audit["orders"], audit["remaining"]) == (1, 4), audit
+        buyers = shop.call("GET", f"/api/admin/sales/{sku}/buyers",
+                           headers={"Authorization": f"Bearer {shop.admin_token}"})
+        assert buyers.json["buyers"] == ["stuck"]
