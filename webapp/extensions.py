@@ -84,14 +84,15 @@ def make_engine(url: str) -> Engine:
     # whose default is repeatable read or serializable failed it ("could not serialize
     # access": 503s with units unsold, a PostgreSQL audit). No round trip: psycopg puts
     # the level in its BEGIN.
+    parsed = make_url(url)
     isolation = ({"isolation_level": "READ COMMITTED"}
-                 if make_url(url).get_backend_name() == "postgresql" else {})
+                 if parsed.get_backend_name() == "postgresql" else {})
     engine = create_engine(url, pool_size=5, max_overflow=10, pool_timeout=POOL_TIMEOUT_S,
                            pool_pre_ping=True, connect_args=serving, **isolation)
     if engine.dialect.name == "postgresql":  # an order write's budget (writedeadline.py)
         # the shop's own statement timeout, or the URL's (asked per connection)
         keep_deadlines(engine, PG_STATEMENT_TIMEOUT_MS if "options" in serving else None)
-        durable = "synchronous_commit" not in str(make_url(url).query.get("options", ""))
+        durable = "synchronous_commit" not in str(parsed.query.get("options", ""))
         event.listen(engine, "connect", functools.partial(_session_settings, durable=durable))
     return engine
 
