@@ -30,7 +30,11 @@ shard it came from, not to a shared key.
 take checks it against the generation the buyer looked up, the order row is written
 only in that generation, and a unit goes back only to its own generation's shard. A
 buyer who looked the sale up before a reset hears 503 busy and takes nothing from the
-new sale (the contract sweep's resets amid a crowd had sold 31 units of 30).
+new sale (the contract sweep's resets amid a crowd had sold 31 units of 30). A reset
+writes its shards by generation too, as a reload does: a reload between the reset's
+commit and its Redis side starts a newer generation, whose shards the reset's had
+replaced, and every buyer heard 503 while the old sale's last buyers drained units no
+row recorded (Redis 294, the database 300; ``StockPath._write_copy``).
 
 **Reloads after Redis lost the sale.** Each process that finds the sale missing starts
 a generation of its own (``saleinfo._new_generation``), so two reloads carry two. A
@@ -114,6 +118,21 @@ class ShardedPath(StockPath):
                     generation: int) -> None:
         # the shards live on other cluster slots than the sale's keys: no one MULTI
         self._reset_in_steps(redis, sessions, sale, stock, generation)
+
+    def reset_stock(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
+                    generation: int) -> None:
+        """A reset's shards, then their generation (after them: ``_flag_sold_out`` reads
+        it first). Each by generation, as a reload's are: a reload, or another reset,
+        may be writing its own at the same time, and the newer one's stand
+        (``restore_shard.lua``, ``set_stock_gen.lua``; ``StockPath._write_copy`` has the
+        failure timeline). A shard of this reset's own generation is left as buyers left
+        it: the reset's Redis side tried again after a lost connection."""
+        restore = scripts.script(redis, "restore_shard")
+        for index, units in enumerate(split(stock, self.shards)):
+            restore(keys=[shard_key(sale.sku, index), shard_gen_key(sale.sku, index),
+                          shard_taken_key(sale.sku, index)], args=[generation, units])
+        scripts.script(redis, "set_stock_gen")(keys=[sale.keys.stock_gen, sale.keys.info],
+                                               args=[generation])
 
     def restore_stock(self, redis: Any, sale: SaleInfo, stock: int) -> bool:
         """Each shard its share of the database's ``remaining`` where it is missing or

@@ -1,0 +1,131 @@
+"""A reset's Redis side landing after a newer generation's: the newer one must stand.
+
+A reset commits the database under the sale's row lock, then writes Redis. What other
+requests write to Redis meanwhile is not ordered against it: a reload of the sale (the
+contract sweep's failure: ``atomic-sharded``, Redis 294, the database 300, 0 orders,
+1 run in about 20), or another reset called outside HTTP's one-at-a-time lock (a
+library caller; a Redis restart that lost that lock). The old code fails 4 of the 6
+reload cases, all 8 two-reset cases, and 2 of the 4 steps cases."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tests.webapp.conftest import SKU, backends, buy
+from webapp import paths, sales
+from webapp.saleinfo import forget_stale_copy, load_sale
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "atomic-sharded", "token", "sql"])
+def test_an_earlier_resets_late_redis_side_does_not_overwrite_a_later_reset(
+        client, app, monkeypatch, strategy):
+    shop = backends(app)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
+    real_redis_side = sales._redis_side
+    first_in, later_done = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def redis_side(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the first reset: its Redis side waits for the second's
+            first_in.set()
+            assert later_done.wait(10)
+        real_redis_side(*args, **kwargs)
+
+    monkeypatch.setattr(sales, "_redis_side", redis_side)
+    first = threading.Thread(target=sales.reset_sale, args=(shop.sessions, shop.redis, SKU),
+                             kwargs={"stock": 5, "strategy": strategy})
+    first.start()
+    assert first_in.wait(10)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=7, strategy=strategy)
+    later_done.set()
+    first.join(10)
+    assert not first.is_alive()
+
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["database_remaining"], audit["consistent"]) == (
+        7, 7, True), audit
+    answer = buy(client, "ann")
+    assert answer.status_code == 201, answer.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (6, 1, True), audit
+
+
+@pytest.mark.parametrize("strategy", ["atomic-sharded", "sql"])
+def test_an_earlier_resets_stock_written_after_a_later_resets_copy_does_not_stand(
+        client, app, monkeypatch, strategy):
+    """The paths whose reset writes the copy, then the stock, in steps: the earlier
+    reset's copy went in first, the later reset wrote all of its own, then the earlier
+    one's stock steps ran (``atomic-sharded``: shards of 5 over the later reset's 7)."""
+    shop = backends(app)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
+    path = paths.path_for(strategy)
+    real_reset_stock = type(path).reset_stock
+    first_in, later_done = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def reset_stock(self: Any, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the first reset: its stock waits for the second's
+            first_in.set()
+            assert later_done.wait(10)
+        real_reset_stock(self, *args)
+
+    monkeypatch.setattr(type(path), "reset_stock", reset_stock)
+    first = threading.Thread(target=sales.reset_sale, args=(shop.sessions, shop.redis, SKU),
+                             kwargs={"stock": 5, "strategy": strategy})
+    first.start()
+    assert first_in.wait(10)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=7, strategy=strategy)
+    later_done.set()
+    first.join(10)
+    assert not first.is_alive()
+
+    answers = [buy(client, f"buyer-{n}") for n in range(3)]
+    assert [answer.status_code for answer in answers] == [201] * 3, [
+        answer.get_json() for answer in answers]
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (4, 3, True), audit
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "atomic-sharded", "sql"])
+def test_a_reload_between_a_resets_commit_and_its_redis_side_stands(
+        client, app, monkeypatch, strategy):
+    """HTTP resets are one at a time (``admin._one_reset_at_a_time``), but not the
+    buyers around them. The old sale's last buyers hear that its generation is over
+    as soon as the reset commits, and each drops the stale copy
+    (``saleinfo.forget_stale_copy``): the next buyer reloads the sale before the reset
+    has written Redis, as a new generation (``atomic``, ``atomic-sharded``), and buys.
+    The reset's Redis side, landing after, went over the reload's newer sale."""
+    shop = backends(app)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
+    old = load_sale(shop.sessions, SKU)
+    real_redis_side = sales._redis_side
+    committed, reloaded = threading.Event(), threading.Event()
+
+    def redis_side(*args: Any, **kwargs: Any) -> None:
+        committed.set()
+        assert reloaded.wait(10)
+        real_redis_side(*args, **kwargs)
+
+    monkeypatch.setattr(sales, "_redis_side", redis_side)
+    resetting = threading.Thread(target=sales.reset_sale,
+                                 args=(shop.sessions, shop.redis, SKU),
+                                 kwargs={"stock": 7, "strategy": strategy})
+    resetting.start()
+    assert committed.wait(10)
+    forget_stale_copy(shop.redis, old)  # an old buyer's row was refused
+    answer = buy(client, "ann")  # reloads the sale
+    reloaded.set()
+    resetting.join(10)
+    assert not resetting.is_alive()
+    assert answer.status_code == 201, answer.get_json()
+
+    answer = buy(client, "bob")
+    assert answer.status_code == 201, answer.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["database_remaining"], audit["orders"],
+            audit["consistent"]) == (5, 5, 2, True), audit
