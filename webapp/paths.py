@@ -246,7 +246,7 @@ class SqlPath(StockPath):
             return
         remaining, started_at = row
         scripts.script(redis, "mirror_stock")(
-            keys=[sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout],
+            keys=[sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout, sale.keys.info],
             args=[remaining, generation(started_at)])
 
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
@@ -281,7 +281,7 @@ class SqlPath(StockPath):
         if after is None:
             self._mirror(deps.redis, deps.sessions, sale)
             return
-        keys = [sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout]
+        keys = [sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout, sale.keys.info]
         args = [after[0], generation(after[1])]
         if deps.script_pipeline is not None:  # shared with concurrent purchases' scripts
             deps.script_pipeline.run("mirror_stock", keys, args)

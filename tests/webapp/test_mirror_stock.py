@@ -24,7 +24,7 @@ def fresh(redis_client: Any, sku: str) -> SaleKeys:
 
 def mirror(redis_client: Any, keys: SaleKeys, remaining: int, generation: int) -> int:
     return int(scripts.script(redis_client, "mirror_stock")(
-        keys=[keys.stock, keys.stock_gen, keys.soldout], args=[remaining, generation]))
+        keys=[keys.stock, keys.stock_gen, keys.soldout, keys.info], args=[remaining, generation]))
 
 
 def test_the_replies_of_one_generation_keep_the_smallest_whatever_their_order(redis_client):
@@ -43,3 +43,16 @@ def test_a_reply_from_before_a_reset_leaves_the_new_sale_alone(redis_client):
     assert mirror(redis_client, keys, 0, 100) == 50
     assert redis_client.get(keys.stock) == b"50"
     assert not redis_client.exists(keys.soldout)  # else the new sale is "sold out" for good
+
+
+def test_a_reply_of_an_older_sale_than_the_copy_writes_nothing_before_the_generation_is_in(
+        redis_client):
+    # a reset deleted the keys and wrote its copy (generation 200); its stock generation
+    # is not written yet (atomic-sharded writes it after the shards)
+    keys = fresh(redis_client, "sku-mirror-copy")
+    redis_client.hset(keys.info, mapping={"generation": 200})
+    assert mirror(redis_client, keys, 0, 100) == 0  # the old sale had sold out
+    assert redis_client.get(keys.soldout) is None
+    assert redis_client.get(keys.stock_gen) is None
+    assert mirror(redis_client, keys, 5, 200) == 5  # the new sale's own
+    assert redis_client.get(keys.stock_gen) == b"200"

@@ -129,3 +129,43 @@ def test_a_reload_between_a_resets_commit_and_its_redis_side_stands(
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["database_remaining"], audit["orders"],
             audit["consistent"]) == (5, 5, 2, True), audit
+
+
+def test_a_late_sql_mirror_does_not_mark_the_next_strategys_sale_sold_out(
+        client, app, monkeypatch):
+    """An ``sql`` buyer's copy write (``mirror_stock.lua``) landing after a reset to
+    ``atomic-sharded`` had deleted the keys, before the reset wrote the stock's
+    generation: the missing generation read as older, the copy was written and the
+    sold-out flag set (the old sale had sold out), and the new sale answered 409
+    ``sold_out`` to every buyer with its 5 units on the shelf (a review; the showdown
+    runs ``sql``, then ``atomic-sharded``)."""
+    shop = backends(app)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=1, strategy="sql")
+    sql, sharded = paths.path_for("sql"), paths.path_for("atomic-sharded")
+    real_mirror_after, real_reset_stock = type(sql)._mirror_after, type(sharded).reset_stock
+    committed, go_on = threading.Event(), threading.Event()
+
+    def mirror_after(self: Any, *args: Any) -> None:  # ann's, after her commit
+        committed.set()
+        assert go_on.wait(10)
+        real_mirror_after(self, *args)
+
+    def reset_stock(self: Any, *args: Any) -> None:  # the reset's, keys deleted
+        go_on.set()
+        ann.join(10)
+        real_reset_stock(self, *args)
+
+    monkeypatch.setattr(type(sql), "_mirror_after", mirror_after)
+    monkeypatch.setattr(type(sharded), "reset_stock", reset_stock)
+    answers: list[int] = []
+    ann = threading.Thread(target=lambda: answers.append(buy(client, "ann").status_code))
+    ann.start()
+    assert committed.wait(10)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=5, strategy="atomic-sharded")
+    assert not ann.is_alive()
+    assert answers == [201]
+
+    answer = buy(client, "bob")
+    assert answer.status_code == 201, answer.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (4, 1, True), audit

@@ -19,13 +19,25 @@
 --
 -- KEYS[1]  sale:{sku}:stock      the copy (integer string)
 -- KEYS[2]  sale:{sku}:stockgen   the generation the copy belongs to (integer string)
+-- A reset deletes the sale's keys with its new hash copy written, and writes the
+-- stock's generation later (atomic-sharded, after its shards): in between, a missing
+-- generation read as older than any, and a late write of the old sale's copy went in,
+-- its sold-out flag with it. The new sale (atomic-sharded reads the flag first) then
+-- answered 409 sold_out with its units on the shelf, until the next reset. So the hash
+-- copy's generation counts too: a newer one there means this write is of an old sale.
+--
 -- KEYS[3]  sale:{sku}:soldout    the sold-out flag
+-- KEYS[4]  sale:{sku}:info       the sale's hash copy, with its generation
 -- ARGV[1]  remaining             read from the database after a commit
 -- ARGV[2]  generation            the sale's started_at, in microseconds since the epoch
 --
 -- Returns the copy's value after the call.
 local remaining = tonumber(ARGV[1])
 local generation = tonumber(ARGV[2])
+local copy = tonumber(redis.call('HGET', KEYS[4], 'generation') or '')
+if copy and copy > generation then
+  return tonumber(redis.call('GET', KEYS[1]) or '0')
+end
 local current = tonumber(redis.call('GET', KEYS[2]) or '-1')
 if generation > current then
   redis.call('SET', KEYS[1], remaining)
