@@ -42,13 +42,14 @@ from __future__ import annotations
 import functools
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .batching import own_copy
 from .deadlines import set_stock
-from .problems import Busy, OrderInDoubt, not_enough
-from .section import stock_if_still
+from .problems import Busy, not_enough
+from .section import lease_renewed, stock_if_still
 from .sectionorders import give_back_failed, write_batch
 from .services import Checkout, PurchaseRequest, SaleInfo
 
@@ -124,28 +125,30 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
             raise
         return
     if winners:
-        write_rows(winners, deps, lock.fencing_token, generation)
         # a failed row gave its units back: then the sale is not sold out after all (one
-        # in doubt has not: its units come back later, and lift the flag then)
-        left += sum(b.request.quantity for b in winners
-                    if b.order is None and not isinstance(b.error, OrderInDoubt))
+        # in doubt has not, nor one whose lock ran out: theirs come back later, and lift
+        # the flag then)
+        left += write_rows(winners, deps, lock.fencing_token, generation,
+                           lease=functools.partial(lease_renewed, lock))
     if refused_at_zero and left <= 0:
         deps.redis.set(sale.keys.soldout, 1)
 
 
 def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None,
-               generation: int | None) -> None:
+               generation: int | None, lease: Callable[[], bool] | None = None) -> int:
     """Every winner's order row, in one transaction written now (``sectionorders.py``),
     only in the sale ``generation`` the section's stock belongs to: each winner ends with
     its ``order`` or its ``error``, whatever happens. The answers are set before the
     failed rows' units go back, the only step that can yield (and so be where a killed
-    combiner stops): a buyer with a row never hears an error."""
+    combiner stops): a buyer with a row never hears an error. Returns the units given
+    back now (later, under the lock, if ``lease`` says the section's lock ran out)."""
     sale = winners[0].sale
     wanted = [(b.request.user_id, b.request.quantity, fencing_token,
                b.request.idempotency_key) for b in winners]
+    relock = functools.partial(deps.lock_for, sale, "settle")
     try:
         outcomes = write_batch(deps.sessions, sale, wanted, deps.redis, generation,
-                               relock=functools.partial(deps.lock_for, sale, "settle"))
+                               relock=relock)
         for buyer, outcome in zip(winners, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 buyer.error = outcome
@@ -156,7 +159,8 @@ def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None,
             if buyer.order is None and buyer.error is None:
                 buyer.error = Busy(f"the order for {sale.sku} could not be written; "
                                    "try again")
-    give_back_failed(deps.redis, sale, wanted, outcomes, generation)
+    return give_back_failed(deps.redis, sale, wanted, outcomes, generation,
+                            lease=lease, relock=relock, sessions=deps.sessions)
 
 
 def wake(batch: list[Buyer], me: Buyer) -> None:

@@ -29,7 +29,7 @@ from .deadlines import set_stock
 from .orders import record_order
 from .paths import StockPath
 from .problems import Busy, lock_not_taken, not_enough
-from .section import release_after_section, stock_if_still
+from .section import lease_renewed, release_after_section, stock_if_still
 from .services import Checkout, PurchaseRequest, SaleInfo, less_time
 
 
@@ -82,6 +82,7 @@ class LockedPath(StockPath):
             return record_order(deps.sessions, deps.redis, sale, request.user_id,
                                 request.quantity, lock.fencing_token, request.idempotency_key,
                                 generation=generation,
-                                relock=functools.partial(deps.lock_for, sale, "settle"))
+                                relock=functools.partial(deps.lock_for, sale, "settle"),
+                                lease=functools.partial(lease_renewed, lock))
         finally:
             release_after_section(lock, sale)

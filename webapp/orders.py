@@ -190,7 +190,8 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
                  generation: int | None = None,
                  stock_keys: tuple[str, str] | None = None,
                  written: Pending[Any] | None = None,
-                 relock: Callable[[], Any] | None = None) -> PlacedOrder:
+                 relock: Callable[[], Any] | None = None,
+                 lease: Callable[[], bool] | None = None) -> PlacedOrder:
     """Insert the order after Redis stock was taken; on any failure give the units back.
 
     :param grouped: share the transaction with concurrent purchases (the lock-free
@@ -206,6 +207,9 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
         (``takenorders.py``); its error is handled as a write's here would be.
     :param relock: a lock path's: its sale's lock, unacquired, for a give-back that
         waits until the database can tell whether the row was written (``IN_DOUBT``).
+    :param lease: a lock path's, with ``relock``: whether its section still holds the
+        lock (``section.lease_renewed``); if not, a failed row's units go back later,
+        under the lock (``give_back_under_lock``), not over the next holder's read.
     """
     try:
         if grouped:
@@ -221,7 +225,11 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
                                       idempotency_key, generation, stock_keys, relock)
             if landed is not None:
                 return landed
-        give_back(redis, sale.sku, quantity, generation, stock_keys)
+        if relock is not None and lease is not None and not lease():
+            give_back_under_lock(sessions, redis, sale, [(user_id, quantity, idempotency_key)],
+                                 generation, relock, stock_keys)
+        else:
+            give_back(redis, sale.sku, quantity, generation, stock_keys)
         raise
     except BaseException:
         give_back(redis, sale.sku, quantity, generation, stock_keys)
@@ -333,6 +341,23 @@ def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
     return outcomes
 
 
+def give_back_under_lock(sessions: sessionmaker[Session], redis: Any, sale: Any,
+                         wanted: list[tuple[str, int, str | None]], generation: int | None,
+                         relock: Callable[[], Any],
+                         stock_keys: tuple[str, str] | None = None) -> None:
+    """The units of failed rows whose lock section has lost its lock, given back later
+    under the lock (``IN_DOUBT``'s settle: it looks for the row, finds none, and gives
+    the units back once, holding the sale's lock), not at once: the next holder may have
+    read the stock already, and its SET would overwrite an INCRBY now
+    (``section.lease_renewed`` has the failure timeline)."""
+    for user_id, quantity, key in wanted:
+        logger.warning("the lock on %s ran out before the order of %r failed: its %d unit(s) "
+                       "go back once the lock is free", sale.sku, user_id, quantity)
+        IN_DOUBT.add(_InDoubt(sessions, redis, sale.sku, sale.id, user_id, quantity,
+                              key, _generation_of(sale, generation), stock_keys, relock,
+                              unreserve=False))
+
+
 def _generation_of(sale: Any, generation: int | None) -> int | None:
     """The generation the units were taken from: a purchase that gives none (its lock
     section's stock had none) has its sale's, for a later give-back outside the section."""
@@ -355,6 +380,9 @@ class _InDoubt:
     #: a lock path's: the sale's lock, unacquired (its sections GET and SET the stock:
     #: units given back outside it would be overwritten by the holder's SET)
     relock: Callable[[], Any] | None
+    #: drop the buyer's reservation once settled (an order in doubt kept it; a failed
+    #: row's buyer dropped it with its 503, and may have bought since)
+    unreserve: bool = True
     #: this entry's name, in the marker that makes its give-back happen once
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -387,7 +415,8 @@ def _settle(entry: _InDoubt) -> bool:
                 _give_back_once(entry)
             finally:
                 lock.release()
-        entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
+        if entry.unreserve:
+            entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
     except Exception:  # noqa: BLE001 - still down: next time
         return False
     logger.warning("settled the order in doubt of %r for %s: not written, units back",

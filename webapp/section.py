@@ -192,3 +192,31 @@ def release_after_section(lock: Any, sale: SaleInfo) -> None:
         PER_REQUEST.log(logger, logging.ERROR, ("release", sale.strategy, type(exc).__name__),
                         "releasing the %s lock on %s failed", sale.strategy, sale.sku,
                         exc_info=True)
+
+
+def lease_renewed(lock: Any) -> bool:
+    """Whether the section still holds ``lock``, renewed for a whole TTL so that what it
+    writes next (a failed row's give-back) lands inside the lock; False if the lock is
+    not its own any more, or its server cannot say. A lock that never expires
+    (``zookeeper``: until its session ends) is held until released.
+
+    **Failure timeline** it prevents (a review; ``test_give_back_after_expiry``)::
+
+        ann:   holds the lock: reads 10, sets 9; her row's write waits for the database
+        lock:  expires; bob takes it and reads 9
+        ann:   her write fails: her unit goes back, Redis 10
+        bob:   sets 8 and writes his row: Redis 8, the database 9, a unit gone for good
+
+    A section whose lease is gone gives its units back later, under the lock
+    (``orders.give_back_under_lock``)."""
+    if not getattr(lock, "expires", False):
+        return True
+    try:
+        lock.extend()
+    except LockNotOwned:
+        return False
+    except Exception as exc:  # noqa: BLE001 - its server down: the give-back waits too
+        logger.warning("%s lock %r could not be renewed for a give-back: %r",
+                       getattr(lock, "strategy", "?"), getattr(lock, "name", "?"), exc)
+        return False
+    return True

@@ -28,7 +28,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from .batching import own_copy
 from .groupcommit import writer_for
 from .models import PlacedOrder
-from .orders import explain_conflict, give_back, landed_batch, maybe_written, new_order
+from .orders import (
+    explain_conflict,
+    give_back,
+    give_back_under_lock,
+    landed_batch,
+    maybe_written,
+    new_order,
+)
 from .problems import OrderInDoubt, SaleReset
 
 #: one order: ``(user_id, quantity, fencing_token, idempotency_key)``
@@ -83,13 +90,23 @@ def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted]
 
 
 def give_back_failed(redis: Any, sale: Any, orders: list[Wanted],
-                     outcomes: list[Any], generation: int | None = None) -> None:
+                     outcomes: list[Any], generation: int | None = None, *,
+                     lease: Callable[[], bool] | None = None,
+                     relock: Callable[[], Any] | None = None,
+                     sessions: sessionmaker[Session] | None = None) -> int:
     """The units of every order that failed, back to ``generation``'s stock in one step
     (not those in doubt: ``orders.IN_DOUBT`` gives them back if they were not written;
-    nor those of a row refused because a reset started another sale: the old sale's)."""
-    returned = sum(quantity for (_, quantity, _, _), outcome
-                   in zip(orders, outcomes, strict=True)
-                   if isinstance(outcome, BaseException)
-                   and not isinstance(outcome, OrderInDoubt | SaleReset))
-    if returned:
-        give_back(redis, sale.sku, returned, generation)
+    nor those of a row refused because a reset started another sale: the old sale's).
+    With ``lease`` (and ``relock``, ``sessions``): if the section's lock ran out, later,
+    under the lock (``orders.give_back_under_lock``). Returns the units given back now."""
+    failed = [(user_id, quantity, key) for (user_id, quantity, _, key), outcome
+              in zip(orders, outcomes, strict=True)
+              if isinstance(outcome, BaseException)
+              and not isinstance(outcome, OrderInDoubt | SaleReset)]
+    returned = sum(quantity for _, quantity, _ in failed)
+    if not returned:
+        return 0
+    if lease is not None and relock is not None and sessions is not None and not lease():
+        give_back_under_lock(sessions, redis, sale, failed, generation, relock)
+        return 0
+    return returned if give_back(redis, sale.sku, returned, generation) else 0

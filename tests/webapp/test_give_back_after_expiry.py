@@ -1,0 +1,108 @@
+"""A lock section's give-back after its lock ran out: the next holder's SET must not
+overwrite it.
+
+A section reads the stock, sets it one lower and writes the order; if the row cannot
+be written its unit goes back (``give_back.lua``: INCRBY). Inside the lock nobody else
+writes the stock. But the lock expires (its TTL) while the write waits for a stalled
+database, and the next holder reads the stock and SETs it a unit lower: a give-back
+landing between its read and its SET was overwritten (a review)::
+
+    ann:   holds the lock: reads 10, sets 9; her row's write waits for the database
+    lock:  expires; bob takes it and reads 9
+    ann:   her write fails: her unit goes back, Redis 10
+    bob:   sets 8 and writes his row: Redis 8, the database 9, a unit gone for good
+
+Now the section renews its lock before giving back (``section.lease_renewed``); a lock
+no longer its own means the unit goes back later, under the lock (``orders.IN_DOUBT``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from tests.webapp.conftest import SKU, backends, empty_shop, make_app
+from webapp import allocation, lockedpath, orders, sales, sectionorders
+
+
+@pytest.fixture(autouse=True)
+def nothing_in_doubt():
+    orders.IN_DOUBT.waiting.clear()
+    orders.IN_DOUBT.next_drain = 0.0
+    yield
+    orders.IN_DOUBT.waiting.clear()
+    orders.IN_DOUBT.next_drain = 0.0
+
+
+def _worker(database_url: str, redis_url: str, combine: bool) -> Any:
+    return make_app(database_url, redis_url, LOCK_TTL_MS=500, LOCK_TIMEOUT_S=5.0,
+                    LOCK_COHORT=False, LOCK_COMBINE=combine)
+
+
+def _shop(database_url: str, redis_url: str, combine: bool) -> Any:
+    app = make_app(database_url, redis_url, LOCK_TTL_MS=500, LOCK_TIMEOUT_S=5.0,
+                   LOCK_COHORT=False, LOCK_COMBINE=combine)
+    empty_shop(app)
+    shop = backends(app)
+    sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=10, strategy="token")
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy="token")
+    return app
+
+
+@pytest.mark.parametrize("combine", [False, True], ids=["plain", "combined"])
+def test_a_give_back_after_the_lock_ran_out_is_not_overwritten_by_the_next_holder(
+        database_url, redis_url, redis_client, monkeypatch, combine):
+    # two workers, as under gunicorn: one worker's buyers combine (or queue) in it
+    apps = {"ann": _shop(database_url, redis_url, combine),
+            "bob": _worker(database_url, redis_url, combine)}
+    module = allocation if combine else lockedpath
+    bob_read, ann_done = threading.Event(), threading.Event()
+
+    def stalled(real: Any) -> Any:
+        def write(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread().name == "ann":  # the database stalls, then fails
+                assert bob_read.wait(10)
+                raise OperationalError("INSERT INTO orders", {}, Exception("stalled"))
+            return real(*args, **kwargs)
+        return write
+
+    if combine:
+        monkeypatch.setattr(sectionorders, "insert_batch", stalled(sectionorders.insert_batch))
+    else:
+        monkeypatch.setattr(orders, "insert_order", stalled(orders.insert_order))
+    real_set_stock = module.set_stock
+
+    def set_stock(client: Any, key: str, units: int) -> Any:
+        if threading.current_thread().name == "bob":  # read, not yet written
+            bob_read.set()
+            assert ann_done.wait(10)
+        return real_set_stock(client, key, units)
+
+    monkeypatch.setattr(module, "set_stock", set_stock)
+    answers: dict[str, int] = {}
+
+    def buy(user: str) -> None:
+        answers[user] = apps[user].test_client().post(
+            f"/api/products/{SKU}/purchase", json={"user_id": user}).status_code
+        if user == "ann":
+            ann_done.set()
+
+    ann = threading.Thread(target=buy, args=("ann",), name="ann")
+    ann.start()
+    while not redis_client.exists("lock:{stock:" + SKU + "}") and ann.is_alive():
+        time.sleep(0.005)  # until ann is in her section
+    bob = threading.Thread(target=buy, args=("bob",), name="bob")
+    bob.start()
+    ann.join(15)
+    bob.join(15)
+    assert answers == {"ann": 503, "bob": 201}
+    orders.IN_DOUBT.drain()  # what a later purchase, or the worker's timer, does
+    audit = apps["bob"].test_client().get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["database_remaining"], audit["orders"],
+            audit["consistent"]) == (9, 9, 1, True), audit
+    for app in apps.values():
+        backends(app).close()
