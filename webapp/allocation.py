@@ -49,7 +49,7 @@ from typing import Any
 from .batching import own_copy
 from .deadlines import set_stock
 from .problems import Busy, not_enough
-from .section import lease_renewed, stock_if_still
+from .section import flag_sold_out, lease_renewed, stock_if_still
 from .sectionorders import give_back_failed, write_batch
 from .services import Checkout, PurchaseRequest, SaleInfo
 
@@ -131,7 +131,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
         left += write_rows(winners, deps, lock.fencing_token, generation,
                            lease=functools.partial(lease_renewed, lock))
     if refused_at_zero and left <= 0:
-        deps.redis.set(sale.keys.soldout, 1)
+        flag_sold_out(deps.redis, sale, generation)
 
 
 def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None,

@@ -29,7 +29,12 @@ from .deadlines import set_stock
 from .orders import record_order
 from .paths import StockPath
 from .problems import Busy, lock_not_taken, not_enough
-from .section import lease_renewed, release_after_section, stock_if_still
+from .section import (
+    flag_sold_out,
+    lease_renewed,
+    release_after_section,
+    stock_if_still,
+)
 from .services import Checkout, PurchaseRequest, SaleInfo, less_time
 
 
@@ -75,7 +80,7 @@ class LockedPath(StockPath):
             stock, generation = stock_if_still(deps, sale, lock.fencing_token)
             if stock < request.quantity:
                 if stock <= 0:
-                    deps.redis.set(sale.keys.soldout, 1)
+                    flag_sold_out(deps.redis, sale, generation)
                 raise not_enough(sale.sku, stock)
             self._work(deps, sale)
             set_stock(deps.redis, sale.keys.stock, stock - request.quantity)

@@ -76,7 +76,7 @@ from sqlalchemy import select
 
 from lockcore import LockNotOwned
 
-from . import saleinfo
+from . import saleinfo, scripts
 from .logthrottle import PER_REQUEST
 from .models import Sale
 from .problems import Busy
@@ -220,3 +220,22 @@ def lease_renewed(lock: Any) -> bool:
                        getattr(lock, "strategy", "?"), getattr(lock, "name", "?"), exc)
         return False
     return True
+
+
+def flag_sold_out(redis: Any, sale: SaleInfo, generation: int | None) -> None:
+    """Set the sale's sold-out flag, only while ``generation`` (the one the section's
+    stock belongs to) stands (``flag_soldout.lua``). A combined batch sets it after its
+    rows are written, and its lock may have run out meanwhile.
+
+    **Failure timeline** it prevents (a review; ``test_combining``)::
+
+        batch:  reads 1 left; a wins it, b is refused at zero; SET stock 0
+        batch:  its rows' write waits for a busy database; its lock runs out
+        reset:  takes the lock: stock 5, generation g1, the flag cleared
+        batch:  its row is refused (another generation); SET the sold-out flag
+        buyers: 409 sold_out from the new sale's 5 units, until the next reset"""
+    if generation is None:  # not known (before generations): as it was
+        redis.set(sale.keys.soldout, 1)
+        return
+    scripts.script(redis, "flag_soldout")(keys=[sale.keys.soldout, sale.keys.stock_gen],
+                                          args=[generation])

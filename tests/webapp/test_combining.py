@@ -439,3 +439,30 @@ def test_a_buyer_handed_the_lead_as_its_wait_runs_out_leads(monkeypatch):
     thread.join(5)
     assert len(errors) == 1  # it led, and the lock refused it: busy
     assert not combiner._busy and not combiner._queue  # nobody left waiting for a lead
+
+
+def test_a_batch_that_sold_out_an_old_sale_leaves_the_new_sale_unflagged(
+        sqlite_url, redis_url, redis_client, monkeypatch):
+    """A batch's rows are written after its stock, and its lock may run out meanwhile
+    (a busy database): a reset took the lock and started a new sale before the batch,
+    which had sold the old one's last unit, set the sold-out flag. The rows are refused
+    (another generation); the flag, a plain SET, landed on the new sale: 409 sold_out
+    to every buyer of its 5 units, until the next reset (a review)."""
+    from webapp import sectionorders
+
+    app = combining_shop(sqlite_url, redis_url, stock=1)
+    shop = backends(app)
+    real_batch = sectionorders.insert_batch
+
+    def reset_first(*args: Any, **kwargs: Any) -> Any:  # the lock ran out: a reset came
+        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=5, strategy="token")
+        return real_batch(*args, **kwargs)
+
+    monkeypatch.setattr(sectionorders, "insert_batch", reset_first)
+    answers = queued_while_held(app, redis_client, [lambda: post(app, "a"),
+                                                    lambda: post(app, "b")])
+    assert [status for status, _ in answers] == [503, 409], answers
+    monkeypatch.setattr(sectionorders, "insert_batch", real_batch)
+    assert post(app, "c")[0] == 201
+    audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (4, 1, True), audit
