@@ -100,8 +100,8 @@ class StockPath:
         generation are WATCHed, so the check and the write are one step.
 
         **Failure timeline** it prevents (the contract sweep's resets amid a crowd on
-        ``atomic-sharded``, 1 run in about 20 on a loaded machine: Redis 294, the
-        database 300, 0 orders; ``test_reset_overtaken`` reproduces it)::
+        ``atomic-sharded``, once in session 41's CI runs: Redis 294, the database 300,
+        0 orders; ``test_reset_overtaken`` reproduces it)::
 
             reset:  commits stock 300, generation g5; has not written Redis yet
             buyers: the old sale's last ones hear their rows refused (the database is

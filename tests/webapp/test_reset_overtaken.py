@@ -3,7 +3,7 @@
 A reset commits the database under the sale's row lock, then writes Redis. What other
 requests write to Redis meanwhile is not ordered against it: a reload of the sale (the
 contract sweep's failure: ``atomic-sharded``, Redis 294, the database 300, 0 orders,
-1 run in about 20), or another reset called outside HTTP's one-at-a-time lock (a
+once in session 41's CI runs), or another reset called outside HTTP's one-at-a-time lock (a
 library caller; a Redis restart that lost that lock). The old code fails 4 of the 6
 reload cases, all 8 two-reset cases, and 2 of the 4 steps cases."""
 
