@@ -346,16 +346,18 @@ def give_back_under_lock(sessions: sessionmaker[Session], redis: Any, sale: Any,
                          relock: Callable[[], Any],
                          stock_keys: tuple[str, str] | None = None) -> None:
     """The units of failed rows whose lock section has lost its lock, given back later
-    under the lock (``IN_DOUBT``'s settle: it looks for the row, finds none, and gives
-    the units back once, holding the sale's lock), not at once: the next holder may have
-    read the stock already, and its SET would overwrite an INCRBY now
-    (``section.lease_renewed`` has the failure timeline)."""
+    under the lock (``IN_DOUBT``'s settle gives them back once, holding the sale's lock:
+    this worker's next purchase, or its drain every few seconds), not at once: the next
+    holder may have read the stock already, and its SET would overwrite an INCRBY now
+    (``section.lease_renewed`` has the failure timeline). With the defaults the lock and
+    the row's write have 10 s each, the lock from its acquire: a write that ran out of
+    time has outlived the lock, and its units come back this way."""
     for user_id, quantity, key in wanted:
         logger.warning("the lock on %s ran out before the order of %r failed: its %d unit(s) "
                        "go back once the lock is free", sale.sku, user_id, quantity)
         IN_DOUBT.add(_InDoubt(sessions, redis, sale.sku, sale.id, user_id, quantity,
                               key, _generation_of(sale, generation), stock_keys, relock,
-                              unreserve=False))
+                              failed=True))
 
 
 def _generation_of(sale: Any, generation: int | None) -> int | None:
@@ -380,9 +382,10 @@ class _InDoubt:
     #: a lock path's: the sale's lock, unacquired (its sections GET and SET the stock:
     #: units given back outside it would be overwritten by the holder's SET)
     relock: Callable[[], Any] | None
-    #: drop the buyer's reservation once settled (an order in doubt kept it; a failed
-    #: row's buyer dropped it with its 503, and may have bought since)
-    unreserve: bool = True
+    #: the row is known not written (its write failed; it is not in doubt): nothing to
+    #: look for in the database, and the buyer's reservation went with its 503 (it may
+    #: have bought since), where an order in doubt kept it (``give_back_under_lock``)
+    failed: bool = False
     #: this entry's name, in the marker that makes its give-back happen once
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -400,7 +403,7 @@ def _settle(entry: _InDoubt) -> bool:
     was reset since), once (``give_back_once.lua``), under the sale's lock for a lock
     path; then the buyer's reservation goes, so a retry can buy."""
     try:
-        if _written_rows(entry.sessions, entry.sale_id, [
+        if not entry.failed and _written_rows(entry.sessions, entry.sale_id, [
                 (entry.user_id, entry.quantity, entry.idempotency_key)]) != [None]:
             logger.warning("the order in doubt of %r for %s was written", entry.user_id,
                            entry.sku)
@@ -415,7 +418,7 @@ def _settle(entry: _InDoubt) -> bool:
                 _give_back_once(entry)
             finally:
                 lock.release()
-        if entry.unreserve:
+        if not entry.failed:
             entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
     except Exception:  # noqa: BLE001 - still down: next time
         return False
