@@ -25,11 +25,14 @@ Compare locks within one layout only; the bench prints which one it ran.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import queue
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -72,6 +75,39 @@ def worker_layout(start_method: str) -> str:
     return "shared" if personality & ADDR_NO_RANDOMIZE else "own"
 
 
+#: what stops a run (``webapp.cli.STOP_SIGNALS``)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _stops_held_back() -> Iterator[None]:
+    """A stop (Ctrl-C, SIGTERM, SIGHUP) that comes meanwhile is handled on the way out,
+    as it would have been: its handler raises there (``webapp.cli.stop_on_term``).
+
+    Starting a spawned worker is two steps: the process, then its parent writing it
+    what to run. A stop between them left the worker reading a closed pipe, and an
+    EOFError traceback under "bench interrupted" (the contract suite's SIGTERM test,
+    once, on a loaded machine). The handlers are swapped, not the signals blocked:
+    blocked in this thread, a signal reaches another one, and Python runs the handler
+    in this one all the same. Only the main thread may swap them: elsewhere, as before.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {stop: signal.signal(stop, lambda signum, frame: came.append(signum))
+                for stop in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            if handler is not None:  # None: set outside Python, not ours to restore
+                signal.signal(stop, handler)
+        if came:
+            signal.raise_signal(came[0])  # its own handler, now: raises here, or ends us
+
+
 class WorkerPool:
     def __init__(self, processes: int, start_method: str = START_METHODS[0]) -> None:
         if processes < 1:
@@ -86,8 +122,9 @@ class WorkerPool:
                                       name=f"bench-worker-{i}", daemon=True)
                           for i, q in enumerate(self.commands)]
         try:
-            for proc in self.processes:
-                proc.start()
+            with _stops_held_back():
+                for proc in self.processes:
+                    proc.start()
         except BaseException:  # interrupted while starting them: stop those started
             for proc in self.processes:
                 if proc.pid is not None:

@@ -11,6 +11,8 @@ import contextlib
 import io
 import json
 import os
+import signal
+from typing import Any
 
 import pytest
 
@@ -395,3 +397,39 @@ def test_a_worker_stopped_while_it_waits_for_its_window_leaves_quietly(redis_url
     worker.serve(0, commands, results)
     assert results.get(timeout=1) == {"worker": 0, "ready": True}
     assert results.empty() and "failed" not in caplog.text, caplog.text
+
+
+class _Stopped(BaseException):
+    """What the bench's SIGTERM handler raises (``webapp.cli.stop_on_term``)."""
+
+
+def test_a_stop_while_the_pool_starts_waits_until_every_worker_has_its_work(monkeypatch):
+    """A SIGTERM between a spawned worker's start and its parent's writing of what it
+    should run left the worker reading a closed pipe: an EOFError traceback under
+    `seckill bench stopped` (the contract suite's SIGTERM test, once, on a loaded
+    machine). The stop now waits until every worker is started, then stops them all."""
+    import multiprocessing.context
+
+    from loadtest.bench.pool import WorkerPool
+
+    real_start = multiprocessing.context.SpawnProcess.start
+    started: list[Any] = []
+
+    def start(self: Any) -> None:
+        real_start(self)
+        started.append(self)
+        if len(started) == 1:  # the stop comes while the others are still to start
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(_Stopped):
+            WorkerPool(3, "spawn")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert len(started) == 3  # before: the stop came inside the first start
+    assert [proc.exitcode for proc in started] == [-signal.SIGKILL] * 3
