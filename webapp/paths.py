@@ -93,7 +93,12 @@ class StockPath:
     def _write_copy(self, redis: Any, sale: SaleInfo, generation: int,
                     with_it: Callable[[Any], None] | None = None) -> bool:
         """The sale's keys deleted and its hash copy written in one MULTI/EXEC, with
-        ``with_it``'s commands; False, writing nothing, if a newer generation stands.
+        ``with_it``'s commands, unless a generation as new stands: then nothing is
+        written. False if a newer one stands (the caller leaves the stock to it too);
+        True if this reset's copy is there now, written here or by an earlier try of
+        this same reset (``sales._redis_side`` tries again after a connection error,
+        and the first try may have run, its reply lost: written again, it put back the
+        units its buyers had bought since, and forgot the buyers; a review).
 
         A reset writes Redis after its database commit, with nothing ordering the two
         against what other requests write meanwhile. The copy and the stock's
@@ -115,22 +120,23 @@ class StockPath:
 
         The same goes for two resets at once, which HTTP keeps apart
         (``admin._one_reset_at_a_time``), unless Redis restarts and loses that lock."""
-        written = False
+        newer = False
 
         def write(pipe: Any) -> None:
-            nonlocal written
-            written = False  # WATCHed keys changed: tried again from the top
-            if _newer_reset_stands(pipe, sale, generation):
+            nonlocal newer
+            standing = _standing_generation(pipe, sale)
+            newer = standing is not None and standing > generation
+            if standing is not None and standing >= generation:
                 return
             pipe.multi()
             pipe.delete(*sale.keys.all())
             if with_it is not None:
                 with_it(pipe)
             pipe.hset(sale.keys.info, mapping=sale_fields(sale))
-            written = True
 
+        # tried again from the top if a WATCHed key changed before the EXEC
         redis.transaction(write, sale.keys.info, sale.keys.stock_gen)
-        return written
+        return not newer
 
     def _reset_in_steps(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
                         generation: int) -> None:
@@ -150,7 +156,9 @@ class StockPath:
         reads the new copy before the stock is there hears 503 (``sql`` sells from the
         database anyway; a shard of the old generation answers "stale")."""
         if self._write_copy(redis, sale, generation):
-            # else a newer reset stands: its own steps write (or wrote) the stock
+            # else a newer reset stands: its own steps write (or wrote) the stock. A
+            # try again finds its own copy and writes the stock by generation: what an
+            # earlier try wrote stands (``reset_stock``: a mirror, shards of its own)
             self.reset_stock(redis, sessions, sale, stock, generation)
 
     def restore_stock(self, redis: Any, sale: SaleInfo, stock: int) -> bool:
@@ -289,11 +297,12 @@ class SqlPath(StockPath):
             scripts.script(deps.redis, "mirror_stock")(keys=keys, args=args)
 
 
-def _newer_reset_stands(pipe: Any, sale: SaleInfo, generation: int) -> bool:
-    """Whether Redis holds a sale of a newer generation than ``generation`` (its copy,
-    or its stock's), read on ``pipe`` in WATCH mode, before its MULTI."""
+def _standing_generation(pipe: Any, sale: SaleInfo) -> int | None:
+    """The newest generation of the sale Redis holds (its copy's, or its stock's), read
+    on ``pipe`` in WATCH mode, before its MULTI; None if neither is there."""
     copy, stock_gen = pipe.hget(sale.keys.info, "generation"), pipe.get(sale.keys.stock_gen)
-    return any(value is not None and int(value) > generation for value in (copy, stock_gen))
+    found = [int(value) for value in (copy, stock_gen) if value is not None]
+    return max(found, default=None)
 
 
 def _builtin() -> dict[str, StockPath]:

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 import pytest
+import redis
 
 from tests.webapp.conftest import SKU, backends, buy
 from webapp import paths, sales
@@ -167,5 +168,37 @@ def test_a_late_sql_mirror_does_not_mark_the_next_strategys_sale_sold_out(
 
     answer = buy(client, "bob")
     assert answer.status_code == 201, answer.get_json()
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (4, 1, True), audit
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "atomic-sharded", "token", "sql"])
+def test_a_reset_tried_again_after_a_lost_reply_leaves_its_own_sales_alone(
+        client, app, monkeypatch, strategy):
+    """``sales._redis_side`` tries the Redis side again after a connection error, and
+    the first try may have run, its reply lost: a buyer of the new sale may have bought
+    in between. The second try rewrote the sale: stock 5 over the 4 left (``atomic``: a
+    unit sold twice), and its buyers forgotten (a review)."""
+    shop = backends(app)
+    path = paths.path_for(strategy)
+    real_reset_redis = type(path).reset_redis
+    tries: list[int] = []
+
+    def reset_redis(self: Any, *args: Any) -> None:
+        tries.append(1)
+        real_reset_redis(self, *args)
+        if len(tries) == 1:  # it ran; a buyer comes; the reply is lost
+            assert buy(client, "ann").status_code == 201
+            raise redis.ConnectionError("the reply was lost")
+
+    monkeypatch.setattr(type(path), "reset_redis", reset_redis)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=5, strategy=strategy)
+    assert len(tries) == 2
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["database_remaining"], audit["orders"],
+            audit["consistent"]) == (4, 4, 1, True), audit
+    again = buy(client, "ann")
+    assert again.status_code == 409, again.get_json()
+    assert again.get_json()["error"] == "already_purchased"
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (4, 1, True), audit
