@@ -125,9 +125,9 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
             raise
         return
     if winners:
-        # a failed row gave its units back: then the sale is not sold out after all (one
-        # in doubt has not, nor one whose lock ran out: theirs come back later, and lift
-        # the flag then)
+        # a failed row gave its units back, or will under the lock: then the sale is
+        # not sold out after all (one in doubt has not: its units come back later if its
+        # row is not written, and lift the flag then)
         left += write_rows(winners, deps, lock.fencing_token, generation,
                            lease=functools.partial(lease_renewed, lock))
     if refused_at_zero and left <= 0:
@@ -141,7 +141,7 @@ def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None,
     its ``order`` or its ``error``, whatever happens. The answers are set before the
     failed rows' units go back, the only step that can yield (and so be where a killed
     combiner stops): a buyer with a row never hears an error. Returns the units given
-    back now (later, under the lock, if ``lease`` says the section's lock ran out)."""
+    back (now, or later under the lock if ``lease`` says the section's lock ran out)."""
     sale = winners[0].sale
     wanted = [(b.request.user_id, b.request.quantity, fencing_token,
                b.request.idempotency_key) for b in winners]

@@ -197,8 +197,9 @@ def release_after_section(lock: Any, sale: SaleInfo) -> None:
 def lease_renewed(lock: Any) -> bool:
     """Whether the section still holds ``lock``, renewed for a whole TTL so that what it
     writes next (a failed row's give-back) lands inside the lock; False if the lock is
-    not its own any more, or its server cannot say. A lock that never expires
-    (``zookeeper``: until its session ends) is held until released.
+    not its own any more, or its server cannot say. A lock that never expires is held
+    until released, or until it is ``lost`` (``zookeeper``: its session suspended or
+    ended, and another worker's may hold the lock now; a review).
 
     **Failure timeline** it prevents (a review; ``test_give_back_after_expiry``)::
 
@@ -210,7 +211,7 @@ def lease_renewed(lock: Any) -> bool:
     A section whose lease is gone gives its units back later, under the lock
     (``orders.give_back_under_lock``)."""
     if not getattr(lock, "expires", False):
-        return True
+        return not getattr(lock, "lost", False)
     try:
         lock.extend()
     except LockNotOwned:

@@ -98,7 +98,10 @@ def give_back_failed(redis: Any, sale: Any, orders: list[Wanted],
     (not those in doubt: ``orders.IN_DOUBT`` gives them back if they were not written;
     nor those of a row refused because a reset started another sale: the old sale's).
     With ``lease`` (and ``relock``, ``sessions``): if the section's lock ran out, later,
-    under the lock (``orders.give_back_under_lock``). Returns the units given back now."""
+    under the lock (``orders.give_back_under_lock``). Returns the units given back, now
+    or later: none of them is sold, and the sale is not sold out for want of them (a
+    batch that set the flag after its give-back had been settled elsewhere in the
+    worker left it over a unit on the shelf; a review)."""
     failed = [(user_id, quantity, key) for (user_id, quantity, _, key), outcome
               in zip(orders, outcomes, strict=True)
               if isinstance(outcome, BaseException)
@@ -108,5 +111,5 @@ def give_back_failed(redis: Any, sale: Any, orders: list[Wanted],
         return 0
     if lease is not None and relock is not None and sessions is not None and not lease():
         give_back_under_lock(sessions, redis, sale, failed, generation, relock)
-        return 0
+        return returned
     return returned if give_back(redis, sale.sku, returned, generation) else 0

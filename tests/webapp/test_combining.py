@@ -466,3 +466,43 @@ def test_a_batch_that_sold_out_an_old_sale_leaves_the_new_sale_unflagged(
     assert post(app, "c")[0] == 201
     audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (4, 1, True), audit
+
+
+def test_a_batch_whose_lock_ran_out_leaves_no_sold_out_flag_over_its_deferred_unit(
+        sqlite_url, redis_url, redis_client, monkeypatch):
+    """The batch sold the last unit to a and refused b at zero; a's row failed after
+    the lock had run out, so its unit goes back later, under the lock. Counted as sold,
+    it let the batch set the sold-out flag, and when the give-back had been settled
+    before that (another greenlet of the worker; without cohorts the settle takes the
+    distributed lock, free by then) the flag stood over the unit: 409 to every buyer,
+    until the next reset (a review)."""
+    from sqlalchemy.exc import OperationalError
+
+    from webapp import orders, sectionorders
+
+    app = combining_shop(sqlite_url, redis_url, stock=1, LOCK_COHORT=False)
+    lock_key = lockcore.create("token", redis_client, f"stock:{SKU}").key
+
+    def expired_then_failed(*args: Any, **kwargs: Any) -> Any:
+        redis_client.delete(lock_key)  # the lock ran out while the write waited
+        raise OperationalError("INSERT INTO orders", {}, Exception("stalled"))
+
+    real_flag = allocation.flag_sold_out
+
+    def settled_first(*args: Any, **kwargs: Any) -> None:
+        orders.IN_DOUBT.drain()  # the worker's drain, just before the batch's flag
+        real_flag(*args, **kwargs)
+
+    monkeypatch.setattr(sectionorders, "insert_batch", expired_then_failed)
+    monkeypatch.setattr(allocation, "flag_sold_out", settled_first)
+    try:
+        answers = queued_while_held(app, redis_client, [lambda: post(app, "a"),
+                                                        lambda: post(app, "b")])
+        assert [status for status, _ in answers] == [503, 409], answers
+        monkeypatch.undo()
+        assert post(app, "c")[0] == 201  # its drain gives a's unit back first, if needed
+        audit = app.test_client().get(f"/api/sales/{SKU}/audit").get_json()
+        assert (audit["remaining"], audit["orders"], audit["consistent"]) == (0, 1, True), \
+            audit
+    finally:
+        orders.IN_DOUBT.waiting.clear()

@@ -106,3 +106,14 @@ def test_a_give_back_after_the_lock_ran_out_is_not_overwritten_by_the_next_holde
             audit["consistent"]) == (9, 9, 1, True), audit
     for app in apps.values():
         backends(app).close()
+
+
+def test_a_lock_that_never_expires_is_no_lease_once_it_is_lost():
+    """``zookeeper`` locks do not expire, but a suspended or ended session marks them
+    ``lost``, and another worker's may hold the lock then: the give-back waits for it."""
+    from types import SimpleNamespace
+
+    from webapp.section import lease_renewed
+
+    assert lease_renewed(SimpleNamespace(expires=False, lost=False))
+    assert not lease_renewed(SimpleNamespace(expires=False, lost=True))
