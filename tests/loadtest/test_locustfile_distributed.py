@@ -44,6 +44,8 @@ def test_two_workers_fire_together_at_the_start_instant_and_log_every_attempt(tm
                      "--master-host", "127.0.0.1", "--master-port", str(port)],
                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             output, _ = master.communicate(timeout=90)
+            for worker in procs[1:]:  # each writes its log as it stops, after the master
+                worker.wait(timeout=30)  # (killed at once, one lost it: a loaded CI run)
         finally:
             for proc in procs:
                 if proc.poll() is None:
