@@ -29,15 +29,6 @@ from tests.webapp.conftest import SKU, backends, empty_shop, make_app
 from webapp import allocation, lockedpath, orders, sales, sectionorders
 
 
-@pytest.fixture(autouse=True)
-def nothing_in_doubt():
-    orders.IN_DOUBT.waiting.clear()
-    orders.IN_DOUBT.next_drain = 0.0
-    yield
-    orders.IN_DOUBT.waiting.clear()
-    orders.IN_DOUBT.next_drain = 0.0
-
-
 def _worker(database_url: str, redis_url: str, combine: bool) -> Any:
     return make_app(database_url, redis_url, LOCK_TTL_MS=500, LOCK_TIMEOUT_S=5.0,
                     LOCK_COHORT=False, LOCK_COMBINE=combine)

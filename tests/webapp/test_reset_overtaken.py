@@ -20,23 +20,22 @@ from webapp import paths, sales
 from webapp.saleinfo import forget_stale_copy, load_sale
 
 
-@pytest.mark.parametrize("strategy", ["atomic", "atomic-sharded", "token", "sql"])
-def test_an_earlier_resets_late_redis_side_does_not_overwrite_a_later_reset(
-        client, app, monkeypatch, strategy):
-    shop = backends(app)
-    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
-    real_redis_side = sales._redis_side
+def _a_later_reset_overtakes(monkeypatch: pytest.MonkeyPatch, shop: Any, strategy: str,
+                             owner: Any, name: str) -> None:
+    """Reset the sale to 5 units and, while that reset waits at its first call of
+    ``owner.name``, to 7; then let the first go on, and wait for it."""
+    real = getattr(owner, name)
     first_in, later_done = threading.Event(), threading.Event()
     calls: list[int] = []
 
-    def redis_side(*args: Any, **kwargs: Any) -> None:
+    def paused(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
-        if len(calls) == 1:  # the first reset: its Redis side waits for the second's
+        if len(calls) == 1:  # the first reset waits for the second
             first_in.set()
             assert later_done.wait(10)
-        real_redis_side(*args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(sales, "_redis_side", redis_side)
+    monkeypatch.setattr(owner, name, paused)
     first = threading.Thread(target=sales.reset_sale, args=(shop.sessions, shop.redis, SKU),
                              kwargs={"stock": 5, "strategy": strategy})
     first.start()
@@ -45,6 +44,14 @@ def test_an_earlier_resets_late_redis_side_does_not_overwrite_a_later_reset(
     later_done.set()
     first.join(10)
     assert not first.is_alive()
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "atomic-sharded", "token", "sql"])
+def test_an_earlier_resets_late_redis_side_does_not_overwrite_a_later_reset(
+        client, app, monkeypatch, strategy):
+    shop = backends(app)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
+    _a_later_reset_overtakes(monkeypatch, shop, strategy, sales, "_redis_side")
 
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["database_remaining"], audit["consistent"]) == (
@@ -63,27 +70,8 @@ def test_an_earlier_resets_stock_written_after_a_later_resets_copy_does_not_stan
     one's stock steps ran (``atomic-sharded``: shards of 5 over the later reset's 7)."""
     shop = backends(app)
     sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
-    path = paths.path_for(strategy)
-    real_reset_stock = type(path).reset_stock
-    first_in, later_done = threading.Event(), threading.Event()
-    calls: list[int] = []
-
-    def reset_stock(self: Any, *args: Any) -> None:
-        calls.append(1)
-        if len(calls) == 1:  # the first reset: its stock waits for the second's
-            first_in.set()
-            assert later_done.wait(10)
-        real_reset_stock(self, *args)
-
-    monkeypatch.setattr(type(path), "reset_stock", reset_stock)
-    first = threading.Thread(target=sales.reset_sale, args=(shop.sessions, shop.redis, SKU),
-                             kwargs={"stock": 5, "strategy": strategy})
-    first.start()
-    assert first_in.wait(10)
-    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=7, strategy=strategy)
-    later_done.set()
-    first.join(10)
-    assert not first.is_alive()
+    _a_later_reset_overtakes(monkeypatch, shop, strategy,
+                             type(paths.path_for(strategy)), "reset_stock")
 
     answers = [buy(client, f"buyer-{n}") for n in range(3)]
     assert [answer.status_code for answer in answers] == [201] * 3, [
