@@ -20,10 +20,8 @@ CHROMIUM = "/usr/bin/chromium"
 TAKEN_BACK = "An admin reset this sale: its orders, yours too, were deleted."
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    """One Chromium for the module (a launch costs about 1.5 s); each test gets a
-    context of its own (``page``): its own cookies, storage and cache."""
+@pytest.fixture
+def page() -> Iterator[object]:
     if not os.path.exists(CHROMIUM):
         missing_system_part(f"{CHROMIUM} is missing (Debian package chromium)")
     from playwright.sync_api import sync_playwright
@@ -34,18 +32,9 @@ def browser() -> Iterator[object]:
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"])
         try:
-            yield browser
+            yield browser.new_page(viewport={"width": 1200, "height": 800})
         finally:
             browser.close()
-
-
-@pytest.fixture
-def page(browser: object) -> Iterator[object]:
-    context = browser.new_context(viewport={"width": 1200, "height": 800})  # type: ignore[attr-defined]
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
 
 
 def test_a_shopper_buys_sees_the_stock_fall_and_then_the_sold_out_state(page, tmp_path):
