@@ -26,7 +26,7 @@ after, the stock is taken; if the row cannot be written, the unit goes back to t
 shard it came from, not to a shared key.
 
 **Resets amid buyers.** Each shard keeps the sale generation its units belong to
-(``sale:{sku#i}:stockgen``, written with the units in one MULTI by every reset). The
+(``sale:{sku#i}:stockgen``, written with the units in one script by every reset). The
 take checks it against the generation the buyer looked up, the order row is written
 only in that generation, and a unit goes back only to its own generation's shard. A
 buyer who looked the sale up before a reset hears 503 busy and takes nothing from the
@@ -101,19 +101,6 @@ class ShardedPath(StockPath):
     def keys(self, sale: SaleInfo) -> list[str]:
         return [shard_key(sale.sku, i) for i in range(self.shards)]
 
-    def load_stock(self, redis: Any, sale: SaleInfo, stock: int) -> None:
-        """Each shard its share, and its generation with it in one MULTI/EXEC (the two
-        keys share the shard's slot): a buyer never finds the new units beside the old
-        generation, or the reverse. One transaction per shard, since a cluster keeps the
-        shards on different nodes."""
-        for index, units in enumerate(split(stock, self.shards)):
-            pipe = redis.pipeline(transaction=sale.generation is not None)
-            if sale.generation is not None:
-                pipe.set(shard_gen_key(sale.sku, index), sale.generation)
-            pipe.set(shard_key(sale.sku, index), units)
-            pipe.delete(shard_taken_key(sale.sku, index))  # the old sale's marks
-            pipe.execute()
-
     def reset_redis(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,
                     generation: int) -> None:
         # the shards live on other cluster slots than the sale's keys: no one MULTI
@@ -127,10 +114,7 @@ class ShardedPath(StockPath):
         (``restore_shard.lua``, ``set_stock_gen.lua``; ``StockPath._write_copy`` has the
         failure timeline). A shard of this reset's own generation is left as buyers left
         it: the reset's Redis side tried again after a lost connection."""
-        restore = scripts.script(redis, "restore_shard")
-        for index, units in enumerate(split(stock, self.shards)):
-            restore(keys=[shard_key(sale.sku, index), shard_gen_key(sale.sku, index),
-                          shard_taken_key(sale.sku, index)], args=[generation, units])
+        self._restore_shards(redis, sale, stock, generation)
         scripts.script(redis, "set_stock_gen")(keys=[sale.keys.stock_gen, sale.keys.info],
                                                args=[generation])
 
@@ -139,8 +123,17 @@ class ShardedPath(StockPath):
         of an older generation (``restore_shard.lua``: one script per shard, since a
         cluster keeps them on different nodes; a reload is rare). A shard of the
         reload's own generation, or a newer one, stands."""
+        return self._restore_shards(redis, sale, stock,
+                                    "" if sale.generation is None else sale.generation)
+
+    def _restore_shards(self, redis: Any, sale: SaleInfo, stock: int,
+                        generation: int | str) -> bool:
+        """``stock`` dealt over the shards, each written with ``generation`` unless one as
+        new stands there (``restore_shard.lua``; '': written only where missing); whether
+        any was written. Each shard's units and generation go in one script (the two keys
+        share the shard's slot): a buyer never finds the new units beside the old
+        generation, or the reverse."""
         restore = scripts.script(redis, "restore_shard")
-        generation = "" if sale.generation is None else sale.generation
         written = [restore(keys=[shard_key(sale.sku, index), shard_gen_key(sale.sku, index),
                                  shard_taken_key(sale.sku, index)],
                            args=[generation, units])
