@@ -37,6 +37,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from webapp.cli import STOP_SIGNALS
+
 from . import worker
 
 logger = logging.getLogger(__name__)
@@ -73,11 +75,6 @@ def worker_layout(start_method: str) -> str:
     except (OSError, ValueError):  # not Linux: assume the usual randomisation
         return "own"
     return "shared" if personality & ADDR_NO_RANDOMIZE else "own"
-
-
-#: what stops a run (``webapp.cli.STOP_SIGNALS``)
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
-                     if hasattr(signal, name))
 
 
 @contextlib.contextmanager
