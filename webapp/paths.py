@@ -253,9 +253,8 @@ class SqlPath(StockPath):
         if row is None:  # the sale is gone
             return
         remaining, started_at = row
-        scripts.script(redis, "mirror_stock")(
-            keys=[sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout, sale.keys.info],
-            args=[remaining, generation(started_at)])
+        scripts.script(redis, "mirror_stock")(keys=_mirror_keys(sale),
+                                              args=[remaining, generation(started_at)])
 
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         # the work happens before the transaction: under gevent a SQLite transaction
@@ -289,12 +288,18 @@ class SqlPath(StockPath):
         if after is None:
             self._mirror(deps.redis, deps.sessions, sale)
             return
-        keys = [sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout, sale.keys.info]
+        keys = _mirror_keys(sale)
         args = [after[0], generation(after[1])]
         if deps.script_pipeline is not None:  # shared with concurrent purchases' scripts
             deps.script_pipeline.run("mirror_stock", keys, args)
         else:
             scripts.script(deps.redis, "mirror_stock")(keys=keys, args=args)
+
+
+def _mirror_keys(sale: SaleInfo) -> list[str]:
+    """``mirror_stock.lua``'s keys for ``sale``: the copy, its generation, the sold-out
+    flag, and the hash copy whose generation a late write must not go under."""
+    return [sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout, sale.keys.info]
 
 
 def _standing_generation(pipe: Any, sale: SaleInfo) -> int | None:
