@@ -446,8 +446,8 @@ class ServedApp:
                 self._stack.enter_context(servelock.claimed(self.database_url, servers))
             except servelock.DatabaseInUse as exc:
                 raise StartupError(str(exc)) from None
-            except Exception:  # noqa: BLE001 - not reachable since: said below, once more
-                pass
+            except Exception:  # noqa: BLE001 - not reachable since the check: say so
+                reachable_database(self.database_url)
         if self.redis_url is None:
             shop_redis = self._stack.enter_context(EmbeddedRedis(1))
             self.embedded += shop_redis.servers
@@ -460,9 +460,8 @@ class ServedApp:
             self.redlock_urls = redlock.urls
         if self._port_picked:  # a port picked before they started may now be one of theirs
             self.port = free_port_on(self.host)  # free where gunicorn binds, not just on 127.0.0.1
-        if self.database_url is None:
+        if self.database_url is None:  # a scratch file of our own: nothing to reach
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
-        reachable_database(self.database_url)  # a quick connect: a given one answered above
         with db.migration_lock(self.database_url):  # another serve may be starting too
             db.upgrade(self.database_url)
             if self.seed:
