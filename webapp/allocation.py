@@ -48,6 +48,7 @@ from typing import Any
 
 from .batching import own_copy
 from .deadlines import set_stock
+from .orders import Relock
 from .problems import Busy, not_enough
 from .section import flag_sold_out, lease_renewed, stock_if_still
 from .sectionorders import give_back_failed, write_batch
@@ -105,7 +106,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
     winners: list[Buyer] = []
     refused_at_zero = False
     try:
-        left, generation = stock_if_still(deps, sale, lock.fencing_token)
+        left, generation, load = stock_if_still(deps, sale, lock.fencing_token)
         for buyer in batch:
             quantity = buyer.request.quantity
             if left >= quantity:
@@ -129,23 +130,25 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
         # not sold out after all (one in doubt has not: its units come back later if its
         # row is not written, and lift the flag then)
         left += write_rows(winners, deps, lock.fencing_token, generation,
-                           lease=functools.partial(lease_renewed, lock))
+                           lease=functools.partial(lease_renewed, lock), load=load)
     if refused_at_zero and left <= 0:
         flag_sold_out(deps.redis, sale, generation)
 
 
 def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None,
-               generation: int | None, lease: Callable[[], bool] | None = None) -> int:
+               generation: int | None, lease: Callable[[], bool] | None = None,
+               load: str | None = None) -> int:
     """Every winner's order row, in one transaction written now (``sectionorders.py``),
     only in the sale ``generation`` the section's stock belongs to: each winner ends with
     its ``order`` or its ``error``, whatever happens. The answers are set before the
     failed rows' units go back, the only step that can yield (and so be where a killed
     combiner stops): a buyer with a row never hears an error. Returns the units given
-    back (now, or later under the lock if ``lease`` says the section's lock ran out)."""
+    back (now, or later under the lock if ``lease`` says the section's lock ran out,
+    into the stock of ``load`` only: ``orders.Relock``)."""
     sale = winners[0].sale
     wanted = [(b.request.user_id, b.request.quantity, fencing_token,
                b.request.idempotency_key) for b in winners]
-    relock = functools.partial(deps.lock_for, sale, "settle")
+    relock = Relock(functools.partial(deps.lock_for, sale, "settle"), load)
     try:
         outcomes = write_batch(deps.sessions, sale, wanted, deps.redis, generation,
                                relock=relock)

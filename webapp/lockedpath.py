@@ -26,7 +26,7 @@ from lockcore.registry import lock_class
 
 from .combining import CombinableLock
 from .deadlines import set_stock
-from .orders import record_order
+from .orders import Relock, record_order
 from .paths import StockPath
 from .problems import Busy, lock_not_taken, not_enough
 from .section import (
@@ -77,7 +77,7 @@ class LockedPath(StockPath):
         if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
             raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
         try:
-            stock, generation = stock_if_still(deps, sale, lock.fencing_token)
+            stock, generation, load = stock_if_still(deps, sale, lock.fencing_token)
             if stock < request.quantity:
                 if stock <= 0:
                     flag_sold_out(deps.redis, sale, generation)
@@ -87,7 +87,8 @@ class LockedPath(StockPath):
             return record_order(deps.sessions, deps.redis, sale, request.user_id,
                                 request.quantity, lock.fencing_token, request.idempotency_key,
                                 generation=generation,
-                                relock=functools.partial(deps.lock_for, sale, "settle"),
+                                relock=Relock(functools.partial(deps.lock_for, sale,
+                                                                "settle"), load),
                                 lease=functools.partial(lease_renewed, lock))
         finally:
             release_after_section(lock, sale)

@@ -190,7 +190,7 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
                  generation: int | None = None,
                  stock_keys: tuple[str, str] | None = None,
                  written: Pending[Any] | None = None,
-                 relock: Callable[[], Any] | None = None,
+                 relock: Relock | None = None,
                  lease: Callable[[], bool] | None = None) -> PlacedOrder:
     """Insert the order after Redis stock was taken; on any failure give the units back.
 
@@ -205,8 +205,9 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
         sale's own keys unless given (``atomic-sharded``: the shard's).
     :param written: with ``grouped``, the row's outcome if it is already written
         (``takenorders.py``); its error is handled as a write's here would be.
-    :param relock: a lock path's: its sale's lock, unacquired, for a give-back that
-        waits until the database can tell whether the row was written (``IN_DOUBT``).
+    :param relock: a lock path's (``Relock``): its sale's lock, unacquired, and the
+        load its stock came with, for a give-back that waits until the database can
+        tell whether the row was written (``IN_DOUBT``).
     :param lease: a lock path's, with ``relock``: whether its section still holds the
         lock (``section.lease_renewed``); if not, a failed row's units go back later,
         under the lock (``give_back_under_lock``), not over the next holder's read.
@@ -291,7 +292,7 @@ def find_landed(sessions: sessionmaker[Session], sale: Any, request: Any) -> Ord
 def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
                      quantity: int, idempotency_key: str | None, generation: int | None,
                      stock_keys: tuple[str, str] | None = None,
-                     relock: Callable[[], Any] | None = None) -> Any:
+                     relock: Relock | None = None) -> Any:
     """After a write that ``maybe_written``: the order if its row is in the database
     (the purchase succeeded: 201), None if it is not (the caller gives the units back).
 
@@ -314,7 +315,7 @@ def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, use
 def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
                  wanted: list[tuple[str, int, str | None]], generation: int | None,
                  stock_keys: tuple[str, str] | None = None,
-                 relock: Callable[[], Any] | None = None) -> list[Any]:
+                 relock: Relock | None = None) -> list[Any]:
     """``landed_after_all`` for several purchases of one sale in one query: for each,
     its order, None (not written), or an ``OrderInDoubt`` (queued for later)."""
     started = time.monotonic()
@@ -343,7 +344,7 @@ def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
 
 def give_back_under_lock(sessions: sessionmaker[Session], redis: Any, sale: Any,
                          wanted: list[tuple[str, int, str | None]], generation: int | None,
-                         relock: Callable[[], Any],
+                         relock: Relock,
                          stock_keys: tuple[str, str] | None = None) -> None:
     """The units of failed rows whose lock section has lost its lock, given back later
     under the lock (``IN_DOUBT``'s settle gives them back once, holding the sale's lock:
@@ -367,6 +368,18 @@ def _generation_of(sale: Any, generation: int | None) -> int | None:
 
 
 @dataclass(frozen=True)
+class Relock:
+    """How a lock path's units go back later (``IN_DOUBT``): under ``lock()``, the sale's
+    lock, and only into the stock of ``load``, the sale's copy its section read them
+    from (``section.SectionStock``). A lock path's reload keeps the generation; the
+    load tells a stock read again from the database, which counts the units already
+    (``give_back_once.lua`` has the failure timeline). None: not known (not checked)."""
+
+    lock: Callable[[], Any]
+    load: str | None = None
+
+
+@dataclass(frozen=True)
 class _InDoubt:
     """A purchase whose row may be written, which the database could not confirm."""
 
@@ -380,8 +393,9 @@ class _InDoubt:
     generation: int | None
     stock_keys: tuple[str, str] | None
     #: a lock path's: the sale's lock, unacquired (its sections GET and SET the stock:
-    #: units given back outside it would be overwritten by the holder's SET)
-    relock: Callable[[], Any] | None
+    #: units given back outside it would be overwritten by the holder's SET), and the
+    #: load the units were taken from
+    relock: Relock | None
     #: the row is known not written (its write failed; it is not in doubt): nothing to
     #: look for in the database, and the buyer's reservation went with its 503 (it may
     #: have bought since), where an order in doubt kept it (``give_back_under_lock``)
@@ -409,33 +423,46 @@ def _settle(entry: _InDoubt) -> bool:
                            entry.sku)
             return True
         if entry.relock is None:
-            _give_back_once(entry)
+            given = _give_back_once(entry)
         else:
-            lock = entry.relock()
+            lock = entry.relock.lock()
             if not lock.acquire(blocking=True, timeout=SETTLE_LOCK_WAIT_S):
                 return False
             try:
-                _give_back_once(entry)
+                given = _give_back_once(entry)
             finally:
                 lock.release()
         if not entry.failed:
             entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
     except Exception:  # noqa: BLE001 - still down: next time
         return False
-    logger.warning("settled the order in doubt of %r for %s: not written, units back",
-                   entry.user_id, entry.sku)
+    logger.warning("settled the order of %r for %s (%s): %s", entry.user_id, entry.sku,
+                   "its row failed" if entry.failed else "in doubt, not written",
+                   _GIVEN[given] % entry.quantity)
     return True
 
 
-def _give_back_once(entry: _InDoubt) -> None:
+#: what ``give_back_once.lua`` answered, for the settle's log line
+_GIVEN = {1: "%d unit(s) back", 0: "%d unit(s) were back already",
+          -1: "the sale was reset since: its %d unit(s) were the old sale's",
+          -2: "the stock was read again from the database since: it counts the %d unit(s)"}
+
+
+def _give_back_once(entry: _InDoubt) -> int:
+    """``entry``'s units back, once (``give_back_once.lua``): its answer."""
     stock, stock_gen = entry.stock_keys or (SaleKeys(entry.sku).stock,
                                             SaleKeys(entry.sku).stock_gen)
-    given = scripts.script(entry.redis, "give_back_once")(
-        keys=[stock, stock_gen, f"{stock}:settled:{entry.nonce}"],
-        args=[entry.quantity, "" if entry.generation is None else entry.generation,
-              SETTLED_MARKER_MS])
+    keys = [stock, stock_gen, f"{stock}:settled:{entry.nonce}"]
+    args: list[Any] = [entry.quantity, "" if entry.generation is None else entry.generation,
+                       SETTLED_MARKER_MS]
+    load = entry.relock.load if entry.relock is not None else None
+    if load is not None:  # a lock path's stock key, in its sale's slot
+        keys.append(SaleKeys(entry.sku).info)
+        args.append(load)
+    given = int(scripts.script(entry.redis, "give_back_once")(keys=keys, args=args))
     if given == 1:
         entry.redis.delete(SaleKeys(entry.sku).soldout)  # it may be set while they were out
+    return given
 
 
 #: purchases ``landed_after_all`` could not settle: this worker's next purchases ask

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import secrets
 import threading
 import time
 import uuid
@@ -414,10 +415,15 @@ def _whole_ms(moment: datetime) -> datetime:
 
 
 def sale_fields(sale: SaleInfo) -> dict[str, Any]:
-    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back)."""
+    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back), with a new
+    ``load``: every copy written, a reset's or a reload's, names the stock it came
+    with. A lock path's reload keeps the generation; its load tells a lock section's
+    late give-back that the stock was counted again from the database, its units
+    included (``give_back_once.lua``)."""
     fields: dict[str, Any] = {
         "id": sale.id, "strategy": sale.strategy, "work_ms": sale.work_ms,
-        "per_user_limit": sale.per_user_limit, "initial_stock": sale.initial_stock}
+        "per_user_limit": sale.per_user_limit, "initial_stock": sale.initial_stock,
+        "load": secrets.token_hex(8)}
     if sale.generation is not None:
         fields["generation"] = sale.generation
     return fields

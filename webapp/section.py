@@ -94,11 +94,14 @@ class SectionStock(NamedTuple):
     #: every reset and reload): the section's rows are written only in it. None: not
     #: known (written unconditionally, as before generations)
     generation: int | None
+    #: the load of the sale's copy the stock came with (``saleinfo.sale_fields``): a
+    #: late give-back goes to it only (``orders.Relock``). None: not known (not checked)
+    load: str | None = None
 
 
 def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> SectionStock:
-    """The stock and its generation, read in one round trip with the sale's current
-    strategy.
+    """The stock, its generation and its copy's load, read in one round trip with the
+    sale's current strategy.
 
     ``token``: the section's fencing token. Read in the same round trip, the fence the
     database last recorded (``fence_mark``); a token more than half the slack past it
@@ -112,10 +115,10 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
     """
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
-    pipe.hmget(sale.keys.info, "strategy", "generation")
+    pipe.hmget(sale.keys.info, "strategy", "generation", "load")
     pipe.mget([sale.keys.reloaded, sale.keys.holdoff, sale.keys.stock_gen,
                sale.keys.fence_mark, sale.keys.resetting])
-    stock, (strategy, generation), (reloaded, holdoff, stock_gen, mark, resetting) = \
+    stock, (strategy, generation, load), (reloaded, holdoff, stock_gen, mark, resetting) = \
         pipe.execute()
     if token is not None and token > int(mark or 0) + saleinfo.FENCE_SLACK // 2:
         saleinfo.note_token(deps.sessions, deps.redis, sale, token)
@@ -150,7 +153,8 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
                        f"before it is done (in about {left_s} s); try again",
                        retry_after_s=left_s)
         left = _reread_stock(deps, sale)
-    return SectionStock(left, None if stock_gen is None else int(stock_gen))
+    return SectionStock(left, None if stock_gen is None else int(stock_gen),
+                        None if load is None else load.decode())
 
 
 def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:

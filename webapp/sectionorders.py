@@ -29,6 +29,7 @@ from .batching import own_copy
 from .groupcommit import writer_for
 from .models import PlacedOrder
 from .orders import (
+    Relock,
     explain_conflict,
     give_back,
     give_back_under_lock,
@@ -67,7 +68,7 @@ def insert_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted
 
 def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted],
                 redis: Any, generation: int | None = None,
-                relock: Callable[[], Any] | None = None) -> list[Any]:
+                relock: Relock | None = None) -> list[Any]:
     """``insert_batch``, with an error of the whole write (the database down) made every
     order's, each its own copy. A write that may have committed all the same (its
     COMMIT's reply lost: ``orders.maybe_written``) is looked for: each order found is
@@ -92,7 +93,7 @@ def write_batch(sessions: sessionmaker[Session], sale: Any, orders: list[Wanted]
 def give_back_failed(redis: Any, sale: Any, orders: list[Wanted],
                      outcomes: list[Any], generation: int | None = None, *,
                      lease: Callable[[], bool] | None = None,
-                     relock: Callable[[], Any] | None = None,
+                     relock: Relock | None = None,
                      sessions: sessionmaker[Session] | None = None) -> int:
     """The units of every order that failed, back to ``generation``'s stock in one step
     (not those in doubt: ``orders.IN_DOUBT`` gives them back if they were not written;

@@ -67,3 +67,26 @@ def test_give_back_once_gives_the_quantity_to_its_own_generation_only(redis_clie
     assert give(keys=mine, args=[2, "g2", 60_000]) == 1
     assert give(keys=mine, args=[2, "g2", 60_000]) == 0  # its retry
     assert redis_client.get(keys.stock) == b"7"
+
+
+def test_give_back_once_gives_to_its_own_load_only(redis_client):
+    """A lock path's reload keeps the generation and writes a copy with a new load: the
+    stock it read from the database counts units a late give-back would add again."""
+    keys = fresh(redis_client, "sku-give-back-load")
+    redis_client.set(keys.stock, 5)
+    redis_client.set(keys.stock_gen, "g2")
+    redis_client.hset(keys.info, mapping={"generation": "g2", "load": "L2"})
+    give = scripts.script(redis_client, "give_back_once")
+
+    def keys_for(nonce: str) -> list[str]:
+        return [keys.stock, keys.stock_gen, f"{keys.stock}:settled:{nonce}", keys.info]
+
+    assert give(keys=keys_for("n1"), args=[2, "g2", 60_000, "L1"]) == -2  # reloaded since
+    assert give(keys=keys_for("n1"), args=[2, "g2", 60_000, "L1"]) == 0  # its retry
+    assert redis_client.get(keys.stock) == b"5"
+    assert give(keys=keys_for("n2"), args=[2, "g2", 60_000, "L2"]) == 1
+    assert give(keys=keys_for("n3"), args=[1, "g2", 60_000, ""]) == 1  # not known: given
+    assert redis_client.get(keys.stock) == b"8"
+    redis_client.delete(keys.info)  # lost with its load: the next reload counts them
+    assert give(keys=keys_for("n4"), args=[1, "g2", 60_000, "L2"]) == -2
+    assert redis_client.get(keys.stock) == b"8"
