@@ -370,10 +370,11 @@ def _generation_of(sale: Any, generation: int | None) -> int | None:
 @dataclass(frozen=True)
 class Relock:
     """How a lock path's units go back later (``IN_DOUBT``): under ``lock()``, the sale's
-    lock, and only into the stock of ``load``, the sale's copy its section read them
-    from (``section.SectionStock``). A lock path's reload keeps the generation; the
-    load tells a stock read again from the database, which counts the units already
-    (``give_back_once.lua`` has the failure timeline). None: not known (not checked)."""
+    lock, and only into the stock of ``load``, the count its section took them from
+    (``section.SectionStock``; ``saleinfo.new_load``). A lock path's reload keeps the
+    generation; the load tells a stock counted again from the database, which has the
+    units already (``give_back_once.lua`` has the failure timeline). None: not known
+    (not checked)."""
 
     lock: Callable[[], Any]
     load: str | None = None
@@ -445,7 +446,8 @@ def _settle(entry: _InDoubt) -> bool:
 #: what ``give_back_once.lua`` answered, for the settle's log line
 _GIVEN = {1: "%d unit(s) back", 0: "%d unit(s) were back already",
           -1: "the sale was reset since: its %d unit(s) were the old sale's",
-          -2: "the stock was read again from the database since: it counts the %d unit(s)"}
+          -2: "the stock was counted from the database since, or will be (its copy is "
+              "gone): the count has the %d unit(s)"}
 
 
 def _give_back_once(entry: _InDoubt) -> int:
@@ -460,8 +462,10 @@ def _give_back_once(entry: _InDoubt) -> int:
         keys.append(SaleKeys(entry.sku).info)
         args.append(load)
     given = int(scripts.script(entry.redis, "give_back_once")(keys=keys, args=args))
-    if given == 1:
-        entry.redis.delete(SaleKeys(entry.sku).soldout)  # it may be set while they were out
+    if given in (1, -2):  # it may be set while they were out; -2: a section's count
+        # from the database will have them, and the flag would keep buyers from any
+        # section (a review: an evicted copy, reloaded with the stock key kept)
+        entry.redis.delete(SaleKeys(entry.sku).soldout)
     return given
 
 

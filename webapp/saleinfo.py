@@ -415,18 +415,24 @@ def _whole_ms(moment: datetime) -> datetime:
 
 
 def sale_fields(sale: SaleInfo) -> dict[str, Any]:
-    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back), with a new
-    ``load``: every copy written, a reset's or a reload's, names the stock it came
-    with. A lock path's reload keeps the generation; its load tells a lock section's
-    late give-back that the stock was counted again from the database, its units
-    included (``give_back_once.lua``)."""
+    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back), with a
+    ``new_load``."""
     fields: dict[str, Any] = {
         "id": sale.id, "strategy": sale.strategy, "work_ms": sale.work_ms,
         "per_user_limit": sale.per_user_limit, "initial_stock": sale.initial_stock,
-        "load": secrets.token_hex(8)}
+        "load": new_load()}
     if sale.generation is not None:
         fields["generation"] = sale.generation
     return fields
+
+
+def new_load() -> str:
+    """A name for the stock's count: every copy of the sale written (a reset's, a
+    reload's) and every count of a lock path's stock from the database
+    (``section._reread_stock``) has a new one. A lock path's reload keeps the
+    generation; the load tells a lock section's late give-back that the stock was
+    counted again since, its units included (``give_back_once.lua``)."""
+    return secrets.token_hex(8)
 
 
 _EPOCH = datetime(1970, 1, 1)

@@ -94,9 +94,14 @@ class SectionStock(NamedTuple):
     #: every reset and reload): the section's rows are written only in it. None: not
     #: known (written unconditionally, as before generations)
     generation: int | None
-    #: the load of the sale's copy the stock came with (``saleinfo.sale_fields``): a
-    #: late give-back goes to it only (``orders.Relock``). None: not known (not checked)
+    #: the load the stock belongs to (``saleinfo.new_load``: written with every copy of
+    #: the sale and every count of its stock from the database): a late give-back goes
+    #: to it only (``orders.Relock``). ``NO_LOAD``: the copy had none
     load: str | None = None
+
+
+#: the load of a copy written before copies had one (``give_back_once.lua``)
+NO_LOAD = "-"
 
 
 def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> SectionStock:
@@ -143,7 +148,7 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
         # answered every later buyer 409 before any of them could reload the sale
         raise Busy(f"Redis lost the sale of {sale.sku} (restarted?); the next buyer "
                    "reloads it from the database: try again", retry_after_s=1)
-    left = int(stock)
+    left, counted = int(stock), NO_LOAD if load is None else load.decode()
     if reloaded is not None:
         if holdoff is not None:
             # the hold-off's rest, not 1 s: a page retried every second for 10 s (a UI
@@ -152,9 +157,8 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
             raise Busy(f"Redis restarted: {sale.sku} sells again once a lock holder from "
                        f"before it is done (in about {left_s} s); try again",
                        retry_after_s=left_s)
-        left = _reread_stock(deps, sale)
-    return SectionStock(left, None if stock_gen is None else int(stock_gen),
-                        None if load is None else load.decode())
+        left, counted = _reread_stock(deps, sale)
+    return SectionStock(left, None if stock_gen is None else int(stock_gen), counted)
 
 
 def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:
@@ -168,20 +172,20 @@ def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:
     pipe.execute()
 
 
-def _reread_stock(deps: Checkout, sale: SaleInfo) -> int:
-    """The database's count, every holder from before the restart done: into Redis."""
+def _reread_stock(deps: Checkout, sale: SaleInfo) -> tuple[int, str]:
+    """The database's count, every holder from before the restart done: into Redis,
+    under a new load (``reread_stock.lua``): units a section still has to give back
+    are in the count. Returns the count and its load."""
     with deps.sessions() as session:
         remaining = session.scalar(select(Sale.remaining).where(Sale.id == sale.id))
     if remaining is None:  # the sale is gone
         raise Busy(f"the sale of {sale.sku} is gone; try again", retry_after_s=1)
-    stock = max(int(remaining), 0)
-    pipe = deps.redis.pipeline(transaction=True)
-    pipe.set(sale.keys.stock, stock)
-    pipe.delete(sale.keys.reloaded)
-    pipe.execute()
+    stock, load = max(int(remaining), 0), saleinfo.new_load()
+    scripts.script(deps.redis, "reread_stock")(
+        keys=[sale.keys.stock, sale.keys.reloaded, sale.keys.info], args=[stock, load])
     logger.warning("%s: stock read again from the database after the hold-off: %d",
                    sale.sku, stock)
-    return stock
+    return stock, load
 
 
 def release_after_section(lock: Any, sale: SaleInfo) -> None:

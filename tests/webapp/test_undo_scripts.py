@@ -87,6 +87,22 @@ def test_give_back_once_gives_to_its_own_load_only(redis_client):
     assert give(keys=keys_for("n2"), args=[2, "g2", 60_000, "L2"]) == 1
     assert give(keys=keys_for("n3"), args=[1, "g2", 60_000, ""]) == 1  # not known: given
     assert redis_client.get(keys.stock) == b"8"
-    redis_client.delete(keys.info)  # lost with its load: the next reload counts them
-    assert give(keys=keys_for("n4"), args=[1, "g2", 60_000, "L2"]) == -2
-    assert redis_client.get(keys.stock) == b"8"
+    redis_client.hdel(keys.info, "load")  # a copy from before loads: its sections read '-'
+    assert give(keys=keys_for("n4"), args=[1, "g2", 60_000, "-"]) == 1
+    assert give(keys=keys_for("n5"), args=[1, "g2", 60_000, "L2"]) == -2
+    redis_client.delete(keys.info)  # lost: the reload to come, and its count, have them
+    assert give(keys=keys_for("n6"), args=[1, "g2", 60_000, "L2"]) == -2
+    assert redis_client.get(keys.stock) == b"9"
+
+
+def test_reread_stock_names_its_count_with_a_new_load_in_a_copy_that_is_there(redis_client):
+    keys = fresh(redis_client, "sku-reread")
+    redis_client.set(keys.reloaded, 1)
+    redis_client.hset(keys.info, mapping={"generation": "g2", "load": "L1"})
+    count = scripts.script(redis_client, "reread_stock")
+    assert count(keys=[keys.stock, keys.reloaded, keys.info], args=[7, "L2"]) == 1
+    assert (redis_client.get(keys.stock), redis_client.exists(keys.reloaded),
+            redis_client.hgetall(keys.info)) == (b"7", 0, {b"generation": b"g2", b"load": b"L2"})
+    redis_client.delete(keys.info)  # gone: no copy made of a load alone
+    assert count(keys=[keys.stock, keys.reloaded, keys.info], args=[6, "L3"]) == 0
+    assert (redis_client.get(keys.stock), redis_client.exists(keys.info)) == (b"6", 0)
