@@ -23,48 +23,25 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy.exc import OperationalError
 
-from tests.webapp.conftest import SKU, backends, empty_shop, make_app
-from webapp import allocation, lockedpath, orders, sales, sectionorders
-
-
-def _worker(database_url: str, redis_url: str, combine: bool) -> Any:
-    return make_app(database_url, redis_url, LOCK_TTL_MS=500, LOCK_TIMEOUT_S=5.0,
-                    LOCK_COHORT=False, LOCK_COMBINE=combine)
-
-
-def _shop(database_url: str, redis_url: str, combine: bool) -> Any:
-    app = make_app(database_url, redis_url, LOCK_TTL_MS=500, LOCK_TIMEOUT_S=5.0,
-                   LOCK_COHORT=False, LOCK_COMBINE=combine)
-    empty_shop(app)
-    shop = backends(app)
-    sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=10, strategy="token")
-    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy="token")
-    return app
+from tests.webapp.conftest import SKU, backends
+from tests.webapp.lategiveback import stall_then_fail, token_shop, token_worker
+from webapp import allocation, lockedpath, orders
 
 
 @pytest.mark.parametrize("combine", [False, True], ids=["plain", "combined"])
 def test_a_give_back_after_the_lock_ran_out_is_not_overwritten_by_the_next_holder(
         database_url, redis_url, redis_client, monkeypatch, combine):
     # two workers, as under gunicorn: one worker's buyers combine (or queue) in it
-    apps = {"ann": _shop(database_url, redis_url, combine),
-            "bob": _worker(database_url, redis_url, combine)}
+    apps = {"ann": token_shop(database_url, redis_url, combine, ttl_ms=500),
+            "bob": token_worker(database_url, redis_url, combine, ttl_ms=500)}
     module = allocation if combine else lockedpath
     bob_read, ann_done = threading.Event(), threading.Event()
 
-    def stalled(real: Any) -> Any:
-        def write(*args: Any, **kwargs: Any) -> Any:
-            if threading.current_thread().name == "ann":  # the database stalls, then fails
-                assert bob_read.wait(10)
-                raise OperationalError("INSERT INTO orders", {}, Exception("stalled"))
-            return real(*args, **kwargs)
-        return write
+    def until_bob_read() -> None:
+        assert bob_read.wait(10)
 
-    if combine:
-        monkeypatch.setattr(sectionorders, "insert_batch", stalled(sectionorders.insert_batch))
-    else:
-        monkeypatch.setattr(orders, "insert_order", stalled(orders.insert_order))
+    stall_then_fail(monkeypatch, combine, "ann", until_bob_read)  # the database stalls
     real_set_stock = module.set_stock
 
     def set_stock(client: Any, key: str, units: int) -> Any:

@@ -23,42 +23,19 @@ sold-out flag over a unit that a count will have.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy.exc import OperationalError
 
-from tests.webapp.conftest import SKU, backends, empty_shop, make_app
-from webapp import orders, saleinfo, sales, section, sectionorders
+from tests.webapp.conftest import SKU, backends, buy, buy_after_holdoff
+from tests.webapp.lategiveback import stall_then_fail, token_shop
+from webapp import orders, saleinfo, section
 from webapp.keys import SaleKeys
 
 KEYS = SaleKeys(SKU)
-
-
-def _shop(database_url: str, redis_url: str, combine: bool, stock: int = 10) -> Any:
-    app = make_app(database_url, redis_url, LOCK_TTL_MS=300, LOCK_TIMEOUT_S=5.0,
-                   LOCK_COHORT=False, LOCK_COMBINE=combine)
-    empty_shop(app)
-    shop = backends(app)
-    sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=stock,
-                         strategy="token")
-    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=stock, strategy="token")
-    return app
-
-
-def _buy(app: Any, user: str) -> int:
-    return int(app.test_client().post(f"/api/products/{SKU}/purchase",
-                                      json={"user_id": user}).status_code)
-
-
-def _buy_once_held_off(app: Any, user: str) -> int:
-    """A purchase, tried again through the reload's hold-off (503)."""
-    deadline = time.monotonic() + 10
-    while (status := _buy(app, user)) == 503 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return status
+#: the lock's, and the hold-off's after a reload
+TTL_MS = 300
 
 
 def _ann_fails_late(app: Any, monkeypatch: Any, combine: bool,
@@ -69,21 +46,14 @@ def _ann_fails_late(app: Any, monkeypatch: Any, combine: bool,
     process they share the queue, and their purchases would settle hers first)."""
     in_write, done = threading.Event(), threading.Event()
 
-    def stalled(real: Any) -> Any:
-        def write(*args: Any, **kwargs: Any) -> Any:
-            if threading.current_thread().name == "ann":
-                in_write.set()
-                assert done.wait(10)
-                raise OperationalError("INSERT INTO orders", {}, Exception("stalled"))
-            return real(*args, **kwargs)
-        return write
+    def held() -> None:
+        in_write.set()
+        assert done.wait(10)
 
-    if combine:
-        monkeypatch.setattr(sectionorders, "insert_batch", stalled(sectionorders.insert_batch))
-    else:
-        monkeypatch.setattr(orders, "insert_order", stalled(orders.insert_order))
+    stall_then_fail(monkeypatch, combine, "ann", held)
     answers: dict[str, int] = {}
-    ann = threading.Thread(target=lambda: answers.update(ann=_buy(app, "ann")), name="ann")
+    ann = threading.Thread(name="ann", target=lambda: answers.update(
+        ann=buy(app.test_client(), "ann").status_code))
     ann.start()
     assert in_write.wait(10)
     meanwhile()
@@ -113,11 +83,26 @@ def _books(app: Any) -> tuple[Any, ...]:
 both = pytest.mark.parametrize("combine", [False, True], ids=["plain", "combined"])
 
 
+@pytest.fixture
+def shop(database_url: str, redis_url: str, redis_client: Any,
+         combine: bool) -> Iterator[Callable[..., Any]]:
+    """``token_shop`` for the test's ``combine``, closed after it, failed or not (a
+    worker left open drains the next test's queue)."""
+    apps: list[Any] = []
+
+    def made(stock: int = 10) -> Any:
+        apps.append(token_shop(database_url, redis_url, combine, TTL_MS, stock=stock))
+        return apps[-1]
+
+    yield made
+    for app in apps:
+        backends(app).close()
+
 @both
 @pytest.mark.parametrize("copy", ["copy", "copy-before-loads"])
 def test_a_late_give_back_after_a_reload_is_not_counted_twice(
-        database_url, redis_url, redis_client, monkeypatch, combine, copy):
-    app = _shop(database_url, redis_url, combine)
+        shop, redis_client, monkeypatch, combine, copy):
+    app = shop()
     if copy == "copy-before-loads":  # written by a version before loads: it has none
         redis_client.hdel(KEYS.info, "load")
 
@@ -126,49 +111,48 @@ def test_a_late_give_back_after_a_reload_is_not_counted_twice(
         redis_client.flushall()  # our own server: a restart without persistence
 
     waiting = _ann_fails_late(app, monkeypatch, combine, restart)
-    assert _buy_once_held_off(app, "bob") == 201  # the reload, its hold-off, his unit
+    # the reload, its hold-off, his unit
+    assert buy_after_holdoff(app.test_client(), "bob").status_code == 201
     _settle(waiting)
     assert _books(app) == (9, 9, 1, True)
-    backends(app).close()
 
 
 @both
 def test_a_late_give_back_after_a_count_without_a_reload_is_not_counted_twice(
-        database_url, redis_url, redis_client, monkeypatch, combine):
+        shop, redis_client, monkeypatch, combine):
     """A reset that could not reach its lock server holds the sections off
     (``section.hold_off``) and may then fail: the first section after counts the stock
     from the database, with no reload and no new copy."""
-    app = _shop(database_url, redis_url, combine)
-    shop = backends(app)
+    app = shop()
+    parts = backends(app)
 
     def lock_lost_and_held_off() -> None:
         redis_client.delete("lock:{stock:" + SKU + "}")  # her lock ran out
-        section.hold_off(shop.redis, saleinfo.cached_sale(shop.redis, shop.sessions, SKU), 0)
+        section.hold_off(parts.redis, saleinfo.cached_sale(parts.redis, parts.sessions, SKU), 0)
 
     waiting = _ann_fails_late(app, monkeypatch, combine, lock_lost_and_held_off)
-    assert _buy(app, "bob") == 201  # counts 10 from the database, sells him 1
+    # counts 10 from the database, sells him 1
+    assert buy(app.test_client(), "bob").status_code == 201
     _settle(waiting)
     assert _books(app) == (9, 9, 1, True)
-    shop.close()
 
 
 @both
 def test_a_late_give_back_refused_for_a_reload_lifts_the_sold_out_flag(
-        database_url, redis_url, redis_client, monkeypatch, combine):
+        shop, redis_client, monkeypatch, combine):
     """The copy alone evicted, and reloaded with the stock key kept (its SET is NX): the
     stock is counted again only in a section, and the flag sent every buyer away before
     one (a review)."""
-    app = _shop(database_url, redis_url, combine, stock=1)
+    app = shop(stock=1)
 
     def lock_lost() -> None:
         redis_client.delete("lock:{stock:" + SKU + "}")
 
     waiting = _ann_fails_late(app, monkeypatch, combine, lock_lost)
-    assert _buy(app, "bob") == 409  # refused at 0: the sold-out flag
+    assert buy(app.test_client(), "bob").status_code == 409  # refused at 0: the sold-out flag
     assert redis_client.exists(KEYS.soldout)
     redis_client.delete(KEYS.info)  # evicted
     assert _books(app)[:2] == (0, 1)  # the audit reloads the sale; Redis keeps its 0
     _settle(waiting)  # refused: the reload's count will have her unit
-    assert _buy_once_held_off(app, "carl") == 201
+    assert buy_after_holdoff(app.test_client(), "carl").status_code == 201
     assert _books(app) == (0, 0, 1, True)
-    backends(app).close()
