@@ -415,8 +415,10 @@ def _whole_ms(moment: datetime) -> datetime:
 
 
 def sale_fields(sale: SaleInfo) -> dict[str, Any]:
-    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back), with a
-    ``new_load``."""
+    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back): its terms, its
+    generation, and a ``new_load``, so that a lock section's late give-back can tell a
+    copy written since (a reload's, whose stock the database counts) from the one its
+    units left."""
     fields: dict[str, Any] = {
         "id": sale.id, "strategy": sale.strategy, "work_ms": sale.work_ms,
         "per_user_limit": sale.per_user_limit, "initial_stock": sale.initial_stock,

@@ -41,6 +41,20 @@ it looked up is gone: its per-buyer limit and its reservation went with it::
     guard:  the read fetches the sale's generation too; it is not the one bob looked
             up, so he leaves with 503 busy, takes nothing, and buys again in the new sale
 
+**A give-back that outlives the lock.** A section whose row failed after its lock ran
+out gives its units back later, under the lock (``lease_renewed``). By then the stock
+may have been counted again from the database (a reload's first section, above), and
+that count has the units already: no row holds them. A lock path's reload keeps the
+generation, so the section reads a third name with the stock, its load (a new one
+with every copy of the sale and every count), and the units go back only while it
+stands (``give_back_once.lua``)::
+
+    ann:    holds the lock: reads 10 (load L1), sets 9; her row's write waits
+    redis:  restarts empty; bob reloads the sale: after the hold-off his section
+            counts 10 from the database (load L2), sets 9, writes his row
+    ann:    her write fails, her lock gone: her unit waits for the lock
+    settle: L1 is not L2: nothing given back. Redis 9, the database 9
+
 **A write that outlives the lock.** The section's order rows are written only in the
 sale generation its stock belongs to (``SectionStock.generation``, read with the stock):
 a reset waits for the sale's lock, but only while the lock lives, and a row's write may
@@ -97,7 +111,7 @@ class SectionStock(NamedTuple):
     #: the load the stock belongs to (``saleinfo.new_load``: written with every copy of
     #: the sale and every count of its stock from the database): a late give-back goes
     #: to it only (``orders.Relock``). ``NO_LOAD``: the copy had none
-    load: str | None = None
+    load: str
 
 
 #: the load of a copy written before copies had one (``give_back_once.lua``)
@@ -105,7 +119,8 @@ NO_LOAD = "-"
 
 
 def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> SectionStock:
-    """The stock, its generation and its copy's load, read in one round trip with the
+    """The stock, its generation and its load (the copy's, or the count's if this
+    section counts the stock from the database), read in one round trip with the
     sale's current strategy.
 
     ``token``: the section's fencing token. Read in the same round trip, the fence the

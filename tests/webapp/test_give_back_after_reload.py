@@ -138,6 +138,25 @@ def test_a_late_give_back_after_a_count_without_a_reload_is_not_counted_twice(
 
 
 @both
+def test_the_section_that_counts_gives_back_into_its_own_count(
+        shop, redis_client, monkeypatch, combine):
+    """Ann's own section counts the stock (a reload marked it): her units came from that
+    count, and go back into it; read under the copy's older load, they were refused with
+    no count to come, and lost (a review)."""
+    app = shop()
+    parts = backends(app)
+    section.hold_off(parts.redis, saleinfo.cached_sale(parts.redis, parts.sessions, SKU), 0)
+
+    def lock_lost() -> None:
+        assert not redis_client.exists(KEYS.reloaded)  # her section counted
+        redis_client.delete("lock:{stock:" + SKU + "}")
+
+    waiting = _ann_fails_late(app, monkeypatch, combine, lock_lost)
+    _settle(waiting)
+    assert _books(app) == (10, 10, 0, True)
+
+
+@both
 def test_a_late_give_back_refused_for_a_reload_lifts_the_sold_out_flag(
         shop, redis_client, monkeypatch, combine):
     """The copy alone evicted, and reloaded with the stock key kept (its SET is NX): the

@@ -93,6 +93,9 @@ def test_give_back_once_gives_to_its_own_load_only(redis_client):
     redis_client.delete(keys.info)  # lost: the reload to come, and its count, have them
     assert give(keys=keys_for("n6"), args=[1, "g2", 60_000, "L2"]) == -2
     assert redis_client.get(keys.stock) == b"9"
+    # units of a copy without a load: given back (the count after the reload overwrites)
+    assert give(keys=keys_for("n7"), args=[1, "g2", 60_000, "-"]) == 1
+    assert redis_client.get(keys.stock) == b"10"
 
 
 def test_reread_stock_names_its_count_with_a_new_load_in_a_copy_that_is_there(redis_client):

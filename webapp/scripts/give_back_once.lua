@@ -26,7 +26,8 @@
 --
 -- A copy gone (lost, not reloaded yet) has no load: -2 too, the reload to come counts
 -- the units. A copy written before loads existed has none either: its sections read
--- '-', which matches it until a reload or a count writes one.
+-- '-', which matches it until a reload or a count writes one, and matches a copy gone
+-- as well: those units go back, and the count that follows the reload overwrites them.
 --
 -- KEYS[1]  the stock key (sale:{sku}:stock, or a shard's)
 -- KEYS[2]  its generation key (sale:{sku}:stockgen, or the shard's)
@@ -35,12 +36,13 @@
 -- ARGV[1]  quantity
 -- ARGV[2]  generation the units were taken from ('': do not check)
 -- ARGV[3]  how long the marker lives, ms
--- ARGV[4]  the copy's load the units were taken from ('-': the copy had none; '' or
---          missing: do not check)
+-- ARGV[4]  the load the units were taken from ('-': the copy had none, and a copy
+--          gone counts as none; '' or missing: do not check)
 --
 -- Returns 1 if the units went back, 0 if they had before, -1 if the sale was reset
 -- since (they were the old sale's: nothing to return), -2 if the stock was counted
--- again from the database since, or will be (the copy is another load's, or gone).
+-- again from the database since, or will be (the copy is another load's, or gone and
+-- the units had a load).
 if redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[3]) == false then
   return 0
 end
