@@ -112,7 +112,7 @@ class StockPath:
             buyers: the old sale's last ones hear their rows refused (the database is
                     at g5): the first drops the stale copy (``forget_stale_copy``)
             buyer:  finds no copy, reloads the sale as generation g6 (atomic paths
-                    start their own: ``saleinfo._new_generation``): copy and stock g6
+                    start their own: ``saleinfo.new_generation``): copy and stock g6
             reset:  writes copy and stock g5 over the reload's g6 (a shard at a time:
                     the copy g6 stood, its shards became g5's)
             buyers: those of g5 take units whose rows g6 refuses; those of g6 meet g5

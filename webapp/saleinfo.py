@@ -267,13 +267,13 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     script, with the stock: a reload that loses to a reset holds off nothing.
 
     A path that takes units with no lock to hold the reload off (``atomic``) gets a new
-    generation instead (``_new_generation``): the purchases whose units went with the
+    generation instead (``new_generation``): the purchases whose units went with the
     lost data write no row.
     """
     from .paths import path_for  # paths imports services, which imports this module
 
     if path_for(sale.strategy).new_generation_on_reload and sale.generation is not None:
-        started = _new_generation(sessions, sale)
+        started = new_generation(sessions, sale)
         if started is None:
             return None  # a reset or another process's reload moved the sale on first
         return _write_back(redis, sessions, *started)
@@ -347,10 +347,11 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     return sale if written else None
 
 
-def _new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
-                    ) -> tuple[SaleInfo, int] | None:
-    """Start a new generation of ``sale`` for its reload: the sale with it, and the
-    units left as the database counts them when it started; None if the sale is not at
+def new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
+                   why: str = "Redis lost the sale; reloaded") -> tuple[SaleInfo, int] | None:
+    """Start a new generation of ``sale`` for its reload (or a lock section's count of
+    its stock: ``section._reread_stock``): the sale with it, and the units left as the
+    database counts them when it started; None if the sale is not at
     ``sale.generation`` any more (a reset, or another process's reload, came first).
 
     **Failure timeline** it prevents (an ``atomic`` sale with simulated work; a fault
@@ -377,8 +378,8 @@ def _new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
             .values(started_at=new).returning(Sale.remaining)).scalar_one_or_none()
     if left is None:
         return None
-    logger.warning("%s: Redis lost the sale; reloaded as a new generation, so a purchase "
-                   "whose units went with the lost data writes no order", sale.sku)
+    logger.warning("%s: %s as a new generation, so a purchase whose units went with "
+                   "Redis's lost data writes no order", sale.sku, why)
     return dataclasses.replace(sale, generation=generation(new)), int(left)
 
 

@@ -29,6 +29,12 @@ misses that holder's order, not written yet::
             sells until A's lock would have run out; the first section after it reads
             the stock from the database, A's order included (``_reread_stock``)
 
+A's row may come later still: its database stalled past the hold-off (a fault audit:
+SQLite's write lock held 4.5 s after a restart, 1 and 5 units oversold). So the count
+starts a new generation of the sale in the database, in the statement that reads it
+(``saleinfo.new_generation``, as an ``atomic`` reload does): a row committed before it
+is counted, a row after it is refused as after a reset, and A hears 503.
+
 (A holder paused past its TTL is seed 004's story, for fencing: lesson 5.)
 
 **A reset to the same strategy.** The guard above lets the buyer through, yet the sale
@@ -44,10 +50,11 @@ it looked up is gone: its per-buyer limit and its reservation went with it::
 **A give-back that outlives the lock.** A section whose row failed after its lock ran
 out gives its units back later, under the lock (``lease_renewed``). By then the stock
 may have been counted again from the database (a reload's first section, above), and
-that count has the units already: no row holds them. A lock path's reload keeps the
-generation, so the section reads a third name with the stock, its load (a new one
-with every copy of the sale and every count), and the units go back only while it
-stands (``give_back_once.lua``)::
+that count has the units already: no row holds them. The units go back only into the
+generation, and the load, they were taken from (``give_back_once.lua``). The load is
+a name the section reads with the stock: a new one with every copy of the sale and
+every count. (It came first, while a lock path's reload and count kept the
+generation; the count's new generation now refuses these units too.)::
 
     ann:    holds the lock: reads 10 (load L1), sets 9; her row's write waits
     redis:  restarts empty; bob reloads the sale: after the hold-off his section
@@ -172,7 +179,7 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
             raise Busy(f"Redis restarted: {sale.sku} sells again once a lock holder from "
                        f"before it is done (in about {left_s} s); try again",
                        retry_after_s=left_s)
-        left, counted = _reread_stock(deps, sale)
+        return _reread_stock(deps, sale)
     return SectionStock(left, None if stock_gen is None else int(stock_gen), counted)
 
 
@@ -187,20 +194,37 @@ def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:
     pipe.execute()
 
 
-def _reread_stock(deps: Checkout, sale: SaleInfo) -> tuple[int, str]:
-    """The database's count, every holder from before the restart done: into Redis,
-    under a new load (``reread_stock.lua``): units a section still has to give back
-    are in the count. Returns the count and its load."""
-    with deps.sessions() as session:
-        remaining = session.scalar(select(Sale.remaining).where(Sale.id == sale.id))
+def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
+    """The database's count, every holder from before the restart done, as a new
+    generation of the sale (``saleinfo.new_generation``): into Redis, under a new load
+    (``reread_stock.lua``). A holder whose row comes after the count (its database
+    stalled past the hold-off) writes nothing: the count has not got it. Units a
+    section still has to give back are in the count: they go back to neither."""
+    load = saleinfo.new_load()
+    if sale.generation is None:  # not known (before generations): counted as it is
+        with deps.sessions() as session:
+            remaining = session.scalar(select(Sale.remaining).where(Sale.id == sale.id))
+        counted: int | None = None
+    else:
+        started = saleinfo.new_generation(deps.sessions, sale,
+                                          "stock counted again from the database")
+        if started is None:  # a reset, or another count, moved the sale on
+            raise Busy(f"the sale of {sale.sku} was reset since this purchase looked it "
+                       "up; try again", retry_after_s=1)
+        counted, remaining = started[0].generation, started[1]
     if remaining is None:  # the sale is gone
         raise Busy(f"the sale of {sale.sku} is gone; try again", retry_after_s=1)
-    stock, load = max(int(remaining), 0), saleinfo.new_load()
-    scripts.script(deps.redis, "reread_stock")(
-        keys=[sale.keys.stock, sale.keys.reloaded, sale.keys.info], args=[stock, load])
+    stock = max(int(remaining), 0)
+    written = scripts.script(deps.redis, "reread_stock")(
+        keys=[sale.keys.stock, sale.keys.reloaded, sale.keys.info, sale.keys.stock_gen],
+        args=[stock, load, "" if sale.generation is None else sale.generation,
+              "" if counted is None else counted])
+    if written < 0:
+        raise Busy(f"the sale of {sale.sku} was reset since this purchase looked it up; "
+                   "try again", retry_after_s=1)
     logger.warning("%s: stock read again from the database after the hold-off: %d",
                    sale.sku, stock)
-    return stock, load
+    return SectionStock(stock, counted, load)
 
 
 def release_after_section(lock: Any, sale: SaleInfo) -> None:

@@ -37,7 +37,7 @@ replaced, and every buyer heard 503 while the old sale's last buyers drained uni
 row recorded (Redis 294, the database 300; ``StockPath._write_copy``).
 
 **Reloads after Redis lost the sale.** Each process that finds the sale missing starts
-a generation of its own (``saleinfo._new_generation``), so two reloads carry two. A
+a generation of its own (``saleinfo.new_generation``), so two reloads carry two. A
 later generation's shards replace an earlier one's (``restore_shard.lua``), as its copy
 of the sale does (``restore_sale.lua``); written only where absent, the shards kept the
 first generation under the second's copy, and every buyer heard 503 until a reset.
@@ -89,7 +89,7 @@ class ShardedPath(StockPath):
 
     stock_elsewhere = True  # its shards live on slots of their own
     #: no lock holds a reload off, as with ``atomic``: a purchase that took a unit the
-    #: reload then counted as unsold must not write its row (``saleinfo._new_generation``)
+    #: reload then counted as unsold must not write its row (``saleinfo.new_generation``)
     new_generation_on_reload = True
 
     def __init__(self, shards: int = DEFAULT_SHARDS, probes: int | None = None) -> None:

@@ -1,6 +1,6 @@
 """Redis restarts empty while an ``atomic`` purchase works on units it has taken. No lock
 holds the reload off, so the reload starts a new generation of the sale, and the purchase
-from before it writes no row (``saleinfo._new_generation``): its unit is counted once, in
+from before it writes no row (``saleinfo.new_generation``): its unit is counted once, in
 the stock the reload read from the database.
 
 Before, its row came after the reload had read the database: the unit was sold twice
@@ -95,16 +95,16 @@ def test_a_reload_that_finds_a_newer_generation_restored_leaves_it(client, app, 
     assert buy(client, "ann").status_code == 201
     _restart(redis_client)
     shop = backends(app)
-    real = saleinfo._new_generation
+    real = saleinfo.new_generation
 
     def another_process_reloads_right_after(sessions, sale):
         started = real(sessions, sale)
-        monkeypatch.setattr(saleinfo, "_new_generation", real)
+        monkeypatch.setattr(saleinfo, "new_generation", real)
         saleinfo._restore_stock(shop.redis, shop.sessions,
                                 saleinfo.load_sale(shop.sessions, SKU))
         return started
 
-    monkeypatch.setattr(saleinfo, "_new_generation", another_process_reloads_right_after)
+    monkeypatch.setattr(saleinfo, "new_generation", another_process_reloads_right_after)
     assert buy(client, "bob").status_code == 201  # sells in B's generation
     newest = saleinfo.load_sale(shop.sessions, SKU).generation
     assert redis_client.hget("sale:{sku-1}:info", "generation") == str(newest).encode()
@@ -142,7 +142,7 @@ def test_a_reload_that_loses_to_another_process_waits_for_its_copy(client, app, 
     _restart(redis_client)
     shop = backends(app)
     stale = saleinfo.load_sale(shop.sessions, SKU)
-    started = saleinfo._new_generation(shop.sessions, stale)  # the other worker's
+    started = saleinfo.new_generation(shop.sessions, stale)  # the other worker's
     assert started is not None
     other = threading.Timer(0.3, saleinfo._write_back, (shop.redis, shop.sessions, *started))
     monkeypatch.setattr(saleinfo, "load_sale", lambda sessions, sku: stale)  # read before

@@ -12,7 +12,7 @@ SKU = "sku-1"
 
 
 def test_a_reload_that_read_the_sale_before_a_reset_starts_no_generation(sessions, redis_client):
-    # S6: _new_generation's ``started_at == old`` guard. Without it a reload that looked
+    # S6: new_generation's ``started_at == old`` guard. Without it a reload that looked
     # the sale up before a reset moves the reset's sale back to the old generation plus
     # 1 us: the Redis copy says the reset's generation, so every order row is refused
     # (503 for every buyer) while a purchase of the old sale is written into the new one
@@ -22,7 +22,7 @@ def test_a_reload_that_read_the_sale_before_a_reset_starts_no_generation(session
     sales.reset_sale(sessions, redis_client, SKU, stock=10, strategy="atomic")
     after = saleinfo.load_sale(sessions, SKU)
     assert after.generation != before.generation
-    assert saleinfo._new_generation(sessions, before) is None
+    assert saleinfo.new_generation(sessions, before) is None
     assert saleinfo.load_sale(sessions, SKU).generation == after.generation
 
 

@@ -98,14 +98,25 @@ def test_give_back_once_gives_to_its_own_load_only(redis_client):
     assert redis_client.get(keys.stock) == b"10"
 
 
-def test_reread_stock_names_its_count_with_a_new_load_in_a_copy_that_is_there(redis_client):
+def test_reread_stock_names_its_count_with_a_new_generation_and_load(redis_client):
+    """A lock section's count of the stock from the database, after a reload: a new
+    generation (started in the database by the caller) and a new load, over the
+    generation counted from only; a load into a copy that is there only."""
     keys = fresh(redis_client, "sku-reread")
     redis_client.set(keys.reloaded, 1)
-    redis_client.hset(keys.info, mapping={"generation": "g2", "load": "L1"})
+    redis_client.set(keys.stock_gen, "2")
+    redis_client.hset(keys.info, mapping={"generation": "2", "load": "L1"})
     count = scripts.script(redis_client, "reread_stock")
-    assert count(keys=[keys.stock, keys.reloaded, keys.info], args=[7, "L2"]) == 1
+    sale_keys = [keys.stock, keys.reloaded, keys.info, keys.stock_gen]
+    assert count(keys=sale_keys, args=[7, "L2", "1", "3"]) == -1  # moved on since: nothing
+    assert (redis_client.get(keys.stock), redis_client.exists(keys.reloaded)) == (None, 1)
+    assert count(keys=sale_keys, args=[7, "L2", "2", "3"]) == 1
     assert (redis_client.get(keys.stock), redis_client.exists(keys.reloaded),
-            redis_client.hgetall(keys.info)) == (b"7", 0, {b"generation": b"g2", b"load": b"L2"})
+            redis_client.get(keys.stock_gen), redis_client.hgetall(keys.info)) == \
+        (b"7", 0, b"3", {b"generation": b"3", b"load": b"L2"})
     redis_client.delete(keys.info)  # gone: no copy made of a load alone
-    assert count(keys=[keys.stock, keys.reloaded, keys.info], args=[6, "L3"]) == 0
-    assert (redis_client.get(keys.stock), redis_client.exists(keys.info)) == (b"6", 0)
+    assert count(keys=sale_keys, args=[6, "L3", "3", "4"]) == 0
+    assert (redis_client.get(keys.stock), redis_client.get(keys.stock_gen),
+            redis_client.exists(keys.info)) == (b"6", b"4", 0)
+    assert count(keys=sale_keys, args=[5, "L4", "", ""]) == 0  # no generation known
+    assert (redis_client.get(keys.stock), redis_client.get(keys.stock_gen)) == (b"5", b"4")
