@@ -109,20 +109,7 @@ def test_a_row_written_after_the_reload_is_counted_by_the_first_section_after_th
     # reads 10 from the database, and only the re-read after the hold-off sees the row
     client = shop.test_client()
     reset(client, stock=10, strategy=strategy)
-    writing, go_on = threading.Event(), threading.Event()
-
-    def paused(real):
-        def write(*args, **kwargs):
-            writing.set()  # stock already SET to 9 in Redis; the row not yet written
-            assert go_on.wait(10)
-            return real(*args, **kwargs)
-        return write
-
-    monkeypatch.setattr(allocation, "write_batch", paused(allocation.write_batch))
-    monkeypatch.setattr(lockedpath, "record_order", paused(lockedpath.record_order))
-    first: list = []
-    holder = threading.Thread(target=lambda: first.append(buy(shop.test_client(), "before")))
-    holder.start()
+    writing, go_on, holder, first = _holder_paused_before_its_row(shop, monkeypatch)
     assert writing.wait(10)
     redis_client.flushall()  # the restart without persistence, mid-write
     during = buy(client, "during")  # reloads: the database still says 10
@@ -142,22 +129,7 @@ def test_a_row_written_after_the_first_count_is_refused(shop, sqlite_url, redis_
     generation in the database; a row after it is refused, as after a reset."""
     client = shop.test_client()
     reset(client, stock=10, strategy=strategy)
-    writing, go_on = threading.Event(), threading.Event()
-
-    def paused(real):
-        def write(*args, **kwargs):
-            if threading.current_thread().name == "before":
-                writing.set()  # stock already SET to 9 in Redis; the row not yet written
-                assert go_on.wait(10)
-            return real(*args, **kwargs)
-        return write
-
-    monkeypatch.setattr(allocation, "write_batch", paused(allocation.write_batch))
-    monkeypatch.setattr(lockedpath, "record_order", paused(lockedpath.record_order))
-    first: list = []
-    holder = threading.Thread(target=lambda: first.append(buy(shop.test_client(), "before")),
-                              name="before")
-    holder.start()
+    writing, go_on, holder, first = _holder_paused_before_its_row(shop, monkeypatch)
     assert writing.wait(10)
     redis_client.flushall()  # the restart without persistence, mid-write
     other = make_app(sqlite_url, redis_url, LOCK_TTL_MS=LOCK_TTL_MS, LOCK_TIMEOUT_S=5.0)
@@ -174,6 +146,28 @@ def test_a_row_written_after_the_first_count_is_refused(shop, sqlite_url, redis_
     assert first[0].status_code == 503, first[0].get_json()  # refused: nothing bought
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["orders"], audit["remaining"], audit["consistent"]) == (1, 9, True), audit
+
+
+def _holder_paused_before_its_row(shop: Flask, monkeypatch: Any) -> tuple[Any, ...]:
+    """Buyer "before" in its lock section, its stock SET and its row's write paused:
+    the events (its write reached, let it go on), its thread and its answer's list."""
+    writing, go_on = threading.Event(), threading.Event()
+
+    def paused(real):
+        def write(*args, **kwargs):
+            if threading.current_thread().name == "before":
+                writing.set()  # stock already SET to 9 in Redis; the row not yet written
+                assert go_on.wait(10)
+            return real(*args, **kwargs)
+        return write
+
+    monkeypatch.setattr(allocation, "write_batch", paused(allocation.write_batch))
+    monkeypatch.setattr(lockedpath, "record_order", paused(lockedpath.record_order))
+    first: list = []
+    holder = threading.Thread(target=lambda: first.append(buy(shop.test_client(), "before")),
+                              name="before")
+    holder.start()
+    return writing, go_on, holder, first
 
 
 def after_the_holdoff_the_books_balance(client: Any) -> None:
