@@ -372,9 +372,10 @@ class Relock:
     """How a lock path's units go back later (``IN_DOUBT``): under ``lock()``, the sale's
     lock, and only into the stock of ``load``, the count its section took them from
     (``section.SectionStock``; ``saleinfo.new_load``). A lock path's reload keeps the
-    generation; the load tells a stock counted again from the database, which has the
-    units already (``give_back_once.lua`` has the failure timeline). None: not known
-    (not checked)."""
+    generation until its first section counts the stock from the database (a new
+    generation, which refuses these units); between the two, the load tells the
+    reloaded stock, which that count will replace (``give_back_once.lua`` has the
+    failure timeline). None: not known (not checked)."""
 
     lock: Callable[[], Any]
     load: str | None = None

@@ -160,8 +160,7 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
             and int(generation) != sale.generation:
         # to the same strategy: the stock is the new sale's, the terms were the old one's
         # (and, if its stock is not there yet, this is no lost Redis either)
-        raise Busy(f"the sale of {sale.sku} was reset since this purchase looked it up; "
-                   "try again", retry_after_s=1)
+        raise _reset_since(sale)
     if stock is None and strategy is not None:  # the key alone: reload the sale
         raise saleinfo.stock_key_lost(deps.redis, sale)
     if stock is None or strategy is None:
@@ -181,6 +180,13 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
                        retry_after_s=left_s)
         return _reread_stock(deps, sale)
     return SectionStock(left, None if stock_gen is None else int(stock_gen), counted)
+
+
+def _reset_since(sale: SaleInfo) -> Busy:
+    """The 503 of a buyer whose sale moved on to another generation (a reset, a count)
+    after the buyer looked it up: it buys again in the new one."""
+    return Busy(f"the sale of {sale.sku} was reset since this purchase looked it up; "
+                "try again", retry_after_s=1)
 
 
 def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:
@@ -209,8 +215,7 @@ def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
         started = saleinfo.new_generation(deps.sessions, sale,
                                           "stock counted again from the database")
         if started is None:  # a reset, or another count, moved the sale on
-            raise Busy(f"the sale of {sale.sku} was reset since this purchase looked it "
-                       "up; try again", retry_after_s=1)
+            raise _reset_since(sale)
         counted, remaining = started[0].generation, started[1]
     if remaining is None:  # the sale is gone
         raise Busy(f"the sale of {sale.sku} is gone; try again", retry_after_s=1)
@@ -220,8 +225,7 @@ def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
         args=[stock, load, "" if sale.generation is None else sale.generation,
               "" if counted is None else counted])
     if written < 0:
-        raise Busy(f"the sale of {sale.sku} was reset since this purchase looked it up; "
-                   "try again", retry_after_s=1)
+        raise _reset_since(sale)
     logger.warning("%s: stock read again from the database after the hold-off: %d",
                    sale.sku, stock)
     return SectionStock(stock, counted, load)
