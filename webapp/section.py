@@ -214,7 +214,11 @@ def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
     else:
         started = saleinfo.new_generation(deps.sessions, sale,
                                           "stock counted again from the database")
-        if started is None:  # a reset, or another count, moved the sale on
+        if started is None:  # a reset, or another count, moved the sale on; or a count
+            # whose Redis side never ran (a Redis error, the worker killed) left the copy
+            # at this generation, marked for a count: every section after would come
+            # here and sell nothing (a review). The next buyer reloads the sale.
+            saleinfo.forget_stale_copy(deps.redis, sale)
             raise _reset_since(sale)
         counted, remaining = started[0].generation, started[1]
     if remaining is None:  # the sale is gone
