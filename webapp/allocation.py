@@ -106,7 +106,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
     winners: list[Buyer] = []
     refused_at_zero = False
     try:
-        left, generation, load = stock_if_still(deps, sale, lock.fencing_token)
+        left, generation = stock_if_still(deps, sale, lock.fencing_token)
         for buyer in batch:
             quantity = buyer.request.quantity
             if left >= quantity:
@@ -130,25 +130,24 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
         # not sold out after all (one in doubt has not: its units come back later if its
         # row is not written, and lift the flag then)
         left += write_rows(winners, deps, lock.fencing_token, generation,
-                           lease=functools.partial(lease_renewed, lock), load=load)
+                           lease=functools.partial(lease_renewed, lock))
     if refused_at_zero and left <= 0:
         flag_sold_out(deps.redis, sale, generation)
 
 
 def write_rows(winners: list[Buyer], deps: Checkout, fencing_token: int | None,
-               generation: int | None, lease: Callable[[], bool] | None = None,
-               load: str | None = None) -> int:
+               generation: int | None, lease: Callable[[], bool] | None = None) -> int:
     """Every winner's order row, in one transaction written now (``sectionorders.py``),
     only in the sale ``generation`` the section's stock belongs to: each winner ends with
     its ``order`` or its ``error``, whatever happens. The answers are set before the
     failed rows' units go back, the only step that can yield (and so be where a killed
     combiner stops): a buyer with a row never hears an error. Returns the units given
-    back (now, or later under the lock if ``lease`` says the section's lock ran out,
-    into the stock of ``load`` only: ``orders.Relock``)."""
+    back (now, or later under the lock if ``lease`` says the section's lock ran out:
+    ``orders.Relock``)."""
     sale = winners[0].sale
     wanted = [(b.request.user_id, b.request.quantity, fencing_token,
                b.request.idempotency_key) for b in winners]
-    relock = Relock(functools.partial(deps.lock_for, sale, "settle"), load)
+    relock = Relock(functools.partial(deps.lock_for, sale, "settle"))
     try:
         outcomes = write_batch(deps.sessions, sale, wanted, deps.redis, generation,
                                relock=relock)

@@ -77,7 +77,7 @@ class LockedPath(StockPath):
         if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
             raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
         try:
-            stock, generation, load = stock_if_still(deps, sale, lock.fencing_token)
+            stock, generation = stock_if_still(deps, sale, lock.fencing_token)
             if stock < request.quantity:
                 if stock <= 0:
                     flag_sold_out(deps.redis, sale, generation)
@@ -88,7 +88,7 @@ class LockedPath(StockPath):
                                 request.quantity, lock.fencing_token, request.idempotency_key,
                                 generation=generation,
                                 relock=Relock(functools.partial(deps.lock_for, sale,
-                                                                "settle"), load),
+                                                                "settle")),
                                 lease=functools.partial(lease_renewed, lock))
         finally:
             release_after_section(lock, sale)

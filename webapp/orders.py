@@ -205,9 +205,9 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
         sale's own keys unless given (``atomic-sharded``: the shard's).
     :param written: with ``grouped``, the row's outcome if it is already written
         (``takenorders.py``); its error is handled as a write's here would be.
-    :param relock: a lock path's (``Relock``): its sale's lock, unacquired, and the
-        load its stock came with, for a give-back that waits until the database can
-        tell whether the row was written (``IN_DOUBT``).
+    :param relock: a lock path's (``Relock``): its sale's lock, unacquired, for a
+        give-back that waits until the database can tell whether the row was written
+        (``IN_DOUBT``).
     :param lease: a lock path's, with ``relock``: whether its section still holds the
         lock (``section.lease_renewed``); if not, a failed row's units go back later,
         under the lock (``give_back_under_lock``), not over the next holder's read.
@@ -370,15 +370,13 @@ def _generation_of(sale: Any, generation: int | None) -> int | None:
 @dataclass(frozen=True)
 class Relock:
     """How a lock path's units go back later (``IN_DOUBT``): under ``lock()``, the sale's
-    lock, and only into the stock of ``load``, the count its section took them from
-    (``section.SectionStock``; ``saleinfo.new_load``). A lock path's reload keeps the
-    generation until its first section counts the stock from the database (a new
-    generation, which refuses these units); between the two, the load tells the
-    reloaded stock, which that count will replace (``give_back_once.lua`` has the
-    failure timeline). None: not known (not checked)."""
+    lock, and only into the generation they were taken from. A lock path's reload keeps
+    the generation, but no section sells before the first one after it counts the stock
+    from the database as a new generation, which refuses these units; one given back
+    in between goes into a stock that count replaces (``give_back_once.lua`` has the
+    failure timeline)."""
 
     lock: Callable[[], Any]
-    load: str | None = None
 
 
 @dataclass(frozen=True)
@@ -395,8 +393,7 @@ class _InDoubt:
     generation: int | None
     stock_keys: tuple[str, str] | None
     #: a lock path's: the sale's lock, unacquired (its sections GET and SET the stock:
-    #: units given back outside it would be overwritten by the holder's SET), and the
-    #: load the units were taken from
+    #: units given back outside it would be overwritten by the holder's SET)
     relock: Relock | None
     #: the row is known not written (its write failed; it is not in doubt): nothing to
     #: look for in the database, and the buyer's reservation went with its 503 (it may
@@ -446,9 +443,9 @@ def _settle(entry: _InDoubt) -> bool:
 
 #: what ``give_back_once.lua`` answered, for the settle's log line
 _GIVEN = {1: "%d unit(s) back", 0: "%d unit(s) were back already",
-          -1: "the sale was reset since: its %d unit(s) were the old sale's",
-          -2: "the stock was counted from the database since, or will be (its copy is "
-              "gone): the count has the %d unit(s)"}
+          -1: "the sale was reset, or its stock counted from the database, since: its "
+              "%d unit(s) were the old generation's",
+          -2: "its stock key is gone: the sale's reload counts the %d unit(s)"}
 
 
 def _give_back_once(entry: _InDoubt) -> int:
@@ -458,14 +455,9 @@ def _give_back_once(entry: _InDoubt) -> int:
     keys = [stock, stock_gen, f"{stock}:settled:{entry.nonce}"]
     args: list[Any] = [entry.quantity, "" if entry.generation is None else entry.generation,
                        SETTLED_MARKER_MS]
-    load = entry.relock.load if entry.relock is not None else None
-    if load is not None:  # a lock path's stock key, in its sale's slot
-        keys.append(SaleKeys(entry.sku).info)
-        args.append(load)
     given = int(scripts.script(entry.redis, "give_back_once")(keys=keys, args=args))
-    if given in (1, -2):  # it may be set while they were out; -2: a section's count
-        # from the database will have them, and the flag would keep buyers from any
-        # section (a review: an evicted copy, reloaded with the stock key kept)
+    if given in (1, -2):  # it may be set while they were out; -2: the reload will count
+        # them, and the flag would keep buyers from the section that finds the key lost
         entry.redis.delete(SaleKeys(entry.sku).soldout)
     return given
 
@@ -497,10 +489,13 @@ def give_back(redis: Any, sku: str, quantity: int, generation: int | None,
     try:
         if generation is None:
             redis.incrby(stock_keys[0], quantity)
-        elif scripts.script(redis, "give_back")(keys=list(stock_keys),
-                                                args=[quantity, generation]) < 0:
-            logger.warning("%s was reset: %d unit(s) of the old sale not given back", sku,
-                           quantity)
+        elif (left := scripts.script(redis, "give_back")(keys=list(stock_keys),
+                                                         args=[quantity, generation])) < 0:
+            logger.warning("%s: %d unit(s) not given back: %s", sku, quantity,
+                           "the sale was reset, they were the old sale's" if left == -1 else
+                           "its stock key is gone, the sale's reload counts them")
+            if left == -2:  # the flag would keep buyers from the reload
+                redis.delete(SaleKeys(sku).soldout)
             return False
         redis.delete(SaleKeys(sku).soldout)  # only a shortcut: a refusal sets it again
     except Exception:  # Redis down too: the audit will show the mismatch

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import secrets
 import threading
 import time
 import uuid
@@ -416,26 +415,14 @@ def _whole_ms(moment: datetime) -> datetime:
 
 
 def sale_fields(sale: SaleInfo) -> dict[str, Any]:
-    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back): its terms, its
-    generation, and a ``new_load``, so that a lock section's late give-back can tell a
-    copy written since (a reload's, whose stock the database counts) from the one its
-    units left."""
+    """The Redis hash copy of ``sale`` (``cached_sale`` reads it back): its terms and its
+    generation."""
     fields: dict[str, Any] = {
         "id": sale.id, "strategy": sale.strategy, "work_ms": sale.work_ms,
-        "per_user_limit": sale.per_user_limit, "initial_stock": sale.initial_stock,
-        "load": new_load()}
+        "per_user_limit": sale.per_user_limit, "initial_stock": sale.initial_stock}
     if sale.generation is not None:
         fields["generation"] = sale.generation
     return fields
-
-
-def new_load() -> str:
-    """A name for the stock's count: every copy of the sale written (a reset's, a
-    reload's) and every count of a lock path's stock from the database
-    (``section._reread_stock``) has a new one. A lock path's reload keeps the
-    generation; the load tells a lock section's late give-back that the stock was
-    counted again since, its units included (``give_back_once.lua``)."""
-    return secrets.token_hex(8)
 
 
 _EPOCH = datetime(1970, 1, 1)

@@ -51,16 +51,15 @@ it looked up is gone: its per-buyer limit and its reservation went with it::
 out gives its units back later, under the lock (``lease_renewed``). By then the stock
 may have been counted again from the database (a reload's first section, above), and
 that count has the units already: no row holds them. The units go back only into the
-generation, and the load, they were taken from (``give_back_once.lua``). The load is
-a name the section reads with the stock: a new one with every copy of the sale and
-every count. (It came first, while a lock path's reload and count kept the
-generation; the count's new generation now refuses these units too.)::
+generation they were taken from (``give_back_once.lua``), and the count is a new
+one. (A reload keeps the generation, but marks the sale for a count, and no section
+sells before it: a give-back in between goes into a stock the count overwrites.)::
 
-    ann:    holds the lock: reads 10 (load L1), sets 9; her row's write waits
+    ann:    holds the lock: reads 10 (generation g0), sets 9; her row's write waits
     redis:  restarts empty; bob reloads the sale: after the hold-off his section
-            counts 10 from the database (load L2), sets 9, writes his row
+            counts 10 from the database (generation g1), sets 9, writes his row
     ann:    her write fails, her lock gone: her unit waits for the lock
-    settle: L1 is not L2: nothing given back. Redis 9, the database 9
+    settle: g0 is not g1: nothing given back. Redis 9, the database 9
 
 **A write that outlives the lock.** The section's order rows are written only in the
 sale generation its stock belongs to (``SectionStock.generation``, read with the stock):
@@ -115,20 +114,11 @@ class SectionStock(NamedTuple):
     #: every reset and reload): the section's rows are written only in it. None: not
     #: known (written unconditionally, as before generations)
     generation: int | None
-    #: the load the stock belongs to (``saleinfo.new_load``: written with every copy of
-    #: the sale and every count of its stock from the database): a late give-back goes
-    #: to it only (``orders.Relock``). ``NO_LOAD``: the copy had none
-    load: str
-
-
-#: the load of a copy written before copies had one (``give_back_once.lua``)
-NO_LOAD = "-"
 
 
 def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> SectionStock:
-    """The stock, its generation and its load (the copy's, or the count's if this
-    section counts the stock from the database), read in one round trip with the
-    sale's current strategy.
+    """The stock and its generation (the count's if this section counts the stock from
+    the database), read in one round trip with the sale's current strategy.
 
     ``token``: the section's fencing token. Read in the same round trip, the fence the
     database last recorded (``fence_mark``); a token more than half the slack past it
@@ -142,10 +132,10 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
     """
     pipe = deps.redis.pipeline(transaction=False)
     pipe.get(sale.keys.stock)
-    pipe.hmget(sale.keys.info, "strategy", "generation", "load")
+    pipe.hmget(sale.keys.info, "strategy", "generation")
     pipe.mget([sale.keys.reloaded, sale.keys.holdoff, sale.keys.stock_gen,
                sale.keys.fence_mark, sale.keys.resetting])
-    stock, (strategy, generation, load), (reloaded, holdoff, stock_gen, mark, resetting) = \
+    stock, (strategy, generation), (reloaded, holdoff, stock_gen, mark, resetting) = \
         pipe.execute()
     if token is not None and token > int(mark or 0) + saleinfo.FENCE_SLACK // 2:
         saleinfo.note_token(deps.sessions, deps.redis, sale, token)
@@ -169,7 +159,6 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
         # answered every later buyer 409 before any of them could reload the sale
         raise Busy(f"Redis lost the sale of {sale.sku} (restarted?); the next buyer "
                    "reloads it from the database: try again", retry_after_s=1)
-    left, counted = int(stock), NO_LOAD if load is None else load.decode()
     if reloaded is not None:
         if holdoff is not None:
             # the hold-off's rest, not 1 s: a page retried every second for 10 s (a UI
@@ -179,7 +168,7 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
                        f"before it is done (in about {left_s} s); try again",
                        retry_after_s=left_s)
         return _reread_stock(deps, sale)
-    return SectionStock(left, None if stock_gen is None else int(stock_gen), counted)
+    return SectionStock(int(stock), None if stock_gen is None else int(stock_gen))
 
 
 def _reset_since(sale: SaleInfo) -> Busy:
@@ -202,11 +191,10 @@ def hold_off(redis: Any, sale: SaleInfo, lock_ttl_ms: int) -> None:
 
 def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
     """The database's count, every holder from before the restart done, as a new
-    generation of the sale (``saleinfo.new_generation``): into Redis, under a new load
+    generation of the sale (``saleinfo.new_generation``): into Redis
     (``reread_stock.lua``). A holder whose row comes after the count (its database
     stalled past the hold-off) writes nothing: the count has not got it. Units a
     section still has to give back are in the count: they go back to neither."""
-    load = saleinfo.new_load()
     if sale.generation is None:  # not known (before generations): counted as it is
         with deps.sessions() as session:
             remaining = session.scalar(select(Sale.remaining).where(Sale.id == sale.id))
@@ -226,13 +214,13 @@ def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
     stock = max(int(remaining), 0)
     written = scripts.script(deps.redis, "reread_stock")(
         keys=[sale.keys.stock, sale.keys.reloaded, sale.keys.info, sale.keys.stock_gen],
-        args=[stock, load, "" if sale.generation is None else sale.generation,
+        args=[stock, "" if sale.generation is None else sale.generation,
               "" if counted is None else counted])
     if written < 0:
         raise _reset_since(sale)
     logger.warning("%s: stock read again from the database after the hold-off: %d",
                    sale.sku, stock)
-    return SectionStock(stock, counted, load)
+    return SectionStock(stock, counted)
 
 
 def release_after_section(lock: Any, sale: SaleInfo) -> None:

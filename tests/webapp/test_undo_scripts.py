@@ -69,54 +69,46 @@ def test_give_back_once_gives_the_quantity_to_its_own_generation_only(redis_clie
     assert redis_client.get(keys.stock) == b"7"
 
 
-def test_give_back_once_gives_to_its_own_load_only(redis_client):
-    """A lock path's reload keeps the generation and writes a copy with a new load: the
-    stock it read from the database counts units a late give-back would add again."""
-    keys = fresh(redis_client, "sku-give-back-load")
-    redis_client.set(keys.stock, 5)
+def test_give_back_once_and_give_back_make_no_stock_of_their_units_alone(redis_client):
+    """A stock key gone (evicted alone, its generation kept): made again of the units
+    given back, the next section or purchase would sell them as the whole sale. The
+    reload the next buyer starts counts them instead."""
+    keys = fresh(redis_client, "sku-give-back-gone")
     redis_client.set(keys.stock_gen, "g2")
-    redis_client.hset(keys.info, mapping={"generation": "g2", "load": "L2"})
-    give = scripts.script(redis_client, "give_back_once")
-
-    def keys_for(nonce: str) -> list[str]:
-        return [keys.stock, keys.stock_gen, f"{keys.stock}:settled:{nonce}", keys.info]
-
-    assert give(keys=keys_for("n1"), args=[2, "g2", 60_000, "L1"]) == -2  # reloaded since
-    assert give(keys=keys_for("n1"), args=[2, "g2", 60_000, "L1"]) == 0  # its retry
-    assert redis_client.get(keys.stock) == b"5"
-    assert give(keys=keys_for("n2"), args=[2, "g2", 60_000, "L2"]) == 1
-    assert give(keys=keys_for("n3"), args=[1, "g2", 60_000, ""]) == 1  # not known: given
-    assert redis_client.get(keys.stock) == b"8"
-    redis_client.hdel(keys.info, "load")  # a copy from before loads: its sections read '-'
-    assert give(keys=keys_for("n4"), args=[1, "g2", 60_000, "-"]) == 1
-    assert give(keys=keys_for("n5"), args=[1, "g2", 60_000, "L2"]) == -2
-    redis_client.delete(keys.info)  # lost: the reload to come, and its count, have them
-    assert give(keys=keys_for("n6"), args=[1, "g2", 60_000, "L2"]) == -2
-    assert redis_client.get(keys.stock) == b"9"
-    # units of a copy without a load: given back (the count after the reload overwrites)
-    assert give(keys=keys_for("n7"), args=[1, "g2", 60_000, "-"]) == 1
-    assert redis_client.get(keys.stock) == b"10"
+    once = scripts.script(redis_client, "give_back_once")
+    marker = [keys.stock, keys.stock_gen, f"{keys.stock}:settled:n1"]
+    assert once(keys=marker, args=[2, "g2", 60_000]) == -2
+    assert once(keys=marker, args=[2, "g2", 60_000]) == 0  # its retry
+    give = scripts.script(redis_client, "give_back")
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2"]) == -2
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g1"]) == -1  # the old sale's
+    assert not redis_client.exists(keys.stock)
+    redis_client.set(keys.stock, 0)  # there, at zero: given back
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2"]) == 2
+    marker = [keys.stock, keys.stock_gen, f"{keys.stock}:settled:n2"]
+    assert once(keys=marker, args=[1, "g2", 60_000]) == 1
+    assert redis_client.get(keys.stock) == b"3"
 
 
-def test_reread_stock_names_its_count_with_a_new_generation_and_load(redis_client):
+def test_reread_stock_names_its_count_with_a_new_generation(redis_client):
     """A lock section's count of the stock from the database, after a reload: a new
-    generation (started in the database by the caller) and a new load, over the
-    generation counted from only; a load into a copy that is there only."""
+    generation (started in the database by the caller), over the generation counted
+    from only; into a copy that is there only."""
     keys = fresh(redis_client, "sku-reread")
     redis_client.set(keys.reloaded, 1)
     redis_client.set(keys.stock_gen, "2")
-    redis_client.hset(keys.info, mapping={"generation": "2", "load": "L1"})
+    redis_client.hset(keys.info, mapping={"generation": "2", "strategy": "token"})
     count = scripts.script(redis_client, "reread_stock")
     sale_keys = [keys.stock, keys.reloaded, keys.info, keys.stock_gen]
-    assert count(keys=sale_keys, args=[7, "L2", "1", "3"]) == -1  # moved on since: nothing
+    assert count(keys=sale_keys, args=[7, "1", "3"]) == -1  # moved on since: nothing
     assert (redis_client.get(keys.stock), redis_client.exists(keys.reloaded)) == (None, 1)
-    assert count(keys=sale_keys, args=[7, "L2", "2", "3"]) == 1
+    assert count(keys=sale_keys, args=[7, "2", "3"]) == 1
     assert (redis_client.get(keys.stock), redis_client.exists(keys.reloaded),
             redis_client.get(keys.stock_gen), redis_client.hgetall(keys.info)) == \
-        (b"7", 0, b"3", {b"generation": b"3", b"load": b"L2"})
-    redis_client.delete(keys.info)  # gone: no copy made of a load alone
-    assert count(keys=sale_keys, args=[6, "L3", "3", "4"]) == 0
+        (b"7", 0, b"3", {b"generation": b"3", b"strategy": b"token"})
+    redis_client.delete(keys.info)  # gone: no copy made of a generation alone
+    assert count(keys=sale_keys, args=[6, "3", "4"]) == 0
     assert (redis_client.get(keys.stock), redis_client.get(keys.stock_gen),
             redis_client.exists(keys.info)) == (b"6", b"4", 0)
-    assert count(keys=sale_keys, args=[5, "L4", "", ""]) == 0  # no generation known
+    assert count(keys=sale_keys, args=[5, "", ""]) == 0  # no generation known
     assert (redis_client.get(keys.stock), redis_client.get(keys.stock_gen)) == (b"5", b"4")

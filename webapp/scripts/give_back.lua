@@ -7,6 +7,9 @@
 -- would be sold twice. Every reset writes the sale's generation next to the stock
 -- (paths.py `reset_stock`), so the units go back only while it is unchanged.
 --
+-- A stock key that is gone (evicted alone) is not made again out of these units: it
+-- would be sold as the whole sale. The reload the next buyer starts counts them.
+--
 -- KEYS[1]  sale:{sku}:stock      live units left (integer string)
 -- KEYS[2]  sale:{sku}:stockgen   the generation the stock belongs to
 -- ARGV[1]  quantity              positive integer
@@ -14,7 +17,11 @@
 --
 -- Returns  >= 0  the units left after giving them back
 --          -1    the sale was reset (or is being reset): nothing given back
+--          -2    the stock key is gone: nothing given back (the reload counts them)
 if redis.call('GET', KEYS[2]) ~= ARGV[2] then
   return -1
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -2
 end
 return redis.call('INCRBY', KEYS[1], ARGV[1])
