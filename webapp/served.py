@@ -198,6 +198,7 @@ def reachable_database(url: str) -> None:
             settings.check_served_database({"DATABASE_URL": url})
         except settings.ConfigError as exc:
             raise StartupError(str(exc)) from None
+        usable_sqlite_file(url)
         return
     engine = db.scratch_engine(url)
     try:
@@ -208,6 +209,26 @@ def reachable_database(url: str) -> None:
                            f"({_first_line(exc)})") from None
     finally:
         engine.dispose()
+
+
+def usable_sqlite_file(url: str) -> None:
+    """The file of a SQLite ``DATABASE_URL`` opens as a database (made, with its folder,
+    if missing, as the migrations would), or ``StartupError`` naming it: a folder that
+    cannot be made, a folder given for the file, a file that is not a database were
+    "could not start: FileNotFoundError: ..." and the like, naming no setting."""
+    import sqlite3
+
+    path = db.sqlite_file(settings.database_url(url))
+    if path is None:
+        return
+    try:
+        db.sqlite_file(settings.database_url(url), make_folder=True)
+        with contextlib.closing(sqlite3.connect(path)) as connection:  # reads only: a new
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()  # file stays empty
+    except (OSError, sqlite3.Error) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StartupError(f"DATABASE_URL {url}: cannot use {path} as a SQLite database "
+                           f"({reason})") from None
 
 
 def netloc(host: str, port: int) -> str:

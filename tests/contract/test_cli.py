@@ -655,6 +655,22 @@ def test_serve_with_an_unreachable_redis_url_is_one_line_and_exit_1(tmp_path):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("where", ["unmakeable-folder", "a-folder", "not-a-database"])
+def test_serve_with_a_sqlite_file_it_cannot_use_names_database_url(tmp_path, where):
+    # was "could not start: FileNotFoundError: [Errno 2] No such file or directory:
+    # '/proc/...'" (or "DatabaseError: file is not a database"), unnamed (a CLI audit)
+    (tmp_path / "notes.txt").write_text("not a database, " * 100)
+    path = {"unmakeable-folder": "/proc/seckill-no-such/x.db", "a-folder": str(tmp_path),
+            "not-a-database": str(tmp_path / "notes.txt")}[where]
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    proc = seckill("serve", "--port", str(free_port()), cwd=tmp_path,
+                   env={**env, "DATABASE_URL": f"sqlite:///{path}"}, timeout=60)
+    assert proc.returncode == 1, proc
+    assert "DATABASE_URL" in proc.stderr and path in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "notes.txt").read_text() == "not a database, " * 100
+
+
 @pytest.fixture
 def silent_server() -> Iterator[int]:
     """A port that accepts connections and never answers (a frozen host, a wrong port)."""
