@@ -204,17 +204,11 @@ def check_zookeeper_hosts(hosts: str | None) -> None:
     if not hosts:
         return
     try:
-        from kazoo.hosts import collect_hosts
+        from lockcore.strategies.zookeeper_clients import hosts_problem
+
+        problem = hosts_problem(hosts)
     except ImportError:
         return
-    problem = "give host:port pairs, not a URL" if "://" in hosts else None
-    try:
-        servers, _chroot = collect_hosts(hosts)
-    except ValueError as exc:
-        problem = str(exc)
-    else:
-        if problem is None and not all(host for host, _port in servers):
-            problem = "bad hostname"  # a blank item: kazoo takes it for a host named ''
     if problem is not None:
         raise ConfigError(f"ZOOKEEPER_HOSTS: {hosts!r} is not a ZooKeeper hosts string "
                           f"like 127.0.0.1:2181,127.0.0.1:2182 ({problem})")

@@ -67,7 +67,7 @@ except ImportError:  # pragma: no cover
 from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
 from .zookeeper_attempt import LEAVE_GRACE_S, Attempt
-from .zookeeper_clients import shared_client
+from .zookeeper_clients import hosts_problem, shared_client
 
 ROOT = "/seckill/locks"
 #: how long a release waits for ZooKeeper to confirm the delete (a round trip when up)
@@ -144,6 +144,9 @@ class ZooKeeperLock(DistributedLock):
             raise ValueError(f"a zookeeper lock name must make a path of at most "
                              f"{MAX_PATH_BYTES} bytes; this one makes {size}")
         if self._hosts is not None:  # one shared client per hosts string in this process
+            if (problem := hosts_problem(self._hosts)) is not None:
+                raise ValueError(f"zookeeper hosts {self._hosts!r} is not a hosts string "
+                                 f"like 127.0.0.1:2181,127.0.0.1:2182 ({problem})")
             self.client = shared_client(self._hosts)
         self._recipe: KazooLock | None = None
 

@@ -49,6 +49,24 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+def hosts_problem(hosts: str) -> str | None:
+    """What is wrong with ``hosts`` as a hosts string (``host:port,...[/chroot]``) that
+    kazoo reads, or None. kazoo's own words named no argument ("bad hostname" for a
+    blank item, "Port could not be cast to integer value as ':x'"), and read
+    ``zk://host:2181`` as a host named ``zk``."""
+    from kazoo.hosts import collect_hosts
+
+    if "://" in hosts:
+        return "give host:port pairs, not a URL"
+    try:
+        servers, _chroot = collect_hosts(hosts)
+    except ValueError as exc:
+        return str(exc)
+    if not servers or not all(host for host, _port in servers):
+        return "bad hostname"  # a blank item: kazoo takes it for a host named ''
+    return None
+
+
 def shared_client(hosts: str) -> Any:
     """One started client per hosts string: a ZooKeeper session is too dear per lock.
 

@@ -578,6 +578,24 @@ def test_a_bad_name_or_option_is_refused_before_connecting(monkeypatch, name, op
         lockcore.create("zookeeper", "127.0.0.1:1", name, **options)
 
 
+@pytest.mark.parametrize("hosts, problem", [
+    ("", "bad hostname"), ("127.0.0.1:2181,", "bad hostname"),
+    ("garbage::x", "Port could not be cast"), ("zk://127.0.0.1:2181", "not a URL"),
+])
+def test_a_bad_hosts_string_is_refused_naming_it(monkeypatch, hosts, problem) -> None:
+    """kazoo's own ``ValueError("bad hostname")`` named no argument, and ``zk://...``
+    was dialled as a host named ``zk`` for 15 s (a lockcore audit)."""
+    from lockcore.strategies import zookeeper
+
+    def dial(hosts: str) -> None:
+        raise AssertionError(f"dialled {hosts!r}")
+
+    monkeypatch.setattr(zookeeper, "shared_client", dial)
+    with pytest.raises(ValueError, match="is not a hosts string") as refused:
+        lockcore.create("zookeeper", hosts, "x")
+    assert repr(hosts) in str(refused.value) and problem in str(refused.value)
+
+
 def test_a_session_closed_under_the_holder_is_reported_as_a_lost_lock(zookeeper_hosts, zk,
                                                                       request) -> None:
     """Closing the session (``stop()``: a shutdown, another thread) goes straight to LOST,
