@@ -35,7 +35,7 @@ from .multihost_db import DatabaseUnavailable, temporary_database
 from .multihost_locust import LocustCluster
 from .serving import strategy_safety
 from .shop import ShopClient, ShopError, ShopUnreachable
-from .showdown import SHOP_MAX_STOCK, strategy_list
+from .showdown import MAX_USERS, SHOP_MAX_STOCK, strategy_list
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def run_strategy(hosts: list[Any], strategy: str, *, users: int, stock: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", type=at_least(1), default=200)
+    parser.add_argument("--users", type=at_least(1, MAX_USERS), default=200)
     parser.add_argument("--stock", type=at_least(1, SHOP_MAX_STOCK), default=50)
     parser.add_argument("--strategies", type=strategy_list, default="token,atomic",
                         help="comma-separated (default token,atomic)")

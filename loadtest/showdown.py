@@ -59,6 +59,9 @@ SHOP_MAX_STOCK, SHOP_MAX_WORK_MS = 1_000_000, 10_000
 #: a flash sale's units, and a sustained phase's: more than its buyers can buy
 FLASH_STOCK, SUSTAINED_STOCK = 100, SHOP_MAX_STOCK
 MAX_WORKERS = 64
+#: buyers: one Locust process runs them, a connection each; 10**8 began a phase that
+#: could only exhaust the file descriptors and memory (a CLI audit)
+MAX_USERS = 10_000
 #: the served shop's log in ``--report DIR/raw/`` (gunicorn's and the shop's lines)
 SHOP_LOG = "shop.log"
 #: a lock timeout the buyers outwait: past it they gave up on purchases the shop then
@@ -116,7 +119,9 @@ def _shop_url(text: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--users", type=at_least(1), default=1000, help="buyers (default 1000)")
+    parser.add_argument("--users", type=at_least(1, MAX_USERS), default=1000,
+                        help=f"buyers (default 1000, at most {MAX_USERS:,}: one Locust "
+                             "process drives them)")
     parser.add_argument("--stock", type=at_least(1, SHOP_MAX_STOCK), default=None,
                         help=f"units on sale (default {FLASH_STOCK}; not with --sustained, "
                              f"whose phases have {SUSTAINED_STOCK:,})")

@@ -196,6 +196,8 @@ def test_a_shop_url_with_a_query_or_fragment_is_a_usage_error(capsys, suffix):
 
 @pytest.mark.parametrize("argv, why", [
     (["--stock", "2000000"], "argument --stock: must be at most 1000000, not 2000000"),
+    # one Locust process: 10**8 began a phase (a CLI audit)
+    (["--users", "100000000"], "argument --users: must be at most 10000, not 100000000"),
     (["--work-ms", "20000"], "argument --work-ms: must be at most 10000, not 20000"),
     (["--workers", "1000"], "argument --workers: must be at most 64, not 1000"),
     # the buyers wait 30 s for an answer: a longer lock wait made orders no one heard of
