@@ -63,9 +63,11 @@ every release does for a free connection (``poolfull.RELEASE_PATIENCE_S``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
+import socket
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -111,23 +113,40 @@ def _attempt(call: Callable[[Any], Any], client: Any) -> Any:
 
 
 def check_independent(clients: Sequence[Any]) -> None:
-    """``ValueError`` if two clients name the same server (host and port, or socket).
+    """``ValueError`` if two clients name the same server (host and port, or socket),
+    under one name or two (``localhost`` and ``127.0.0.1``: the addresses a host name
+    resolves to, looked up once per process; a name that does not resolve is compared
+    as written).
 
     One server counted as several nodes is one vote wearing several hats: three
     clients of one server never won a majority of five, and with five they would let a
-    single crash free the lock everywhere. Two names of one address (``localhost`` and
-    ``127.0.0.1``) are not caught.
+    single crash free the lock everywhere.
     """
-    seen: set[tuple[Any, ...]] = set()
+    seen: dict[tuple[Any, ...], str] = {}
     for client in clients:
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
         if not isinstance(kwargs, dict):
             continue  # not a plain client (a stand-in): nothing to compare
-        address = (kwargs.get("host"), kwargs.get("port"), kwargs.get("path"))
-        if address in seen:
-            where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
-            raise ValueError(f"redlock needs independent nodes; {where} is given twice")
-        seen.add(address)
+        path, host, port = kwargs.get("path"), kwargs.get("host"), kwargs.get("port")
+        where = path or f"{host}:{port}"
+        names = {("unix", path)} if path else {(host, port), *_addresses(host, port)}
+        for name in names:
+            if name in seen:
+                twice = "is given twice" if seen[name] == where else \
+                    f"and {seen[name]} are one server ({name[0]}:{name[1]})"
+                raise ValueError(f"redlock needs independent nodes; {where} {twice}")
+        seen.update(dict.fromkeys(names, where))
+
+
+@functools.lru_cache(maxsize=256)
+def _addresses(host: Any, port: Any) -> frozenset[tuple[str, Any]]:
+    """The addresses ``host`` resolves to, with ``port``; none if it does not resolve
+    (then its name alone is compared)."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, TypeError, ValueError):
+        return frozenset()
+    return frozenset((str(info[4][0]), port) for info in found)
 
 
 def until_sent(clients: Sequence[Any], command: Sequence[Any], call: Callable[[Any], Any],

@@ -588,6 +588,9 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     ("REDLOCK_URLS=garbage", "REDLOCK_URLS"),   # was: served, then every purchase 500
     # one server five times: was served, then every redlock purchase 503 (never a majority)
     ("REDLOCK_URLS=" + ",".join(["redis://127.0.0.1:1/0"] * 5), "REDLOCK_URLS"),
+    # one server under two names: accepted, one server two votes (a CLI audit)
+    ("REDLOCK_URLS=redis://127.0.0.1:1/0,redis://localhost:1/0,redis://127.0.0.1:2/0",
+     "REDLOCK_URLS"),
     ("LOCK_TIMEOUT_S=-5", "LOCK_TIMEOUT_S"),    # was: served, then every reset 500
     ("LOCK_TIMEOUT_S=abc", "LOCK_TIMEOUT_S"),   # was: gunicorn's HaltServer traceback
     ("REDIS_URL=garbage", "REDIS_URL"),

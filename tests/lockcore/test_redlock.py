@@ -13,6 +13,7 @@ import redis
 
 import lockcore
 from lockcore import LockNotOwned, scripts
+from lockcore.embedded import free_port
 from lockcore.strategies.redlock import RedLock
 from lockcore.strategies.redlock_nodes import drift_ms, quorum, validity_ms
 from tests.contract.silentproxy import SilentProxy
@@ -538,6 +539,21 @@ def test_one_server_given_as_several_nodes_is_refused(redlock_clients) -> None:
             lockcore.create("redlock", [*redlock_clients[:4], again], "stock:sku-1")
     finally:
         again.close()
+
+
+def test_one_server_under_two_names_is_refused(redlock_clients) -> None:
+    # localhost and 127.0.0.1: one server, two votes; accepted (a CLI audit)
+    port = redlock_clients[0].connection_pool.connection_kwargs["port"]
+    alias = redis.Redis(host="localhost", port=port)
+    try:
+        with pytest.raises(ValueError, match=f"localhost:{port} and 127.0.0.1:{port} are "
+                                             f"one server"):
+            lockcore.create("redlock", [*redlock_clients[:4], alias], "stock:sku-1")
+        elsewhere = redis.Redis(host="localhost", port=free_port())  # not one of them
+        lockcore.create("redlock", [*redlock_clients[1:], elsewhere], "stock:sku-1")
+        elsewhere.close()
+    finally:
+        alias.close()
 
 
 def test_threads_on_pools_of_one_connection_extend_and_release_every_node(redlock_cluster,
