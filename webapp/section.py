@@ -277,9 +277,12 @@ def flag_sold_out(redis: Any, sale: SaleInfo, generation: int | None) -> None:
         batch:  its rows' write waits for a busy database; its lock runs out
         reset:  takes the lock: stock 5, generation g1, the flag cleared
         batch:  its row is refused (another generation); SET the sold-out flag
-        buyers: 409 sold_out from the new sale's 5 units, until the next reset"""
+        buyers: 409 sold_out from the new sale's 5 units, until the next reset
+
+    Nor while the stock key is gone (evicted alone since the section read it): the
+    flag would keep every buyer from the section that reloads the sale."""
     if generation is None:  # not known (before generations): as it was
         redis.set(sale.keys.soldout, 1)
         return
-    scripts.script(redis, "flag_soldout")(keys=[sale.keys.soldout, sale.keys.stock_gen],
-                                          args=[generation])
+    scripts.script(redis, "flag_soldout")(
+        keys=[sale.keys.soldout, sale.keys.stock_gen, sale.keys.stock], args=[generation])

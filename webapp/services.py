@@ -516,13 +516,18 @@ class _LostTake:
     taken_key: str
 
     def retry(self) -> bool:
+        whole = self.stock_key == SaleKeys(self.sku).stock  # not a shard's: see the script
         try:
-            if scripts.script(self.redis, "undo_take")(
-                    keys=[self.stock_key, self.taken_key],
-                    args=[self.user_id, self.nonce, self.quantity]):
-                self.redis.delete(SaleKeys(self.sku).soldout)  # set while they were out
-                logger.warning("a take of %d unit(s) of %s for %r lost its reply: given "
-                               "back", self.quantity, self.sku, self.user_id)
+            undone = scripts.script(self.redis, "undo_take")(
+                keys=[self.stock_key, self.taken_key],
+                args=[self.user_id, self.nonce, self.quantity, "1" if whole else "0"])
+            if undone:  # the flag may be set while they were out; or keep buyers from
+                # the purchase that finds the stock key lost and reloads the sale
+                self.redis.delete(SaleKeys(self.sku).soldout)
+                logger.warning("a take of %d unit(s) of %s for %r lost its reply: %s",
+                               self.quantity, self.sku, self.user_id,
+                               "given back" if undone > 0 else
+                               "its stock key is gone, the sale's reload counts them")
         except Exception as exc:  # noqa: BLE001 - still unreachable: tried again later
             PER_REQUEST.log(logger, logging.WARNING, ("undo_take", type(exc).__name__),
                             "could not undo the lost take of %r (%s) yet; will retry",

@@ -77,16 +77,16 @@ def test_give_back_once_and_give_back_make_no_stock_of_their_units_alone(redis_c
     redis_client.set(keys.stock_gen, "g2")
     once = scripts.script(redis_client, "give_back_once")
     marker = [keys.stock, keys.stock_gen, f"{keys.stock}:settled:n1"]
-    assert once(keys=marker, args=[2, "g2", 60_000]) == -2
-    assert once(keys=marker, args=[2, "g2", 60_000]) == 0  # its retry
+    assert once(keys=marker, args=[2, "g2", 60_000, "1"]) == -2
+    assert once(keys=marker, args=[2, "g2", 60_000, "1"]) == 0  # its retry
     give = scripts.script(redis_client, "give_back")
-    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2"]) == -2
-    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g1"]) == -1  # the old sale's
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2", "1"]) == -2
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g1", "1"]) == -1  # the old sale's
     assert not redis_client.exists(keys.stock)
     redis_client.set(keys.stock, 0)  # there, at zero: given back
-    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2"]) == 2
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2", "1"]) == 2
     marker = [keys.stock, keys.stock_gen, f"{keys.stock}:settled:n2"]
-    assert once(keys=marker, args=[1, "g2", 60_000]) == 1
+    assert once(keys=marker, args=[1, "g2", 60_000, "1"]) == 1
     assert redis_client.get(keys.stock) == b"3"
 
 
@@ -112,3 +112,59 @@ def test_reread_stock_names_its_count_with_a_new_generation(redis_client):
             redis_client.exists(keys.info)) == (b"6", b"4", 0)
     assert count(keys=sale_keys, args=[5, "", ""]) == 0  # no generation known
     assert (redis_client.get(keys.stock), redis_client.get(keys.stock_gen)) == (b"5", b"4")
+
+
+def test_a_shards_key_lost_is_made_again_by_a_give_back(redis_client):
+    """Nothing reloads a shard of an ``atomic-sharded`` sale: its units go back into it
+    even if its key was lost (``'0'``: not the sale's whole stock)."""
+    keys = fresh(redis_client, "sku-give-back-shard")
+    shard, shard_gen = "sale:{sku-give-back-shard#1}:stock", "sale:{sku-give-back-shard#1}:gen"
+    redis_client.delete(shard)
+    redis_client.set(shard_gen, "g2")
+    give = scripts.script(redis_client, "give_back")
+    assert give(keys=[shard, shard_gen], args=[2, "g2", "0"]) == 2
+    once = scripts.script(redis_client, "give_back_once")
+    redis_client.delete(shard)
+    assert once(keys=[shard, shard_gen, f"{shard}:settled:n1"], args=[1, "g2", 60_000, "0"]) == 1
+    assert redis_client.get(shard) == b"1"
+    undo = scripts.script(redis_client, "undo_take")
+    redis_client.delete(shard)
+    redis_client.hset(keys.taken, "alice", "n1")
+    assert undo(keys=[shard, keys.taken], args=["alice", "n1", 3, "0"]) == 1
+    assert redis_client.get(shard) == b"3"
+    redis_client.delete(shard, shard_gen)
+
+
+def test_the_undos_make_no_stock_of_their_units_alone(redis_client):
+    """A lost reply's units, where the sale's stock key was lost (evicted alone): the
+    purchase that finds it lost reloads the sale, which counts them; made again of them
+    alone, the key was sold as the whole sale (a review)."""
+    keys = fresh(redis_client, "sku-undo-gone")
+    undo = scripts.script(redis_client, "undo_take")
+    redis_client.hset(keys.taken, "alice", "n1")
+    assert undo(keys=[keys.stock, keys.taken], args=["alice", "n1", 2, "1"]) == -2
+    assert not redis_client.hexists(keys.taken, "alice")  # its mark dropped
+    assert not redis_client.exists(keys.stock)
+    lost = scripts.script(redis_client, "undo_lost")
+    redis_client.hset(keys.info, "strategy", "atomic")
+    redis_client.sadd(keys.buyers, "bob")
+    redis_client.hset(keys.reservations, "bob", "n2")
+    given = [keys.buyers, keys.reservations, keys.info, keys.stock, keys.soldout]
+    assert lost(keys=given, args=["bob", "n2", 1, "1"]) == 1  # reservation only
+    assert not redis_client.exists(keys.stock)
+    assert not redis_client.sismember(keys.buyers, "bob")
+
+
+def test_the_sold_out_flag_is_not_set_over_a_lost_stock_key(redis_client):
+    """A combined batch flags the sale after its rows; a failed row's give-back may have
+    found the key gone (evicted alone). Flagged, every buyer heard 409 before reaching
+    the section that finds the key lost and reloads the sale (a review)."""
+    keys = fresh(redis_client, "sku-flag-gone")
+    redis_client.set(keys.stock_gen, "g2")
+    flag = scripts.script(redis_client, "flag_soldout")
+    assert flag(keys=[keys.soldout, keys.stock_gen, keys.stock], args=["g2"]) == 0
+    assert not redis_client.exists(keys.soldout)
+    redis_client.set(keys.stock, 0)
+    assert flag(keys=[keys.soldout, keys.stock_gen, keys.stock], args=["g1"]) == 0  # reset
+    assert flag(keys=[keys.soldout, keys.stock_gen, keys.stock], args=["g2"]) == 1
+    assert flag(keys=[keys.soldout, keys.stock_gen], args=["g2"]) == 1  # a sharded sale's

@@ -19,6 +19,9 @@
 -- ARGV[3]  quantity
 -- ARGV[4]  '1' if the script was atomic_checkout.lua (it takes an atomic sale's units)
 --
+-- A stock key that is gone (evicted alone) is not made again out of the units
+-- (give_back.lua): the purchase that finds it lost reloads the sale, which counts them.
+--
 -- Returns 0: nothing of this purchase's to undo; 1: the reservation dropped; 2: and the
 -- units given back.
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
@@ -28,7 +31,8 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
-if ARGV[4] == '1' and redis.call('HGET', KEYS[3], 'strategy') == 'atomic' then
+if ARGV[4] == '1' and redis.call('HGET', KEYS[3], 'strategy') == 'atomic'
+    and redis.call('EXISTS', KEYS[4]) == 1 then
   redis.call('INCRBY', KEYS[4], ARGV[3])
   redis.call('DEL', KEYS[5])
   return 2
