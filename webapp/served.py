@@ -219,12 +219,18 @@ def usable_sqlite_file(url: str) -> None:
     import sqlite3
 
     path = db.sqlite_file(settings.database_url(url))
-    if path is None:
+    if path is None or path.startswith("file:"):  # a URI: the driver's to read
         return
     try:
         db.sqlite_file(settings.database_url(url), make_folder=True)
-        with contextlib.closing(sqlite3.connect(path)) as connection:  # reads only: a new
-            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()  # file stays empty
+        with contextlib.closing(sqlite3.connect(path, timeout=0)) as connection:
+            # reads only: a new file stays empty, for the migrations' page size
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):  # another process writes it (a serve migrating): a
+            return  # database, and the migration lock waits for it
+        raise StartupError(f"DATABASE_URL {url}: cannot use {path} as a SQLite database "
+                           f"({exc})") from None
     except (OSError, sqlite3.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise StartupError(f"DATABASE_URL {url}: cannot use {path} as a SQLite database "
@@ -467,8 +473,9 @@ class ServedApp:
                 self._stack.enter_context(servelock.claimed(self.database_url, servers))
             except servelock.DatabaseInUse as exc:
                 raise StartupError(str(exc)) from None
-            except Exception:  # noqa: BLE001 - not reachable since the check: say so
-                reachable_database(self.database_url)
+            except Exception:  # not reachable since the check: say so; else as it is
+                reachable_database(self.database_url)  # (served unclaimed, it was lost)
+                raise
         if self.redis_url is None:
             shop_redis = self._stack.enter_context(EmbeddedRedis(1))
             self.embedded += shop_redis.servers
