@@ -59,8 +59,9 @@ SHOP_MAX_STOCK, SHOP_MAX_WORK_MS = 1_000_000, 10_000
 #: a flash sale's units, and a sustained phase's: more than its buyers can buy
 FLASH_STOCK, SUSTAINED_STOCK = 100, SHOP_MAX_STOCK
 MAX_WORKERS = 64
-#: buyers: one Locust process runs them, a connection each; 10**8 began a phase that
-#: could only exhaust the file descriptors and memory (a CLI audit)
+#: buyers: one Locust process runs them (the multi-host run: one per host), a connection
+#: each; 10**8 began a phase that could only exhaust the file descriptors and memory (a
+#: CLI audit)
 MAX_USERS = 10_000
 #: the served shop's log in ``--report DIR/raw/`` (gunicorn's and the shop's lines)
 SHOP_LOG = "shop.log"

@@ -13,6 +13,7 @@ starting shares that start's outcome instead of queueing a second one behind it.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
 import time
@@ -49,6 +50,7 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+@functools.lru_cache(maxsize=64)  # the web app makes a handle per purchase
 def hosts_problem(hosts: str) -> str | None:
     """What is wrong with ``hosts`` as a hosts string (``host:port,...[/chroot]``) that
     kazoo reads, or None. kazoo's own words named no argument ("bad hostname" for a

@@ -160,8 +160,9 @@ def test_a_late_give_back_after_a_count_without_a_reload_is_not_counted_twice(
 def test_the_section_that_counts_gives_back_into_its_own_count(
         shop, redis_client, monkeypatch, combine):
     """Ann's own section counts the stock (a reload marked it): her units came from that
-    count, and go back into it; read under the copy's older load, they were refused with
-    no count to come, and lost (a review)."""
+    count, and go back into it (its generation); under the copy's older one they would
+    be refused with no count to come, and lost (a review, when a per-copy "load" did
+    what the generation does now)."""
     app = shop()
     parts = backends(app)
     section.hold_off(parts.redis, saleinfo.cached_sale(parts.redis, parts.sessions, SKU), 0)
