@@ -793,8 +793,13 @@ def test_an_oversold_sale_says_so_on_its_card_with_the_audits_number(page):
         page.goto(app.url + "/")
         card = page.locator('.card[data-sku="sku-1"]')
         expect(card.locator(".oversold")).to_be_hidden()
-        stampede(app, "sku-1", 60, threads=30)
-        result = audit(app, "sku-1")
+        for _ in range(3):  # the race's to show: beside a busy suite one stampede of 60
+            # sometimes sold exactly (twice in earlier sessions' runs)
+            stampede(app, "sku-1", 60, threads=30)
+            result = audit(app, "sku-1")
+            if result["oversold"] > 0:
+                break
+            reset_sale(app, "sku-1", stock=5, strategy="naive", work_ms=30)
         assert result["oversold"] > 0, result  # naive oversells, as taught
         expect(card.locator(".sold")).to_have_text(str(result["units_sold"]))
         expect(card.locator(".oversold")).to_have_text(
