@@ -133,15 +133,18 @@ def evicting_redis(info: dict[str, Any]) -> str | None:
     """A note when the Redis may evict keys: with ``maxmemory`` set and any policy but
     ``noeviction`` it drops keys under memory pressure, and the shop's keys are not a
     cache. An evicted lock key lets a second buyer into the section (two holders, the
-    oversell the safe strategies exist to prevent), an evicted fencing counter starts
-    the tokens again at 1, and an evicted stock key leaves the sale refusing everyone
-    while its copy in the database still has units (a Redis audit: allkeys-random
-    dropped ``sale:{sku}:stock`` alone; 70 units unsellable until an admin reset)."""
+    oversell the safe strategies exist to prevent: an eviction audit oversold token,
+    fair and multi under ``volatile-lru``, which evicts only keys with a TTL, the
+    locks), an evicted fencing counter starts the tokens again at 1, an evicted stock
+    key costs a reload of the sale and its hold-off (``saleinfo.stock_key_lost``; it
+    once left the sale refusing everyone), and an ``atomic-sharded`` shard's key lost
+    stops its sale until an admin reset (nothing reloads a shard)."""
     policy = str(info.get("maxmemory_policy", "noeviction"))
     if int(info.get("maxmemory", 0) or 0) > 0 and policy != "noeviction":
         return (f"maxmemory-policy is {policy}: under memory pressure this Redis evicts "
-                "the sale's keys (a lock key evicted admits two holders; a stock key "
-                "evicted stops the sale): set maxmemory-policy noeviction, or no maxmemory")
+                "the sale's keys (a lock key evicted admits two holders, an oversell; a "
+                "stock key evicted costs a reload, an atomic-sharded shard's stops its "
+                "sale): set maxmemory-policy noeviction, or no maxmemory")
     return None
 
 
