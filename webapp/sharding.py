@@ -54,6 +54,7 @@ from .deadlines import LOST_REPLY, deadline, too_late
 from .orders import record_order
 from .paths import StockPath
 from .problems import SaleReset, SoldOut
+from .saleinfo import stock_key_lost
 from .services import Checkout, PurchaseRequest, SaleInfo, undo_take
 
 logger = logging.getLogger(__name__)
@@ -180,6 +181,8 @@ class ShardedPath(StockPath):
                 raise
             if reply == b"stale":  # reset since this request looked the sale up
                 raise SaleReset(sale.sku)
+            if reply == b"lost":  # a key of the shard alone is gone: reload the sale
+                raise stock_key_lost(deps.redis, sale)
             if reply == b"late":
                 raise too_late()
             left = int(reply)

@@ -17,6 +17,14 @@
 --          'late'   past the deadline (the caller gave up on the reply): nothing changed
 --          'stale'  the sale was reset since the caller looked it up (or is being
 --                   reset): nothing changed, these units are the new sale's
+--          'lost'   one of the shard's two keys is there without the other (evicted,
+--                   or DEL'd): nothing changed; the caller has the sale reloaded
+--
+-- A reset or a reload writes a shard's stock and generation in one script
+-- (restore_shard.lua), and a reset deletes both: one without the other is Redis
+-- losing a key. Read as before, a lost stock key was 0 units (once the other shards
+-- were empty, 409 sold_out with units in the database, for good) and a lost
+-- generation key a reset since (503 for good), in an eviction audit.
 --
 -- One slot (the shard's hash tag), so the script runs on whichever node owns that
 -- shard: no cross-slot call however the shards are spread.
@@ -26,8 +34,15 @@ if ARGV[3] and ARGV[3] ~= '' then
     return 'late'
   end
 end
-if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then
-  return 'stale'
+if ARGV[2] ~= '' then
+  local generation = redis.call('GET', KEYS[2])
+  local stocked = redis.call('EXISTS', KEYS[1]) == 1
+  if (generation == ARGV[2] and not stocked) or (generation == false and stocked) then
+    return 'lost'
+  end
+  if generation ~= ARGV[2] then
+    return 'stale'
+  end
 end
 local quantity = tonumber(ARGV[1])
 local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
