@@ -137,14 +137,16 @@ def evicting_redis(info: dict[str, Any]) -> str | None:
     fair and multi under ``volatile-lru``, which evicts only keys with a TTL, the
     locks), an evicted fencing counter starts the tokens again at 1, an evicted stock
     key costs a reload of the sale and its hold-off (``saleinfo.stock_key_lost``; it
-    once left the sale refusing everyone), and an ``atomic-sharded`` shard's key lost
-    stops its sale until an admin reset (nothing reloads a shard)."""
+    once left the sale refusing everyone), as does one of an ``atomic-sharded`` shard's
+    two keys lost alone; a shard that lost both stops its sale until an admin reset
+    (a reset's new shards, written after its copy, look the same to a buyer)."""
     policy = str(info.get("maxmemory_policy", "noeviction"))
     if int(info.get("maxmemory", 0) or 0) > 0 and policy != "noeviction":
         return (f"maxmemory-policy is {policy}: under memory pressure this Redis evicts "
                 "the sale's keys (a lock key evicted admits two holders, an oversell; a "
-                "stock key evicted costs a reload, an atomic-sharded shard's stops its "
-                "sale): set maxmemory-policy noeviction, or no maxmemory")
+                "stock key evicted costs a reload; an atomic-sharded shard's two keys "
+                "evicted stop its sale): set maxmemory-policy noeviction, or no "
+                "maxmemory")
     return None
 
 
