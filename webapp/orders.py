@@ -454,19 +454,12 @@ def _give_back_once(entry: _InDoubt) -> int:
                                             SaleKeys(entry.sku).stock_gen)
     keys = [stock, stock_gen, f"{stock}:settled:{entry.nonce}"]
     args: list[Any] = [entry.quantity, "" if entry.generation is None else entry.generation,
-                       SETTLED_MARKER_MS, _whole(entry.sku, stock)]
+                       SETTLED_MARKER_MS]
     given = int(scripts.script(entry.redis, "give_back_once")(keys=keys, args=args))
     if given in (1, -2):  # it may be set while they were out; -2: the reload will count
         # them, and the flag would keep buyers from the section that finds the key lost
         entry.redis.delete(SaleKeys(entry.sku).soldout)
     return given
-
-
-def _whole(sku: str, stock_key: str) -> str:
-    """``'1'`` if ``stock_key`` is the sale's whole stock, which a give-back does not make
-    again once it is gone (the sale's reload counts the units); ``'0'`` for a shard's,
-    which it does (nothing reloads a shard): ``give_back.lua``."""
-    return "1" if stock_key == SaleKeys(sku).stock else "0"
 
 
 #: purchases ``landed_after_all`` could not settle: this worker's next purchases ask
@@ -496,9 +489,8 @@ def give_back(redis: Any, sku: str, quantity: int, generation: int | None,
     try:
         if generation is None:
             redis.incrby(stock_keys[0], quantity)
-        elif (left := scripts.script(redis, "give_back")(
-                keys=list(stock_keys),
-                args=[quantity, generation, _whole(sku, stock_keys[0])])) < 0:
+        elif (left := scripts.script(redis, "give_back")(keys=list(stock_keys),
+                                                         args=[quantity, generation])) < 0:
             logger.warning("%s: %d unit(s) not given back: %s", sku, quantity,
                            "the sale was reset, they were the old sale's" if left == -1 else
                            "its stock key is gone, the sale's reload counts them")

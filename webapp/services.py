@@ -516,11 +516,10 @@ class _LostTake:
     taken_key: str
 
     def retry(self) -> bool:
-        whole = self.stock_key == SaleKeys(self.sku).stock  # not a shard's: see the script
         try:
             undone = scripts.script(self.redis, "undo_take")(
                 keys=[self.stock_key, self.taken_key],
-                args=[self.user_id, self.nonce, self.quantity, "1" if whole else "0"])
+                args=[self.user_id, self.nonce, self.quantity])
             if undone:  # the flag may be set while they were out; or keep buyers from
                 # the purchase that finds the stock key lost and reloads the sale
                 self.redis.delete(SaleKeys(self.sku).soldout)

@@ -77,16 +77,16 @@ def test_give_back_once_and_give_back_make_no_stock_of_their_units_alone(redis_c
     redis_client.set(keys.stock_gen, "g2")
     once = scripts.script(redis_client, "give_back_once")
     marker = [keys.stock, keys.stock_gen, f"{keys.stock}:settled:n1"]
-    assert once(keys=marker, args=[2, "g2", 60_000, "1"]) == -2
-    assert once(keys=marker, args=[2, "g2", 60_000, "1"]) == 0  # its retry
+    assert once(keys=marker, args=[2, "g2", 60_000]) == -2
+    assert once(keys=marker, args=[2, "g2", 60_000]) == 0  # its retry
     give = scripts.script(redis_client, "give_back")
-    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2", "1"]) == -2
-    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g1", "1"]) == -1  # the old sale's
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2"]) == -2
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g1"]) == -1  # the old sale's
     assert not redis_client.exists(keys.stock)
     redis_client.set(keys.stock, 0)  # there, at zero: given back
-    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2", "1"]) == 2
+    assert give(keys=[keys.stock, keys.stock_gen], args=[2, "g2"]) == 2
     marker = [keys.stock, keys.stock_gen, f"{keys.stock}:settled:n2"]
-    assert once(keys=marker, args=[1, "g2", 60_000, "1"]) == 1
+    assert once(keys=marker, args=[1, "g2", 60_000]) == 1
     assert redis_client.get(keys.stock) == b"3"
 
 
@@ -114,25 +114,37 @@ def test_reread_stock_names_its_count_with_a_new_generation(redis_client):
     assert (redis_client.get(keys.stock), redis_client.get(keys.stock_gen)) == (b"5", b"4")
 
 
-def test_a_shards_key_lost_is_made_again_by_a_give_back(redis_client):
-    """Nothing reloads a shard of an ``atomic-sharded`` sale: its units go back into it
-    even if its key was lost (``'0'``: not the sale's whole stock)."""
-    keys = fresh(redis_client, "sku-give-back-shard")
+def test_a_shards_lost_key_is_not_made_again_of_its_units_alone(redis_client):
+    """A shard's stock key lost alone: a give-back or an undo made it again of their
+    units alone, the shard's other units stranded (a review); now the take that finds
+    the key lost answers 'lost' and the sale is reloaded (``sharded_take.lua``), and
+    a reset's retry of its own generation does not write its whole share over units
+    bought since (``restore_shard.lua``)."""
+    fresh(redis_client, "sku-give-back-shard")
     shard, shard_gen = "sale:{sku-give-back-shard#1}:stock", "sale:{sku-give-back-shard#1}:gen"
-    redis_client.delete(shard)
-    redis_client.set(shard_gen, "g2")
+    taken = "sale:{sku-give-back-shard#1}:taken"
+    redis_client.delete(shard, taken)
+    redis_client.set(shard_gen, "7")
     give = scripts.script(redis_client, "give_back")
-    assert give(keys=[shard, shard_gen], args=[2, "g2", "0"]) == 2
+    assert give(keys=[shard, shard_gen], args=[2, "7"]) == -2
     once = scripts.script(redis_client, "give_back_once")
-    redis_client.delete(shard)
-    assert once(keys=[shard, shard_gen, f"{shard}:settled:n1"], args=[1, "g2", 60_000, "0"]) == 1
-    assert redis_client.get(shard) == b"1"
+    assert once(keys=[shard, shard_gen, f"{shard}:settled:n1"], args=[1, "7", 60_000]) == -2
     undo = scripts.script(redis_client, "undo_take")
-    redis_client.delete(shard)
-    redis_client.hset(keys.taken, "alice", "n1")
-    assert undo(keys=[shard, keys.taken], args=["alice", "n1", 3, "0"]) == 1
-    assert redis_client.get(shard) == b"3"
-    redis_client.delete(shard, shard_gen)
+    redis_client.hset(taken, "alice", "n1")
+    assert undo(keys=[shard, taken], args=["alice", "n1", 3]) == -2
+    assert not redis_client.exists(shard)
+    take = scripts.script(redis_client, "sharded_take")
+    assert take(keys=[shard, shard_gen, taken], args=[1, "7"]) == b"lost"
+    restore = scripts.script(redis_client, "restore_shard")
+    assert restore(keys=[shard, shard_gen, taken], args=["7", 25]) == 0  # its own: stands
+    assert not redis_client.exists(shard)
+    assert restore(keys=[shard, shard_gen, taken], args=["8", 25]) == 1  # the reload's
+    assert take(keys=[shard, shard_gen, taken], args=[1, "8"]) == 24
+    redis_client.delete(shard_gen)  # the generation alone lost
+    assert take(keys=[shard, shard_gen, taken], args=[1, "8"]) == b"lost"
+    redis_client.delete(shard)  # both: as before a reset's first shards, stale
+    assert take(keys=[shard, shard_gen, taken], args=[1, "8"]) == b"stale"
+    redis_client.delete(shard, shard_gen, taken)
 
 
 def test_the_undos_make_no_stock_of_their_units_alone(redis_client):
@@ -142,7 +154,7 @@ def test_the_undos_make_no_stock_of_their_units_alone(redis_client):
     keys = fresh(redis_client, "sku-undo-gone")
     undo = scripts.script(redis_client, "undo_take")
     redis_client.hset(keys.taken, "alice", "n1")
-    assert undo(keys=[keys.stock, keys.taken], args=["alice", "n1", 2, "1"]) == -2
+    assert undo(keys=[keys.stock, keys.taken], args=["alice", "n1", 2]) == -2
     assert not redis_client.hexists(keys.taken, "alice")  # its mark dropped
     assert not redis_client.exists(keys.stock)
     lost = scripts.script(redis_client, "undo_lost")

@@ -7,15 +7,15 @@
 -- would be sold twice. Every reset writes the sale's generation next to the stock
 -- (paths.py `reset_stock`), so the units go back only while it is unchanged.
 --
--- A sale's stock key that is gone (evicted alone) is not made again out of these
--- units: it would be sold as the whole sale. The reload the next buyer starts counts
--- them. (A shard's is: a shard is a part of the sale, and nothing reloads one.)
+-- A stock key that is gone (evicted alone) is not made again out of these units: it
+-- would be sold as the whole sale (or a shard's whole share). The purchase that finds
+-- it lost has the sale reloaded (a shard's too: sharded_take.lua answers 'lost'),
+-- and the reload counts them.
 --
 -- KEYS[1]  sale:{sku}:stock      live units left (integer string), or a shard's
 -- KEYS[2]  sale:{sku}:stockgen   the generation the stock belongs to (or the shard's)
 -- ARGV[1]  quantity              positive integer
 -- ARGV[2]  generation            the sale generation the units were taken from
--- ARGV[3]  '1': KEYS[1] is the sale's whole stock, given back only while it is there
 --
 -- Returns  >= 0  the units left after giving them back
 --          -1    the sale was reset (or is being reset): nothing given back
@@ -23,7 +23,7 @@
 if redis.call('GET', KEYS[2]) ~= ARGV[2] then
   return -1
 end
-if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 then
   return -2
 end
 return redis.call('INCRBY', KEYS[1], ARGV[1])

@@ -23,11 +23,11 @@
 --           counts 10 as generation g1, sets 9, writes his row
 --   settle: ann's unit is g0's: nothing given back (-1). Redis 9, the database 9
 --
--- A sale's stock key that is gone (evicted alone, its generation kept) is not made again
--- out of these units alone: the next section would sell them as the whole sale and
--- flag it sold out, the database's other units stranded. Nothing goes back (-2); the
--- next buyer's section finds the key lost and the sale is reloaded, its units counted.
--- (A shard's key is made again: nothing reloads a shard, give_back.lua.)
+-- A stock key that is gone (evicted alone, its generation kept) is not made again out
+-- of these units alone: the next section would sell them as the whole sale and flag
+-- it sold out, the database's other units stranded. Nothing goes back (-2); the next
+-- buyer finds the key lost and the sale is reloaded, its units counted (a shard's
+-- too: sharded_take.lua answers 'lost').
 --
 -- KEYS[1]  the stock key (sale:{sku}:stock, or a shard's)
 -- KEYS[2]  its generation key (sale:{sku}:stockgen, or the shard's)
@@ -35,7 +35,6 @@
 -- ARGV[1]  quantity
 -- ARGV[2]  generation the units were taken from ('': do not check)
 -- ARGV[3]  how long the marker lives, ms
--- ARGV[4]  '1': KEYS[1] is the sale's whole stock, given back only while it is there
 --
 -- Returns 1 if the units went back, 0 if they had before, -1 if the sale was reset
 -- or counted again since (they were the old generation's: nothing to return), -2 if
@@ -46,7 +45,7 @@ end
 if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then
   return -1
 end
-if ARGV[4] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 then
   return -2
 end
 redis.call('INCRBY', KEYS[1], ARGV[1])

@@ -32,9 +32,9 @@ if current and current > wanted then
   return 0
 end
 if current and current == wanted then
-  if redis.call('SET', KEYS[1], ARGV[2], 'NX') then
-    return 1
-  end
+  -- its units were written with it (a reset's try before this one): stand. Its stock
+  -- key alone gone is Redis losing it, not units to write again: buyers took some;
+  -- the next take answers 'lost' and the sale is reloaded (sharded_take.lua)
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[1])

@@ -20,8 +20,8 @@
 --          'lost'   one of the shard's two keys is there without the other (evicted,
 --                   or DEL'd): nothing changed; the caller has the sale reloaded
 --
--- A reset or a reload writes a shard's stock and generation in one script
--- (restore_shard.lua), and a reset deletes both: one without the other is Redis
+-- Every writer of a shard's stock and generation writes both in one script
+-- (restore_shard.lua), and nothing deletes them: one without the other is Redis
 -- losing a key. Read as before, a lost stock key was 0 units (once the other shards
 -- were empty, 409 sold_out with units in the database, for good) and a lost
 -- generation key a reset since (503 for good), in an eviction audit.

@@ -7,7 +7,7 @@
 -- that the units are gone: the take kept the purchase's nonce for the buyer beside the
 -- stock it took from, and only that nonce gives them back, once.
 --
--- A sale's stock key that is gone (evicted alone) is not made again out of these units
+-- A stock key that is gone (evicted alone) is not made again out of these units
 -- (give_back.lua): the purchase that finds it lost reloads the sale, which counts them.
 --
 -- KEYS[1]  the stock key taken from (sale:{sku}:stock, or a shard's)
@@ -15,7 +15,6 @@
 -- ARGV[1]  user_id
 -- ARGV[2]  nonce                 the lost purchase's
 -- ARGV[3]  quantity
--- ARGV[4]  '1': KEYS[1] is the sale's whole stock, given back only while it is there
 --
 -- Returns 1 if the units went back, 0 if the take had not run (or was undone before),
 -- -2 if the stock key is gone (its mark dropped, nothing given back).
@@ -23,7 +22,7 @@ if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] then
   return 0
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
-if ARGV[4] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 then
   return -2
 end
 redis.call('INCRBY', KEYS[1], ARGV[3])
