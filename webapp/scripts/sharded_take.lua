@@ -34,10 +34,10 @@ if ARGV[3] and ARGV[3] ~= '' then
     return 'late'
   end
 end
+local held = redis.call('GET', KEYS[1])  -- false: the key is not there
 if ARGV[2] ~= '' then
   local generation = redis.call('GET', KEYS[2])
-  local stocked = redis.call('EXISTS', KEYS[1]) == 1
-  if (generation == ARGV[2] and not stocked) or (generation == false and stocked) then
+  if (generation == ARGV[2] and not held) or (generation == false and held) then
     return 'lost'
   end
   if generation ~= ARGV[2] then
@@ -45,7 +45,7 @@ if ARGV[2] ~= '' then
   end
 end
 local quantity = tonumber(ARGV[1])
-local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
+local stock = tonumber(held or '0')
 if stock < quantity then
   return -1 - stock
 end
