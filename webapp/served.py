@@ -223,20 +223,19 @@ def usable_sqlite_file(url: str) -> None:
     "could not start: FileNotFoundError: ..." and the like, naming no setting."""
     import sqlite3
 
-    path = db.sqlite_file(settings.database_url(url))
+    database_url = settings.database_url(url)
+    path = db.sqlite_file(database_url)
     if path is None or path.startswith("file:"):  # a URI: the driver's to read
         return
     try:
-        db.sqlite_file(settings.database_url(url), make_folder=True)
+        db.sqlite_file(database_url, make_folder=True)
         with contextlib.closing(sqlite3.connect(path, timeout=0)) as connection:
             # reads only: a new file stays empty, for the migrations' page size
             connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc):  # another process writes it (a serve migrating): a
-            return  # database, and the migration lock waits for it
-        raise StartupError(f"DATABASE_URL {url}: cannot use {path} as a SQLite database "
-                           f"({exc})") from None
     except (OSError, sqlite3.Error) as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            return  # another process writes it (a serve migrating): a database, and
+            # the migration lock waits for it
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise StartupError(f"DATABASE_URL {url}: cannot use {path} as a SQLite database "
                            f"({reason})") from None
