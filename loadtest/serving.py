@@ -133,8 +133,8 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
     strategies, notes = list(wanted), []
     shop_log = None
     with contextlib.ExitStack() as stack:
-        redlock = redlock_urls()
         if getattr(args, "url", None):
+            redlock = redlock_urls()  # malformed_redis_urls read it first, and took it
             token = args.admin_token or os.environ.get("SECKILL_ADMIN_TOKEN")
             shop = ShopClient(args.url, token)
             problem = shop.unusable(Plan.sku)
@@ -150,6 +150,7 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                 settings.served_from_env(tempfile.gettempdir())
             except settings.ConfigError as exc:
                 raise StartupError(str(exc)) from None
+            redlock = redlock_urls()
 
             zk_hosts = None
             if "zookeeper" in strategies:

@@ -22,8 +22,15 @@ def _csv(value: str | None) -> list[str]:
 
 def redlock_urls() -> list[str]:
     """``REDLOCK_URLS`` as the shop reads it: comma-separated, spaces around a URL and
-    empty items dropped; an empty list when unset (the shop then embeds five nodes)."""
-    return _csv(os.environ.get("REDLOCK_URLS"))
+    empty items dropped; an empty list when unset or empty (the shop then embeds five
+    nodes). :raises ConfigError: it holds only commas and spaces (``",,"`` was read as
+    unset: five embedded nodes, where the user meant servers of their own)."""
+    raw = os.environ.get("REDLOCK_URLS") or ""
+    urls = _csv(raw)
+    if raw.strip() and not urls:
+        raise ConfigError(f"REDLOCK_URLS: {raw!r} names no Redis URL (comma-separated "
+                          "redis://host:port/0 URLs; unset, five embedded nodes)")
+    return urls
 
 
 def zookeeper_hosts() -> str | None:

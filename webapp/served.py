@@ -166,6 +166,18 @@ def reachable_redis(url: str) -> list[str]:
     return [f"REDIS_URL {settings.without_password(url)}: {note}"] if note else []
 
 
+def few_redlock_nodes(redlock_urls: list[str] | None) -> list[str]:
+    """A note when ``REDLOCK_URLS`` names fewer than three nodes: served as asked (a lab
+    may want it), but a majority of one or two is every node, so RedLock then outlives
+    no node's loss, which is all it is for (two nodes were served without a word)."""
+    count = len(redlock_urls or [])
+    if not 0 < count < 3:
+        return []
+    return [f"REDLOCK_URLS names {count} node{'s' if count > 1 else ''}: a majority of "
+            f"{count} is every one, so redlock purchases are refused (503) while any is "
+            "down; RedLock outlives a minority's loss from three nodes on (five by default)"]
+
+
 def unreachable_lock_servers(redlock_urls: list[str] | None,
                              zookeeper_hosts: str | None) -> list[str]:
     """Notes on the lock servers that do not answer now: not refused (RedLock outlives a

@@ -581,11 +581,31 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     assert ("note: REDLOCK_URLS: 5 of 5 nodes do not answer" in err
             and "refused (503) until a majority answers" in err), err
     assert f"note: ZOOKEEPER_HOSTS: no server answers at 127.0.0.1:{ports[5]}" in err, err
+    assert "names 5 nodes" not in err, err
+    assert not printed["survivors"], printed["survivors"]
+
+
+def test_serve_notes_redlock_nodes_too_few_to_outlive_one_down(tmp_path):
+    # two nodes were served without a word: a majority of two is both, so RedLock there
+    # outlives no node's loss (a CLI audit)
+    from lockcore.embedded import EmbeddedRedis
+
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    with EmbeddedRedis(nodes=2) as nodes:
+        env["REDLOCK_URLS"] = ",".join(nodes.urls)
+        with _serving(tmp_path, env) as (proc, printed):
+            assert printed.get("storefront", "").startswith("http://")  # it serves
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert ("note: REDLOCK_URLS names 2 nodes: a majority of 2 is every one" in err
+            and "do not answer" not in err), err
     assert not printed["survivors"], printed["survivors"]
 
 
 @pytest.mark.parametrize(("setting", "named"), [
     ("REDLOCK_URLS=garbage", "REDLOCK_URLS"),   # was: served, then every purchase 500
+    ("REDLOCK_URLS=,,", "REDLOCK_URLS"),  # was read as unset: five embedded nodes
     # one server five times: was served, then every redlock purchase 503 (never a majority)
     ("REDLOCK_URLS=" + ",".join(["redis://127.0.0.1:1/0"] * 5), "REDLOCK_URLS"),
     # one server under two names: accepted, one server two votes (a CLI audit)
