@@ -9,7 +9,7 @@ time that *each client* compares with *its own* clock.
 1. ``SETNX lock:{r} <now + ttl + 1>`` (milliseconds); 1 means we hold it.
 2. Otherwise ``GET`` it. If that timestamp is still in the future, the lock is held.
 3. If it is in the past, the holder is presumed dead: ``GETSET lock:{r} <now + ttl + 1>``.
-   If the *old* value GETSET returns is still in the past, nobody beat us: we hold it.
+   If the *old* value GETSET returns is still not in the future, nobody beat us: we hold it.
    (A plain DEL + SETNX here would let two clients both take it; GETSET fixes that.)
 4. Release: only if our own expiry and the stored one are still in the future, ``DEL``.
 
@@ -92,7 +92,7 @@ class GetsetLock(DistributedLock):
         if self.between_get_and_getset is not None:
             self.between_get_and_getset()
         old = _as_int(self.client.getset(self.key, expiry))
-        if old is None or old < now:  # still expired (or deleted): nobody beat us
+        if old is None or old <= now:  # passed as GET reads it (or deleted): nobody beat us
             self.expiry_ms = expiry
             return True
         # Someone beat us, and our GETSET has just overwritten their expiry with ours.

@@ -90,3 +90,20 @@ def test_a_crashed_holders_passed_timestamp_is_not_locked(redis_client, fake_clo
     assert not rival.locked()
     assert rival.acquire(blocking=False)
     assert rival.locked()
+
+
+def test_a_timestamp_that_is_exactly_now_is_taken_over_not_overwritten_and_lost(
+        redis_client, fake_clock):
+    """GET read a stored timestamp equal to our clock as passed (held only while it is in
+    the future), but GETSET's answer of that same timestamp read as "someone beat us":
+    the waiter wrote its own expiry and backed off, so nobody held the lock for another
+    whole TTL; eight notify waiters on a 0.5 s lock took up to 2 s (a lockcore audit)."""
+    crashed = lockcore.create("getset", redis_client, "res", ttl_ms=500, clock=fake_clock)
+    assert crashed.acquire(blocking=False)
+    stored = int(redis_client.get(crashed.key))
+    while crashed.now_ms() < stored:  # on to the very millisecond stored: one is
+        fake_clock.sleep(0.0001)      # past, the other not yet (floats: step there)
+    assert crashed.now_ms() == stored
+    waiter = lockcore.create("getset", redis_client, "res", ttl_ms=500, clock=fake_clock)
+    assert waiter.acquire(blocking=False)
+    assert waiter.held()
