@@ -401,6 +401,32 @@ def test_more_threads_than_a_plain_pools_connections_wait_for_one_and_count_exac
         pool.disconnect()
 
 
+@pytest.mark.parametrize("strategy", ["token", "fair", "multi", "naive"])
+def test_a_pool_full_for_the_whole_timeout_gives_up_at_the_timeout(redis_server, strategy):
+    """Every try met a full pool, so nothing was ever sent: ``fair`` still left its queue
+    patiently, waiting up to 5 s for a connection, and ``acquire(timeout=0.5)`` said
+    False after 2.8 s, on a free lock (a lockcore audit)."""
+    import redis
+
+    pool = redis.ConnectionPool.from_url(redis_server.url, max_connections=1)
+    client = redis.Redis(connection_pool=pool)
+    busy = threading.Thread(target=client.blpop, args=([f"never-{strategy}"], 3))
+    try:
+        busy.start()  # the pool's one connection, for 3 s
+        time.sleep(0.3)
+        lock = lockcore.create(strategy, client, f"full-pool-{strategy}")
+        started = time.monotonic()
+        assert lock.acquire(timeout=0.5) is False
+        assert time.monotonic() - started < 1.5
+        busy.join(10)
+        assert lock.acquire(blocking=False)  # the connection is back: nothing left queued
+        lock.release()
+    finally:
+        busy.join(10)
+        client.close()
+        pool.disconnect()
+
+
 @pytest.mark.parametrize("strategy", ["setnx-expire", "getset", "token", "fair"])
 def test_notify_waiters_on_a_single_connection_client_poll_instead_of_blocking_it(
         redis_server, strategy):
