@@ -176,6 +176,16 @@ class Lane:
         if connection is not None:
             if _closed_or_unread(connection):
                 connection.disconnect()  # the next send connects afresh
+            if not self.connect_later and getattr(connection, "_sock", False) is None:
+                # Nothing is sent yet: connect as the pool's checkout does, with the
+                # client's retries. The send's own connect tries once: after a restart,
+                # a warm client's token, fair and multi raised at once where redis-py's
+                # path, and a cold lane, rode it out (3.5 s; a lockcore audit).
+                try:
+                    connection.connect()
+                except BaseException:
+                    self.give_back(connection, True)
+                    raise
             return connection, True
         with self._mutex:
             ours = self._held < self.size

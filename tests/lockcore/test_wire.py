@@ -129,6 +129,47 @@ def test_after_a_server_restart_the_next_call_reconnects_instead_of_failing():
         server.cleanup()
 
 
+@pytest.mark.parametrize("strategy", ["token", "fair", "multi"])
+def test_a_warm_client_rides_out_a_short_restart_as_redis_py_does(strategy):
+    """A lane connection the restart had closed reconnected inside the send, which
+    tries once: a warm client's acquire raised ``ConnectionError`` at once during a
+    restart of a fraction of a second, where redis-py's own path (``naive``) and a
+    fresh client retried the refused connect and took the lock (a lockcore audit)."""
+    import threading
+    import time
+
+    import lockcore
+
+    server = RedisServer().start()
+    try:
+        # redis-py's default client retries a refused connect (from_url's does not)
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        lock = lockcore.create(strategy, client, f"restart-{strategy}")
+        assert lock.acquire(blocking=False)  # the lane's connection, now idle
+        lock.release()
+        server.kill()
+        took: list[float | BaseException] = []
+
+        def acquire() -> None:
+            started = time.monotonic()
+            try:
+                assert lock.acquire(timeout=5.0)  # refused at first: redis-py's backoff
+                took.append(time.monotonic() - started)
+                lock.release()
+            except BaseException as exc:  # noqa: BLE001 - judged below
+                took.append(exc)
+
+        buyer = threading.Thread(target=acquire)
+        buyer.start()
+        time.sleep(0.5)
+        server.start()  # here: redis-server dies with the thread that started it
+        buyer.join(15)
+        assert len(took) == 1 and isinstance(took[0], float) and took[0] > 0.4, took
+        client.close()
+    finally:
+        server.cleanup()
+
+
 @pytest.mark.parametrize("path", ["lane", "pool"])
 def test_a_refused_client_reply_leaves_no_reply_for_the_next_caller(
         client_without_client, path):
