@@ -50,8 +50,10 @@ and crash detection without TTL guessing matter more than latency.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -68,6 +70,8 @@ from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
 from .zookeeper_attempt import LEAVE_GRACE_S, Attempt
 from .zookeeper_clients import hosts_problem, shared_client
+
+logger = logging.getLogger(__name__)
 
 ROOT = "/seckill/locks"
 #: how long a release waits for ZooKeeper to confirm the delete (a round trip when up)
@@ -149,6 +153,10 @@ class ZooKeeperLock(DistributedLock):
                                  f"like 127.0.0.1:2181,127.0.0.1:2182 ({problem})")
             self.client = shared_client(self._hosts)
         self._recipe: KazooLock | None = None
+        #: while held: our session listener (holding us weakly), and the finalizer that
+        #: deletes our znode if the handle is collected unreleased
+        self._listener: Callable[[str], bool] | None = None
+        self._orphan: weakref.finalize[Any, Any] | None = None
 
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         """Queue in ZooKeeper and wait for our turn (kazoo does the waiting)."""
@@ -178,7 +186,15 @@ class ZooKeeperLock(DistributedLock):
         self._recipe = recipe
         self.fencing_token = int(recipe.node[-10:])  # sequence numbers never repeat
         self._on_acquired(token)
-        self.client.add_listener(self._on_session_change)
+        self._listener = _weak_listener(self)
+        self.client.add_listener(self._listener)
+        # A handle dropped while held: its znode lives as long as the session, which for
+        # a hosts string is the process's. It held the lock for good: the listener above
+        # kept the handle alive (a lockcore audit). Collected, it deletes its node, as a
+        # Redis lock's TTL frees a dropped handle's key.
+        self._orphan = weakref.finalize(self, _drop_orphan, self.client,
+                                        f"{self.path}/{recipe.node}", self.name)
+        self._orphan.atexit = False  # at exit the session's end deletes it
         return True
 
     def _try_acquire(self, token: str) -> bool:  # pragma: no cover - acquire() is kazoo's
@@ -186,7 +202,7 @@ class ZooKeeperLock(DistributedLock):
 
     def _release(self, token: str) -> None:
         recipe, self._recipe = self._recipe, None
-        self.client.remove_listener(self._on_session_change)
+        self._forget_node()
         if recipe is None or recipe.node is None:
             raise LockNotOwned("release of a lock this handle does not hold", self.name)
         try:
@@ -260,6 +276,15 @@ class ZooKeeperLock(DistributedLock):
             f"ZooKeeper did not answer within {QUERY_WAIT_S}s whether {question} "
             f"({self.name!r}, state {self.client.state})"))
 
+    def _forget_node(self) -> None:
+        """Released (or given up): no listener, and nothing to delete if collected."""
+        if self._listener is not None:
+            self.client.remove_listener(self._listener)
+            self._listener = None
+        if self._orphan is not None:
+            self._orphan.detach()
+            self._orphan = None
+
     def _on_session_change(self, state: str) -> bool:
         """kazoo connection listener; returning True unregisters it."""
         if self._token is None:
@@ -270,3 +295,27 @@ class ZooKeeperLock(DistributedLock):
             self._mark_lost("ZooKeeper session lost: the server deleted our znode")
             return True
         return False
+
+
+def _weak_listener(lock: ZooKeeperLock) -> Callable[[str], bool]:
+    """``lock._on_session_change`` as a kazoo listener that does not keep ``lock`` alive
+    (kazoo keeps its listeners for the client's life); it unregisters itself once the
+    lock is gone."""
+    ref = weakref.ref(lock)
+
+    def listener(state: str) -> bool:
+        alive = ref()
+        return True if alive is None else alive._on_session_change(state)
+
+    return listener
+
+
+def _drop_orphan(client: Any, node: str, name: str) -> None:
+    """A held handle was garbage-collected: delete its znode (without waiting: a
+    finalizer may run on any thread, kazoo's own included)."""
+    logger.warning("zookeeper lock %r: its handle was collected while it held the lock; "
+                   "deleting its znode %s", name, node)
+    try:
+        client.delete_async(node)
+    except Exception as exc:  # noqa: BLE001 - a closed client: its session's end deletes it
+        logger.warning("zookeeper lock %r: could not delete %s: %s", name, node, exc)

@@ -92,6 +92,43 @@ def test_a_held_lock_refuses_a_second_handle_until_released(zk, request) -> None
     assert not first.locked()
 
 
+@pytest.mark.parametrize("backend", ["client", "hosts"])
+def test_a_handle_dropped_while_it_held_the_lock_frees_it(zk, zookeeper_hosts, request,
+                                                         backend) -> None:
+    """Its znode lives as long as the session: for a hosts string, the process's. The
+    session listener kept the dropped handle alive, so the lock stayed held for good
+    (a lockcore audit); a Redis lock's TTL frees such a handle's key."""
+    import gc
+    import weakref
+
+    name = request.node.name
+    where = zk if backend == "client" else zookeeper_hosts
+    dropped = lockcore.create("zookeeper", where, name)
+    assert dropped.acquire(blocking=False)
+    gone = weakref.ref(dropped)
+    del dropped
+    gc.collect()
+    assert gone() is None  # nothing keeps a held handle alive
+    rival = lockcore.create("zookeeper", where, name)
+    assert rival.acquire(timeout=5.0)
+    rival.release()
+
+
+def test_a_released_handle_dropped_later_deletes_nothing(zk, request) -> None:
+    import gc
+
+    name = request.node.name
+    first = lockcore.create("zookeeper", zk, name)
+    assert first.acquire(blocking=False)
+    first.release()
+    second = lockcore.create("zookeeper", zk, name)
+    assert second.acquire(blocking=False)
+    del first
+    gc.collect()
+    assert second.held()  # the first's finalizer was detached at its release
+    second.release()
+
+
 def test_a_lock_nobody_ever_queued_for_is_not_locked(zk, request) -> None:
     lock = lockcore.create("zookeeper", zk, request.node.name + "-never-used")
     assert lock.locked() is False  # its queue's znode does not exist at all
