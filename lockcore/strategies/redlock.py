@@ -52,6 +52,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis.exceptions import AuthenticationError, ResponseError
+
 from .. import scripts
 from ..base import DistributedLock, check_redis_client
 from ..errors import LockError, LockNotOwned
@@ -154,6 +156,13 @@ class RedLock(DistributedLock):
         if maybe_ours:  # a clear "no" set nothing, nor did a call never sent (a full pool)
             self._call("token_release", [self.key, self.signal_key], [token, SIGNAL_TTL_MS],
                        self.node_timeout, maybe_ours)
+        refusals = [a for a in answers if isinstance(a, (ResponseError, AuthenticationError))]
+        if len(refusals) > len(self.clients) - self.quorum:
+            # Nodes that answer with an error (a database index out of range, a wrong
+            # password, an ACL) leave no majority that could ever say yes: a setting, not
+            # contention. It was False at every try, LockTimeout from ``with``, the cause
+            # in a DEBUG log only; ``token`` raises it at once (a lockcore audit).
+            raise refusals[0]
         return False
 
     def _release(self, token: str) -> None:

@@ -612,3 +612,34 @@ def test_an_extend_whose_round_outlasted_the_new_ttl_is_refused(redlock_clients,
     with pytest.raises(LockNotOwned, match="majority"):
         lock.extend(10_000)
     assert lock.lost
+
+
+@pytest.mark.parametrize("bad", [3, 5])
+def test_nodes_a_setting_keeps_from_ever_voting_yes_raise_their_error(
+        redlock_cluster, bad) -> None:
+    """Every node refused the database index (db=99): no majority could ever say yes,
+    yet acquire said False at every try, ``with`` LockTimeout, the cause only in a
+    DEBUG log (a lockcore audit). ``token`` on such a client raises it at once."""
+    clients = [redis.Redis(port=server.port, db=99 if node < bad else 0, socket_timeout=0.5)
+               for node, server in enumerate(redlock_cluster.servers)]
+    try:
+        lock = lockcore.create("redlock", clients, "misconfigured")
+        started = time.monotonic()
+        with pytest.raises(redis.ResponseError, match="DB index is out of range"):
+            lock.acquire(timeout=2.0)
+        assert time.monotonic() - started < 1.0
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_a_minority_of_misconfigured_nodes_is_a_no_from_each(redlock_cluster) -> None:
+    clients = [redis.Redis(port=server.port, db=99 if node < 2 else 0, socket_timeout=0.5)
+               for node, server in enumerate(redlock_cluster.servers)]
+    try:
+        lock = lockcore.create("redlock", clients, "two-misconfigured")
+        assert lock.acquire(timeout=2.0)  # three of five say yes
+        lock.release()
+    finally:
+        for client in clients:
+            client.close()
