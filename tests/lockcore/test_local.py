@@ -94,3 +94,26 @@ def test_a_timeout_past_a_year_is_a_value_error_not_an_overflow_of_a_threading_w
         holder.release()
     assert waiter.acquire(timeout=365 * 24 * 3600.0)  # a year itself is taken
     waiter.release()
+
+
+def test_names_no_handle_uses_any_more_are_forgotten():
+    """Every name ever locked stayed in a process-wide dict: 100,000 names, 22 MB
+    (a lockcore audit)."""
+    import gc
+
+    from lockcore.strategies import local
+
+    for i in range(1_000):
+        with lockcore.create("local", None, f"forgotten-{i}"):
+            pass
+    gc.collect()
+    assert not [name for name in local._slots if name.startswith("forgotten-")]
+
+
+def test_handles_of_one_name_share_its_lock_while_any_of_them_lives():
+    holder = lockcore.create("local", None, "shared-slot")
+    assert holder.acquire(blocking=False)
+    for _ in range(3):  # handles made and dropped meanwhile see the holder
+        assert not lockcore.create("local", None, "shared-slot").acquire(blocking=False)
+    holder.release()
+    assert lockcore.create("local", None, "shared-slot").acquire(blocking=False)
