@@ -42,6 +42,9 @@ def names() -> list[str]:
 
 
 def lock_class(name: str) -> type[DistributedLock]:
+    if not isinstance(name, str):  # a list was "unhashable type: 'list'" (a lockcore audit)
+        raise TypeError(f"a lock strategy is named by a string (one of "
+                        f"{', '.join(_STRATEGIES)}), not {type(name).__name__} {name!r}")
     try:
         target = _STRATEGIES[name]
     except KeyError:

@@ -56,6 +56,16 @@ def _slot_for(name: str) -> _Slot:
         return found
 
 
+def _let_go(slot: _Slot, token: str) -> bool:
+    """Release ``slot``'s lock if ``token`` holds it; whether it did."""
+    with _guard:
+        if slot.owner != token:
+            return False
+        slot.owner = None
+    slot.lock.release()
+    return True
+
+
 class _LocalNotifyWaiter:
     """Block on the ``threading.Lock`` itself, then let the retry loop take it."""
 
@@ -91,6 +101,7 @@ class LocalLock(DistributedLock):
         self.ttl_ms = None  # even if one was given (a caller passing one to every strategy)
         self._slot = _slot_for(name)
         self._lock = self._slot.lock
+        self._orphan: weakref.finalize[Any, Any] | None = None
         if self.waiter.name == "notify":
             self.waiter = _LocalNotifyWaiter(self._lock)
 
@@ -99,14 +110,18 @@ class LocalLock(DistributedLock):
             return False
         with _guard:
             self._slot.owner = token
+        # dropped unreleased, the handle lets go when collected: the lock was held for
+        # good by a handle nobody could reach (its waiters waited for ever)
+        self._orphan = weakref.finalize(self, _let_go, self._slot, token)
+        self._orphan.atexit = False
         return True
 
     def _release(self, token: str) -> None:
-        with _guard:
-            if self._slot.owner != token:
-                raise LockNotOwned("the local lock is not held by this handle", self.name)
-            self._slot.owner = None
-        self._lock.release()
+        if self._orphan is not None:
+            self._orphan.detach()
+            self._orphan = None
+        if not _let_go(self._slot, token):
+            raise LockNotOwned("the local lock is not held by this handle", self.name)
 
     def _is_held(self, token: str) -> bool:
         with _guard:

@@ -237,6 +237,13 @@ def test_unknown_strategy_is_a_value_error():
         lockcore.create("no-such-lock", None, "res")
 
 
+@pytest.mark.parametrize("strategy", [["token"], None, 3])
+def test_a_strategy_that_is_no_string_is_a_type_error_naming_the_choices(strategy):
+    # a list was "unhashable type: 'list'", naming nothing (a lockcore audit)
+    with pytest.raises(TypeError, match="named by a string .*token"):
+        lockcore.create(strategy, None, "res")
+
+
 BAD_OPTIONS = {
     "poll_ms-nan": {"poll_ms": float("nan")},
     "poll_ms-str": {"poll_ms": "5"},

@@ -117,3 +117,16 @@ def test_handles_of_one_name_share_its_lock_while_any_of_them_lives():
         assert not lockcore.create("local", None, "shared-slot").acquire(blocking=False)
     holder.release()
     assert lockcore.create("local", None, "shared-slot").acquire(blocking=False)
+
+
+def test_a_handle_dropped_while_it_held_the_lock_lets_go_even_with_a_waiter_about():
+    import gc
+
+    waiter = lockcore.create("local", None, "dropped-holder")  # keeps the name's slot
+    dropped = lockcore.create("local", None, "dropped-holder")
+    assert dropped.acquire(blocking=False)
+    assert not waiter.acquire(blocking=False)
+    del dropped
+    gc.collect()
+    assert waiter.acquire(timeout=1.0)  # it waited for ever
+    waiter.release()

@@ -556,6 +556,17 @@ def test_one_server_under_two_names_is_refused(redlock_clients) -> None:
         alias.close()
 
 
+def test_one_unix_socket_under_two_spellings_is_refused(tmp_path) -> None:
+    # "/d/./u.sock" and "/d/u.sock": one server, two votes of three; accepted (an audit).
+    # Nothing connects at create: the sockets need not exist.
+    spellings = [str(tmp_path / "u1.sock"), f"{tmp_path}/./u1.sock", str(tmp_path / "u2.sock")]
+    nodes = [redis.Redis(unix_socket_path=path) for path in spellings]
+    with pytest.raises(ValueError, match="independent nodes.*u1.sock.*one server"):
+        lockcore.create("redlock", nodes, "stock:sku-1")
+    lockcore.create("redlock", [nodes[0], nodes[2], redis.Redis(
+        unix_socket_path=str(tmp_path / "u3.sock"))], "stock:sku-1")
+
+
 def test_threads_on_pools_of_one_connection_extend_and_release_every_node(redlock_cluster,
                                                                redlock_clients):
     """On pools of one connection a node's ``MaxConnectionsError`` (nothing sent) was
