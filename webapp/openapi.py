@@ -26,7 +26,7 @@ def _errors(*codes: tuple[int, str]) -> dict[str, Any]:
 def _visible(excluded: str = "") -> str:
     r"""A JSON Schema ``pattern`` that the server's rules imply (``validation.text``'s,
     ``idempotency_key``'s), so it refuses no text the server accepts: no C0 or C1
-    control anywhere (nor a character of
+    control anywhere, nor a line or paragraph separator (nor a character of
     ``excluded``), and one character at least that is not whitespace (NBSP and U+3000
     are). The rest of the rules are Unicode categories (format characters such as the
     zero-width space, private-use, unassigned, a lone combining mark): the description
@@ -37,13 +37,14 @@ def _visible(excluded: str = "") -> str:
     through (``^[^\x00-\x1f]*$`` matched ``"ann\n"``). Either's ``\s`` is separators
     and controls only (categories Z and C), and an accepted id has a character of
     neither, so ``\S`` finds it in both."""
-    return rf"^(?![\s\S]*[{excluded}\x00-\x1f\x7f-\x9f])[\s\S]*\S"
+    return rf"^(?![\s\S]*[{excluded}\x00-\x1f\x7f-\x9f\u2028\u2029])[\s\S]*\S"
 
 
 #: ``validation.is_clean_text``, then ``has_something_to_see`` (ids only: a key is
 #: refused only when blank)
 _PRINTABLE = ("printable: no control, format (zero-width, bidi; the zero-width "
-              "(non-)joiners excepted), surrogate, private-use or unassigned character")
+              "(non-)joiners excepted), surrogate, private-use or unassigned character, "
+              "nor a line or paragraph separator (U+2028, U+2029)")
 _VISIBLE = "and one visible character at least (not only spaces, marks or blank letters)"
 
 _SKU = {"name": "sku", "in": "path", "required": True, "schema": {"type": "string"}}

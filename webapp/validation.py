@@ -138,13 +138,20 @@ _JOINERS = {"\u200c", "\u200d"}
 
 def is_clean_text(value: str) -> bool:
     """Printable: no control (C0, C1), format (bidi overrides, zero-width space, BOM),
-    surrogate, private-use or unassigned characters, so no invisible ids. (Ids are then
+    surrogate, private-use or unassigned characters, nor a line break, so no invisible
+    ids. (Ids are then
     compared as sent, code point by code point: ``"café"`` composed and decomposed are
     two buyers, as ``"abc"`` and ``"abc "`` are.)"""
     if value.isascii():  # the usual id, without a lookup per character: in ASCII only
         return value.isprintable()  # the C0 controls and DEL are category C
-    return not any(unicodedata.category(ch).startswith("C") and ch not in _JOINERS
-                   for ch in value)
+    # and no line or paragraph separator (U+2028, U+2029: categories Zl, Zp), which
+    # break a log line or a CSV row as a newline does (an HTTP audit)
+    return not any((unicodedata.category(ch).startswith("C") and ch not in _JOINERS)
+                   or ch in _LINE_BREAKS for ch in value)
+
+
+#: the characters of categories Zl and Zp
+_LINE_BREAKS = {"\u2028", "\u2029"}
 
 
 #: the ASCII characters of categories Z and C: space, the C0 controls, DEL

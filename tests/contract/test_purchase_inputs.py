@@ -98,6 +98,9 @@ def test_unicode_and_hostile_user_ids_are_stored_exactly(shop, user):
     pytest.param("\u202eevil", id="bidi-override"),
     pytest.param("\ufeff", id="bom-only"),
     pytest.param("\u2028", id="line-separator"),
+    # inside an id: it split log lines and CSV rows (accepted; an HTTP audit)
+    pytest.param("a\u2028b", id="line-separator-inside"),
+    pytest.param("a\u2029b", id="paragraph-separator-inside"),
     pytest.param("\u00a0", id="nbsp-only"),
     pytest.param("\u200d\u200d", id="joiners-only"),
     pytest.param("\u3164", id="hangul-filler"),
