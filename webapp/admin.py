@@ -8,6 +8,7 @@ raise ``TypeError``, as ``compare_digest`` on ``str`` would).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hmac
 import logging
@@ -21,7 +22,8 @@ from redis.exceptions import RedisError
 import lockcore
 from lockcore import LockError
 
-from . import locks, paths, sales, section, shop, validation
+from . import locks, paths, sales, section, services, shop, validation
+from .deadlines import LOST_REPLY
 from .extensions import Backends, get_backends
 from .keys import SaleKeys
 from .lockedpath import LockedPath
@@ -133,13 +135,41 @@ def _one_reset_at_a_time(backends: Backends, sku: str) -> Iterator[None]:
     # and before that, a hold-off after Redis lost the sale (one lock TTL at most too)
     lock = lockcore.create("token", backends.redis, f"reset:{sku}",
                            ttl_ms=int(2 * timeout * 1000) + 2 * longest_lock_ttl_ms + 10_000)
-    if not lock.acquire(blocking=True, timeout=2 * timeout):
+    try:
+        got = lock.acquire(blocking=True, timeout=2 * timeout)
+    except LOST_REPLY:
+        # Sent to a Redis that did not answer in time (paused): it may take the lock when
+        # it wakes, for nobody. Every reset of the sale then heard 503 "another reset is
+        # still running" for the lock's whole 90 s (an HTTP audit). Let it go then.
+        services.UNDONE_LATER.add(_UnsettledResetLock(lock, sku))
+        raise
+    if not got:
         raise Busy(f"another reset of {sku} is still running")
     try:
         yield
     finally:
         with contextlib.suppress(LockError):
             lock.release()
+
+
+@dataclasses.dataclass(frozen=True)
+class _UnsettledResetLock:
+    """A reset lock whose acquire lost its reply; ``retry`` is False while Redis still
+    does not answer (``retrylater.py``)."""
+
+    lock: Any
+    sku: str
+
+    def retry(self) -> bool:
+        try:
+            if self.lock.settle():
+                logger.warning("reset of %s: its lock, taken by Redis after the reset had "
+                               "given up, is let go", self.sku)
+        except Exception as exc:  # noqa: BLE001 - still unreachable: tried again later
+            logger.warning("reset of %s: could not settle its lock yet; will retry: %s",
+                           self.sku, type(exc).__name__)
+            return False
+        return True
 
 
 @contextlib.contextmanager

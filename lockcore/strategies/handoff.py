@@ -24,6 +24,8 @@ Not a strategy: what two strategies share, so each of their modules teaches one 
   whose replies are out of step), and the pool's later joins are sent answered. It
   raised ``NoPermissionError`` out of every such join (a lockcore audit).
 * **Leaving.** Giving up leaves the queue, or passes on a lock handed over meanwhile.
+* **Settling.** An acquisition that raised with a reply lost may still take the lock
+  when Redis wakes: ``settle()`` lets it go, by the acquisition's name.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from .. import scripts
 from ..base import DistributedLock, acquire_arguments, new_token, whole_ms
 from ..errors import LockNotOwned
 from ..fencing import raise_counter
-from ..poolfull import patiently
+from ..poolfull import MaxConnectionsError, patiently
 from ..waiting import blpop_timeout
 from ..wire import round_trip
 
@@ -73,6 +75,9 @@ class HandOffLock(DistributedLock):
                            f"{self.key}:lease_ms", f"{self.key}:seq", self.fence_key,
                            f"{self.key}:wake:"]
         self._uuid = new_token()  # this acquisition's name: in the queue and in the key
+        #: the name of an acquisition that raised with a reply lost: it may hold the lock
+        #: (or a place in the queue) after all, when Redis runs its command late
+        self._unsettled: str | None = None
         self._queue_script = scripts.script(client, "fair")
         self._extend_script = scripts.script(client, "token_extend")
 
@@ -97,10 +102,14 @@ class HandOffLock(DistributedLock):
     def _acquire_queued(self, blocking: bool, timeout: float | None) -> bool:
         if self._token is not None:
             return self._acquire(blocking, timeout)  # raises: locks are not reentrant
+        if self._unsettled is not None:  # our own ghost would hold us up for its TTL
+            self.settle()
         self._new_acquisition()
         try:
             gotten = self._acquire(blocking, timeout)
-        except BaseException:
+        except BaseException as exc:
+            if not isinstance(exc, MaxConnectionsError):  # something may have been sent
+                self._unsettled = self._uuid
             self._leave_queue()
             raise
         if not gotten:
@@ -109,6 +118,21 @@ class HandOffLock(DistributedLock):
 
     def _new_acquisition(self) -> None:
         self._uuid = new_token()  # one identity for every attempt of this acquisition
+
+    def settle(self) -> bool:
+        """After an ``acquire`` that raised with Redis's reply lost (a paused server, a
+        cut link): let go of the lock if that acquisition took it after all (Redis ran
+        the command when it woke; nobody held it, for a whole TTL), or leave the queue
+        it may have joined. True if it had taken the lock; False if there was nothing
+        to settle. Raises the client's error while Redis does not answer: call it again
+        later (a web app's reset lock, taken as Redis froze, held off every later reset
+        for its 90 s TTL; an HTTP audit). The handle's next ``acquire`` settles first."""
+        uuid = self._unsettled
+        if uuid is None or self._token is not None:
+            return False
+        done = self._queue_release(uuid)
+        self._unsettled = None
+        return done in (RELEASED, HANDED_ON)
 
     def _queue_args(self, ring: str = "0") -> list[Any]:
         return ["acquire", self._uuid, self.ttl_ms, self.lease_ms, ring]

@@ -244,3 +244,46 @@ def test_a_waiter_that_cannot_block_still_queues_at_its_bound(redis_server, crow
             slot.release()
         holder.client.close()
         client.close()
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair"])
+def test_an_acquire_whose_reply_was_lost_is_settled_once_redis_answers(strategy):
+    """Redis paused past the client's timeout: acquire raised, and Redis ran the command
+    when it woke, so the lock was held for nobody for its whole TTL (an HTTP audit: a
+    shop's reset lock, 90 s). ``settle()`` lets it go; the handle's next acquire
+    settles first by itself."""
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
+    try:
+        lock = lockcore.create(strategy, client, f"lost-reply-{strategy}", ttl_ms=60_000)
+        rival = lockcore.create(strategy, redis.Redis.from_url(server.url),
+                                f"lost-reply-{strategy}", ttl_ms=60_000)
+        assert lock.settle() is False  # nothing to settle
+        assert lock.acquire(blocking=False)  # its scripts loaded: a late one runs
+        lock.release()
+        server.pause()
+        try:
+            with pytest.raises(redis.TimeoutError):
+                lock.acquire(timeout=1.0)
+        finally:
+            server.resume()
+        assert not rival.acquire(blocking=False)  # Redis ran it late: a lock for nobody
+        assert lock.settle() is True
+        assert lock.settle() is False  # once
+        assert rival.acquire(blocking=False)
+        rival.release()
+        server.pause()  # again, and this time the handle acquires next
+        try:
+            with pytest.raises(redis.TimeoutError):
+                lock.acquire(timeout=1.0)
+        finally:
+            server.resume()
+        assert lock.acquire(timeout=1.0)  # its own ghost settled first, not waited out
+        lock.release()
+        assert rival.acquire(blocking=False)
+        rival.release()
+    finally:
+        client.close()
+        server.cleanup()

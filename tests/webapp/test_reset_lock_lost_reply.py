@@ -1,0 +1,56 @@
+"""A reset whose lock was taken by a Redis that woke after the reset had given up.
+
+An HTTP audit paused the shop's Redis during a reset: the reset answered 503 after the
+client's timeout, and Redis, resumed, ran the lock's SET NX then, for nobody. Every
+reset of that sale then waited its ``2 x LOCK_TIMEOUT_S`` and heard 503 "another reset
+of sku-3 is still running", for the lock's whole 90 s TTL. The reset now leaves the
+lock to be settled once Redis answers (``services.UNDONE_LATER``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from lockcore.embedded import RedisServer
+from tests.webapp.conftest import SKU, auth, backends, empty_shop, make_app
+from webapp import sales, services
+
+
+@pytest.fixture
+def own_redis():
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def test_a_reset_lock_taken_after_the_reset_gave_up_is_let_go(sqlite_url, own_redis):
+    app = make_app(sqlite_url, own_redis.url, REDIS_SOCKET_TIMEOUT_S=1.0, LOCK_TIMEOUT_S=0.5)
+    empty_shop(app)
+    b = backends(app)
+    sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=10, strategy="atomic")
+    client = app.test_client()
+    reset = {"stock": 5, "strategy": "atomic"}
+    watcher = redis.Redis.from_url(own_redis.url)
+    try:
+        assert client.put(f"/api/admin/sales/{SKU}", headers=auth(), json=reset).status_code \
+            == 200  # the lock's scripts are loaded: a late one runs
+        own_redis.pause()
+        try:
+            answer = client.put(f"/api/admin/sales/{SKU}", headers=auth(), json=reset)
+        finally:
+            own_redis.resume()
+        assert answer.status_code == 503, answer.get_json()
+        deadline = time.monotonic() + 5
+        while not watcher.exists(f"lock:{{reset:{SKU}}}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watcher.exists(f"lock:{{reset:{SKU}}}")  # Redis woke and took it, for nobody
+        services.UNDONE_LATER.next_drain = 0.0
+        services.UNDONE_LATER.drain()  # what the next purchase, or the worker's timer, does
+        assert not watcher.exists(f"lock:{{reset:{SKU}}}")
+        again = client.put(f"/api/admin/sales/{SKU}", headers=auth(), json=reset)
+        assert again.status_code == 200, again.get_json()  # was 503 for 90 s
+    finally:
+        watcher.close()
+        b.close()
