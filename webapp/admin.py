@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, render_template, request
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
 
 import lockcore
 from lockcore import LockError
@@ -190,7 +190,7 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
             lock = locks.lock_for(backends, sale, "admin-reset")
             acquired = lock.acquire(blocking=True, timeout=timeout)
             down = None if acquired else _redlock_majority_down(backends, sale)
-        except _unreachable() as exc:
+        except _unreachable(sale.strategy) as exc:
             down = str(exc)
     if down is not None:
         # ZooKeeper, or a majority of the redlock nodes, is down, for this worker at
@@ -208,7 +208,7 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
         try:
             lock = locks.lock_for(backends, sale, "admin-reset")
             acquired = lock.acquire(blocking=False)
-        except _unreachable():
+        except _unreachable(sale.strategy):
             acquired = False
         if not acquired:
             yield  # still down, or taken since: every section has ended or been held off
@@ -269,16 +269,19 @@ def _redlock_majority_down(backends: Backends, sale: Any) -> str | None:
     return f"{len(nodes) - answering} of {len(nodes)} redlock nodes do not answer"
 
 
-def _unreachable() -> tuple[type[BaseException], ...]:
+def _unreachable(strategy: str) -> tuple[type[BaseException], ...]:
     """What a ZooKeeper lock raises when its server cannot be reached (not: a buyer
     holds it). The locks kept in the shop's Redis need it for the reset anyway (their
-    errors stay 503); ``redlock`` answers an unreachable majority with False."""
+    errors stay 503); ``redlock`` answers an unreachable majority with False, and a
+    majority answering with an error (a wrong password, a bad database index) with
+    that error: no buyer can hold it either (a sale set to it could not be reset)."""
+    redlock = (ResponseError, AuthenticationError) if strategy == "redlock" else ()
     try:
         from kazoo.exceptions import KazooException
         from kazoo.handlers.threading import KazooTimeoutError
     except ImportError:  # kazoo is optional
-        return ()
-    return (KazooException, KazooTimeoutError)
+        return redlock
+    return (KazooException, KazooTimeoutError, *redlock)
 
 
 @bp.get("/admin")

@@ -23,8 +23,9 @@ def _csv(value: str | None) -> list[str]:
 def redlock_urls() -> list[str]:
     """``REDLOCK_URLS`` as the shop reads it: comma-separated, spaces around a URL and
     empty items dropped; an empty list when unset or empty (the shop then embeds five
-    nodes). :raises ConfigError: it holds only commas and spaces (``",,"`` was read as
-    unset: five embedded nodes, where the user meant servers of their own)."""
+    nodes; spaces alone are empty too). :raises ConfigError: it holds commas and nothing
+    else but spaces (``",,"`` was read as unset: five embedded nodes, where the user
+    meant servers of their own)."""
     raw = os.environ.get("REDLOCK_URLS") or ""
     urls = _csv(raw)
     if raw.strip() and not urls:

@@ -48,11 +48,9 @@ buyers for one item, batch jobs that must all get a turn.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from ..base import MAX_TTL_MS
-from ..poolfull import MaxConnectionsError
 from ..waiting import positive_ms
 from .handoff import HandOffLock
 
@@ -77,38 +75,15 @@ class FairLock(HandOffLock):
     def _new_acquisition(self) -> None:
         super()._new_acquisition()
         self.position = None  # not queued yet
-        #: a call that may have queued us was sent: giving up must leave the queue
-        self._sent = False
 
     def _try_acquire(self, token: str) -> bool:
         # ``token`` is fresh per attempt; the queue needs the acquisition's stable uuid.
-        return self._took(self._sending(self._queue_try))
+        return self._took(self._queue_try())
 
     def _block_then_try(self, block_s: float) -> tuple[str, bool]:
         # Not queued yet (queue_first): join in the same round trip as the BLPOP.
-        reply = self._sending(lambda: self.join_block_claim(block_s,
-                                                            join=self.position is None))
+        reply = self.join_block_claim(block_s, join=self.position is None)
         return self._uuid, self._took(reply)
-
-    def _sending(self, call: Callable[[], Any]) -> Any:
-        """``call()``, noting that it may have queued us unless the pool was full (then
-        nothing was sent)."""
-        try:
-            reply = call()
-        except MaxConnectionsError:
-            raise  # nothing was sent
-        except BaseException:
-            self._sent = True  # sent, and its reply lost or cut short: queued or not
-            raise
-        self._sent = True
-        return reply
-
-    def _leave_queue(self) -> None:
-        # Nothing was ever sent (a full pool at every try): nothing to leave. It waited
-        # up to 5 s for a connection first, so acquire(timeout=0.5) took 2.8 s to say
-        # False (a lockcore audit).
-        if self._sent:
-            super()._leave_queue()
 
     def _took(self, reply: list[int]) -> bool:
         if reply[0] == 1:

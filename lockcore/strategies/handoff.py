@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import NoPermissionError, NoScriptError
@@ -78,6 +79,7 @@ class HandOffLock(DistributedLock):
         #: the name of an acquisition that raised with a reply lost: it may hold the lock
         #: (or a place in the queue) after all, when Redis runs its command late
         self._unsettled: str | None = None
+        self._maybe_queued = False  # a queue call of this acquisition may have been sent
         self._queue_script = scripts.script(client, "fair")
         self._extend_script = scripts.script(client, "token_extend")
 
@@ -118,6 +120,21 @@ class HandOffLock(DistributedLock):
 
     def _new_acquisition(self) -> None:
         self._uuid = new_token()  # one identity for every attempt of this acquisition
+        #: a queue call of this acquisition may have been sent (giving up must leave)
+        self._maybe_queued = False
+
+    def _sending(self, call: Callable[[], Any]) -> Any:
+        """``call()`` (a queue call), noting that it may have queued us, unless the pool
+        was full: then nothing was sent."""
+        try:
+            reply = call()
+        except MaxConnectionsError:
+            raise  # nothing was sent
+        except BaseException:
+            self._maybe_queued = True  # sent, and its reply lost or cut short
+            raise
+        self._maybe_queued = True
+        return reply
 
     def settle(self) -> bool:
         """After an ``acquire`` that raised with Redis's reply lost (a paused server, a
@@ -139,10 +156,14 @@ class HandOffLock(DistributedLock):
 
     def _queue_try(self) -> Any:
         """Join the queue (or renew our lease), taking the lock if it is our turn."""
-        return self._queue_script(keys=self.queue_keys, args=self._queue_args())
+        return self._sending(lambda: self._queue_script(keys=self.queue_keys,
+                                                        args=self._queue_args()))
 
     def join_block_claim(self, block_s: float, *, join: bool) -> Any:
         """(Join,) BLPOP our wake list and claim: one round trip; the claim's reply."""
+        return self._sending(lambda: self._join_block_claim(block_s, join=join))
+
+    def _join_block_claim(self, block_s: float, *, join: bool) -> Any:
         pool = getattr(self.client, "connection_pool", None)
         if pool is None:  # a cluster client
             return self._join_block_claim_apart(block_s, join=join)
@@ -214,7 +235,12 @@ class HandOffLock(DistributedLock):
             raise LockNotOwned("cannot extend: the lock is no longer ours", self.name)
 
     def _leave_queue(self) -> None:
-        """Giving up: leave the queue, or pass the lock on if it was handed to us meanwhile."""
+        """Giving up: leave the queue, or pass the lock on if it was handed to us meanwhile.
+        Nothing to leave if no queue call was ever sent (a full pool at every try): it
+        waited up to 5 s for a connection first, so ``acquire(timeout=0.5)`` said False
+        after 2.8 s (a lockcore audit)."""
+        if not self._maybe_queued:
+            return
         try:
             patiently(lambda: self._queue_release(self._uuid))  # a full pool: wait for one
         except Exception as exc:  # our lease runs out anyway

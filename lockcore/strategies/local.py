@@ -43,7 +43,10 @@ class _Slot:
         self.owner: str | None = None
 
 
-_guard = threading.Lock()
+#: re-entrant: ``_slot_for`` allocates under it, which may run a cyclic collection, and
+#: with it the finalizer of a held handle in a cycle, which takes it too (a review: a
+#: plain Lock hung every ``local`` lock of the process)
+_guard = threading.RLock()
 #: name -> its slot, while a handle of that name exists
 _slots: weakref.WeakValueDictionary[str, _Slot] = weakref.WeakValueDictionary()
 

@@ -102,6 +102,8 @@ class RedLock(DistributedLock):
         #: nodes that did not answer the last try to acquire (down, paused, too slow):
         #: with more than ``len(clients) - quorum`` of them no try can win, however free
         self.unanswered = 0
+        #: the error of the last try, when nodes answering with one left no majority
+        self._refusal: ResponseError | AuthenticationError | None = None
         self._valid_until = 0.0
         for client in self.clients:  # register once here: the fan-out sends their sha
             for script in ("token_acquire", "redlock_fence", "token_release", "token_extend"):
@@ -157,13 +159,27 @@ class RedLock(DistributedLock):
             self._call("token_release", [self.key, self.signal_key], [token, SIGNAL_TTL_MS],
                        self.node_timeout, maybe_ours)
         refusals = [a for a in answers if isinstance(a, (ResponseError, AuthenticationError))]
-        if len(refusals) > len(self.clients) - self.quorum:
-            # Nodes that answer with an error (a database index out of range, a wrong
-            # password, an ACL) leave no majority that could ever say yes: a setting, not
-            # contention. It was False at every try, LockTimeout from ``with``, the cause
-            # in a DEBUG log only; ``token`` raises it at once (a lockcore audit).
-            raise refusals[0]
+        # Nodes that answer with an error (a database index out of range, a wrong
+        # password, an ACL; or a passing BUSY, OOM, READONLY) left no majority that could
+        # say yes: raised if the last try ends so (``acquire``), not False. It was False
+        # at every try, LockTimeout from ``with``, the cause in a DEBUG log only (a
+        # lockcore audit).
+        self._refusal = refusals[0] if len(refusals) > len(self.clients) - self.quorum \
+            else None
         return False
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """As ``DistributedLock.acquire``; but if the last try found too many nodes
+        answering with an error for a majority, that error is raised, not False."""
+        self._refusal = None
+        try:
+            if super().acquire(blocking, timeout):
+                return True
+            if self._refusal is not None:
+                raise self._refusal
+            return False
+        finally:
+            self._refusal = None
 
     def _release(self, token: str) -> None:
         answers = self._call("token_release", [self.key, self.signal_key],

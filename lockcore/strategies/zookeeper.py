@@ -192,7 +192,7 @@ class ZooKeeperLock(DistributedLock):
         # a hosts string is the process's. It held the lock for good: the listener above
         # kept the handle alive (a lockcore audit). Collected, it deletes its node, as a
         # Redis lock's TTL frees a dropped handle's key.
-        self._orphan = weakref.finalize(self, _drop_orphan, self.client,
+        self._orphan = weakref.finalize(self, _drop_orphan, self.client, self._listener,
                                         f"{self.path}/{recipe.node}", self.name)
         self._orphan.atexit = False  # at exit the session's end deletes it
         return True
@@ -310,11 +310,12 @@ def _weak_listener(lock: ZooKeeperLock) -> Callable[[str], bool]:
     return listener
 
 
-def _drop_orphan(client: Any, node: str, name: str) -> None:
-    """A held handle was garbage-collected: delete its znode (without waiting: a
-    finalizer may run on any thread, kazoo's own included)."""
+def _drop_orphan(client: Any, listener: Callable[[str], bool], node: str, name: str) -> None:
+    """A held handle was garbage-collected: drop its listener and delete its znode
+    (without waiting: a finalizer may run on any thread, kazoo's own included)."""
     logger.warning("zookeeper lock %r: its handle was collected while it held the lock; "
                    "deleting its znode %s", name, node)
+    client.remove_listener(listener)  # else it lingered until the next state change
     try:
         client.delete_async(node)
     except Exception as exc:  # noqa: BLE001 - a closed client: its session's end deletes it

@@ -130,3 +130,36 @@ def test_a_handle_dropped_while_it_held_the_lock_lets_go_even_with_a_waiter_abou
     gc.collect()
     assert waiter.acquire(timeout=1.0)  # it waited for ever
     waiter.release()
+
+
+def test_a_collection_while_the_guard_is_held_can_let_a_dropped_holder_go():
+    """A new name's slot is made under the module's guard, and that allocation may run
+    a cyclic collection, which runs the finalizer of a held handle dropped in a cycle,
+    which takes the guard too: with a plain Lock every ``local`` lock of the process
+    hung (a review)."""
+    import gc
+    import threading
+
+    from lockcore.strategies import local
+
+    class Owner:
+        lock: object = None
+
+    dropped = lockcore.create("local", None, "collected-under-the-guard")
+    assert dropped.acquire(blocking=False)
+    owner = Owner()
+    owner.lock, dropped.owner = dropped, owner  # a cycle: only the collector frees it
+    del dropped, owner
+    done = threading.Event()
+
+    def collect_under_the_guard() -> None:
+        with local._guard:
+            gc.collect()
+        done.set()
+
+    worker = threading.Thread(target=collect_under_the_guard, daemon=True)
+    worker.start()
+    assert done.wait(5), "the finalizer waited for the guard its own thread held"
+    rival = lockcore.create("local", None, "collected-under-the-guard")
+    assert rival.acquire(blocking=False)
+    rival.release()

@@ -121,12 +121,27 @@ def test_a_released_handle_dropped_later_deletes_nothing(zk, request) -> None:
     first = lockcore.create("zookeeper", zk, name)
     assert first.acquire(blocking=False)
     first.release()
+    assert first._orphan is None and first._listener is None  # detached, removed
     second = lockcore.create("zookeeper", zk, name)
     assert second.acquire(blocking=False)
+    listeners = len(zk.state_listeners)
     del first
     gc.collect()
-    assert second.held()  # the first's finalizer was detached at its release
+    assert second.held()
     second.release()
+    assert len(zk.state_listeners) == listeners - 1  # the second's, at its release
+
+
+def test_a_dropped_holders_listener_goes_with_it(zk, request) -> None:
+    import gc
+
+    before = len(zk.state_listeners)
+    dropped = lockcore.create("zookeeper", zk, request.node.name)
+    assert dropped.acquire(blocking=False)
+    assert len(zk.state_listeners) == before + 1
+    del dropped
+    gc.collect()
+    assert len(zk.state_listeners) == before  # it lingered until a state change
 
 
 def test_a_lock_nobody_ever_queued_for_is_not_locked(zk, request) -> None:

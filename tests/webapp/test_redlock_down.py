@@ -121,3 +121,19 @@ def test_the_lock_timeout_left_is_said_rounded(left_s, said):
 
     assert lock_not_taken("sku-1", object(), left_s).args[0] == \
         f"the stock lock for sku-1 was not free {said}"
+
+
+def test_a_sale_whose_nodes_refuse_their_database_can_still_be_reset(
+        sqlite_url, redis_url, redis_client, redlock_cluster):
+    """Every node refuses the database index (``/99``): no buyer can hold the lock, and
+    since redlock raises that refusal (not False), every reset of the sale was 503 (a
+    review); it is read as the lock being down: held off, then reset."""
+    from tests.webapp.conftest import auth
+
+    nodes = [url.rsplit("/", 1)[0] + "/99" for url in redlock_cluster.urls]
+    with redlock_shop(sqlite_url, redis_url, nodes, 3, LOCK_TIMEOUT_S=0.3,
+                      LOCK_TTL_MS=300) as app:
+        answer = app.test_client().put(f"/api/admin/sales/{SKU}", headers=auth(),
+                                       json={"stock": 4, "strategy": "atomic"})
+        assert answer.status_code == 200, answer.get_json()
+        assert buy(app.test_client(), "ann").status_code == 201
