@@ -105,7 +105,8 @@ def last_chance(budget_s: float) -> int:
         for entry in queue.try_all(until):
             left += 1
             logger.error("exiting with an undo not done (its backend did not answer): %s; "
-                         "a reset of the sale clears it", describe(entry))
+                         "%s", describe(entry),
+                         getattr(entry, "remedy", "a reset of the sale clears it"))
     return left
 
 

@@ -105,13 +105,17 @@ class HandOffLock(DistributedLock):
         if self._token is not None:
             return self._acquire(blocking, timeout)  # raises: locks are not reentrant
         if self._unsettled is not None:  # our own ghost would hold us up for its TTL
-            self.settle()
+            try:
+                self.settle()
+            except MaxConnectionsError:  # nothing sent: settled at the next acquire
+                pass
         self._new_acquisition()
         try:
             gotten = self._acquire(blocking, timeout)
-        except BaseException as exc:
-            if not isinstance(exc, MaxConnectionsError):  # something may have been sent
-                self._unsettled = self._uuid
+        except BaseException:
+            # A full pool is not among these (``_acquire`` waits it out): something may
+            # have been sent, and may take the lock yet
+            self._unsettled = self._uuid
             self._leave_queue()
             raise
         if not gotten:
@@ -137,18 +141,24 @@ class HandOffLock(DistributedLock):
         return reply
 
     def settle(self) -> bool:
-        """After an ``acquire`` that raised with Redis's reply lost (a paused server, a
-        cut link): let go of the lock if that acquisition took it after all (Redis ran
-        the command when it woke; nobody held it, for a whole TTL), or leave the queue
-        it may have joined. True if it had taken the lock; False if there was nothing
-        to settle. Raises the client's error while Redis does not answer: call it again
+        """After an ``acquire`` that raised with Redis's reply lost (a server paused
+        past the client's timeout): let go of the lock if that acquisition took it after
+        all (Redis ran the command when it woke; nobody held it, for a whole TTL), or
+        leave the queue it may have joined. True if it had taken the lock; False
+        otherwise (nothing was taken, nothing is unsettled, or this handle holds the
+        lock now). Raises the client's error while Redis does not answer: call it again
         later (a web app's reset lock, taken as Redis froze, held off every later reset
-        for its 90 s TTL; an HTTP audit). The handle's next ``acquire`` settles first."""
+        for its 90 s TTL; an HTTP audit). The handle's next ``acquire`` settles first.
+
+        Settled is what Redis has run by the time it answers: a command that a cut link
+        still holds in a retransmit queue may arrive after it, and then holds the lock
+        for its TTL all the same."""
         uuid = self._unsettled
         if uuid is None or self._token is not None:
             return False
         done = self._queue_release(uuid)
-        self._unsettled = None
+        if self._unsettled == uuid:  # not another acquisition's, failed since
+            self._unsettled = None
         return done in (RELEASED, HANDED_ON)
 
     def _queue_args(self, ring: str = "0") -> list[Any]:

@@ -52,7 +52,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.exceptions import AuthenticationError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    MasterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 
 from .. import scripts
 from ..base import DistributedLock, check_redis_client
@@ -159,21 +166,25 @@ class RedLock(DistributedLock):
             self._call("token_release", [self.key, self.signal_key], [token, SIGNAL_TTL_MS],
                        self.node_timeout, maybe_ours)
         refusals = [a for a in answers if isinstance(a, (ResponseError, AuthenticationError))]
-        # Nodes that answer with an error (a database index out of range, a wrong
-        # password, an ACL; or a passing BUSY, OOM, READONLY) left no majority that could
-        # say yes: raised if the last try ends so (``acquire``), not False. It was False
-        # at every try, LockTimeout from ``with``, the cause in a DEBUG log only (a
-        # lockcore audit).
-        self._refusal = refusals[0] if len(refusals) > len(self.clients) - self.quorum \
-            else None
+        # Nodes that answer with an error left no majority that could say yes: a setting
+        # (a database index out of range, a wrong password, an ACL) is raised at once; a
+        # refusal that passes (BUSY, OOM, READONLY, ...) is waited out, and raised if the
+        # last try of a timed ``acquire`` still ends so. It was False at every try,
+        # LockTimeout from ``with``, the cause in a DEBUG log only (a lockcore audit).
+        self._refusal = None
+        if len(refusals) > len(self.clients) - self.quorum:
+            lasting = [a for a in refusals if not _passes(a)]
+            if len(lasting) > len(self.clients) - self.quorum:
+                raise lasting[0]  # no majority even once the others pass
+            self._refusal = next(a for a in refusals if _passes(a))
         return False
 
-    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """As ``DistributedLock.acquire``; but if the last try found too many nodes
-        answering with an error for a majority, that error is raised, not False."""
+    def _acquire(self, blocking: bool, timeout: float | None) -> bool:
+        """As ``DistributedLock._acquire`` (run while this thread holds the handle);
+        but if the last try found a majority's nodes refusing, that error is raised."""
         self._refusal = None
         try:
-            if super().acquire(blocking, timeout):
+            if super()._acquire(blocking, timeout):
                 return True
             if self._refusal is not None:
                 raise self._refusal
@@ -228,3 +239,16 @@ class RedLock(DistributedLock):
                              lambda client: client.exists(self.key), self.node_timeout,
                              self.node_timeout)
         return bool(sum(a == 1 for a in answers) >= self.quorum)
+
+
+#: the leading words of Redis's refusals that pass by themselves (a script running, a
+#: full memory, a failover, a cluster re-sharding): waited out like contention
+_PASSING = frozenset({"BUSY", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "NOREPLICAS",
+                      "CLUSTERDOWN"})
+
+
+def _passes(refusal: BaseException) -> bool:
+    """Whether a node's refusal may pass by itself (then it is waited out)."""
+    if isinstance(refusal, (ReadOnlyError, OutOfMemoryError, MasterDownError, TryAgainError)):
+        return True
+    return str(refusal).split(" ", 1)[0] in _PASSING

@@ -639,8 +639,8 @@ def test_nodes_a_setting_keeps_from_ever_voting_yes_raise_their_error(
             lock.acquire(blocking=False)
         started = time.monotonic()
         with pytest.raises(redis.ResponseError, match="DB index is out of range"):
-            lock.acquire(timeout=0.5)  # tried until then: a refusal may pass (BUSY, OOM)
-        assert 0.4 < time.monotonic() - started < 2.0
+            lock.acquire()  # a setting does not pass: no waiting for ever (a review)
+        assert time.monotonic() - started < 1.0
         with pytest.raises(redis.ResponseError, match="DB index is out of range"), lock:
             pass
     finally:
@@ -674,6 +674,10 @@ def test_a_majority_refusing_for_a_moment_is_waited_out_within_the_timeout(
     freed = threading.Timer(0.4, lambda: [c.config_set("maxmemory", 0) for c in full])
     try:
         lock = lockcore.create("redlock", redlock_clients, "full-for-a-moment")
+        started = time.monotonic()
+        with pytest.raises(redis.ResponseError, match="OOM|memory"):
+            lock.acquire(timeout=0.3)  # still refused at the last try: said so
+        assert time.monotonic() - started > 0.25
         freed.start()
         assert lock.acquire(timeout=5.0)
         lock.release()
