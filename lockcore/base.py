@@ -32,6 +32,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import TracebackType
@@ -220,6 +221,9 @@ class DistributedLock(ABC):
         self._lost_reason: str | None = None
         self._mutex = threading.RLock()  # serialises a renewal against a release
         self._watchdog: Any = None
+        #: while held, for a lock nothing else frees: what lets it go if the handle is
+        #: collected unreleased (``_let_go_if_collected``)
+        self._orphan: weakref.finalize[Any, Any] | None = None
         #: the thread acquiring with, or holding, this handle (``_occupy``)
         self._occupant: int | None = None
         self._vacated = threading.Condition(threading.Lock())
@@ -396,6 +400,9 @@ class DistributedLock(ABC):
                     f"release in process {os.getpid()} of a lock process {self._owner_pid} "
                     "took: a fork copied the handle, and the lock stays the parent's",
                     self.name)
+            if self._orphan is not None:  # released: nothing to let go when collected
+                self._orphan.detach()
+                self._orphan = None
             try:
                 patiently(lambda: self._release(token))  # a full pool: wait for one
             finally:
@@ -525,6 +532,14 @@ class DistributedLock(ABC):
 
             assert self.ttl_ms is not None
             self._watchdog = Watchdog(self, self.ttl_ms / 3000, since=self._tried_at)
+
+    def _let_go_if_collected(self, let_go: Callable[..., Any], *args: Any) -> None:
+        """Held by a lock nothing else frees (no TTL: ``local``'s, ``zookeeper``'s): call
+        ``let_go(*args)`` if this handle is garbage-collected before its release, as a
+        Redis lock's TTL frees a dropped handle's key. ``args`` must not refer to the
+        handle. Not at exit: the process's end lets go of both."""
+        self._orphan = weakref.finalize(self, let_go, *args)
+        self._orphan.atexit = False
 
     def _stop_watchdog(self) -> None:
         dog, self._watchdog = self._watchdog, None

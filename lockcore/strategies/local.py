@@ -104,7 +104,6 @@ class LocalLock(DistributedLock):
         self.ttl_ms = None  # even if one was given (a caller passing one to every strategy)
         self._slot = _slot_for(name)
         self._lock = self._slot.lock
-        self._orphan: weakref.finalize[Any, Any] | None = None
         if self.waiter.name == "notify":
             self.waiter = _LocalNotifyWaiter(self._lock)
 
@@ -115,14 +114,10 @@ class LocalLock(DistributedLock):
             self._slot.owner = token
         # dropped unreleased, the handle lets go when collected: the lock was held for
         # good by a handle nobody could reach (its waiters waited for ever)
-        self._orphan = weakref.finalize(self, _let_go, self._slot, token)
-        self._orphan.atexit = False
+        self._let_go_if_collected(_let_go, self._slot, token)
         return True
 
     def _release(self, token: str) -> None:
-        if self._orphan is not None:
-            self._orphan.detach()
-            self._orphan = None
         if not _let_go(self._slot, token):
             raise LockNotOwned("the local lock is not held by this handle", self.name)
 

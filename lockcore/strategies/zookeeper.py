@@ -153,10 +153,8 @@ class ZooKeeperLock(DistributedLock):
                                  f"like 127.0.0.1:2181,127.0.0.1:2182 ({problem})")
             self.client = shared_client(self._hosts)
         self._recipe: KazooLock | None = None
-        #: while held: our session listener (holding us weakly), and the finalizer that
-        #: deletes our znode if the handle is collected unreleased
+        #: while held: our session listener (holding us weakly)
         self._listener: Callable[[str], bool] | None = None
-        self._orphan: weakref.finalize[Any, Any] | None = None
 
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         """Queue in ZooKeeper and wait for our turn (kazoo does the waiting)."""
@@ -192,9 +190,8 @@ class ZooKeeperLock(DistributedLock):
         # a hosts string is the process's. It held the lock for good: the listener above
         # kept the handle alive (a lockcore audit). Collected, it deletes its node, as a
         # Redis lock's TTL frees a dropped handle's key.
-        self._orphan = weakref.finalize(self, _drop_orphan, self.client, self._listener,
-                                        f"{self.path}/{recipe.node}", self.name)
-        self._orphan.atexit = False  # at exit the session's end deletes it
+        self._let_go_if_collected(_drop_orphan, self.client, self._listener,
+                                  f"{self.path}/{recipe.node}", self.name)
         return True
 
     def _try_acquire(self, token: str) -> bool:  # pragma: no cover - acquire() is kazoo's
@@ -202,7 +199,9 @@ class ZooKeeperLock(DistributedLock):
 
     def _release(self, token: str) -> None:
         recipe, self._recipe = self._recipe, None
-        self._forget_node()
+        if self._listener is not None:
+            self.client.remove_listener(self._listener)
+            self._listener = None
         if recipe is None or recipe.node is None:
             raise LockNotOwned("release of a lock this handle does not hold", self.name)
         try:
@@ -275,15 +274,6 @@ class ZooKeeperLock(DistributedLock):
         return _reply_within(ask(), QUERY_WAIT_S, lambda: ConnectionLoss(
             f"ZooKeeper did not answer within {QUERY_WAIT_S}s whether {question} "
             f"({self.name!r}, state {self.client.state})"))
-
-    def _forget_node(self) -> None:
-        """Released (or given up): no listener, and nothing to delete if collected."""
-        if self._listener is not None:
-            self.client.remove_listener(self._listener)
-            self._listener = None
-        if self._orphan is not None:
-            self._orphan.detach()
-            self._orphan = None
 
     def _on_session_change(self, state: str) -> bool:
         """kazoo connection listener; returning True unregisters it."""
