@@ -139,9 +139,8 @@ _JOINERS = {"\u200c", "\u200d"}
 def is_clean_text(value: str) -> bool:
     """Printable: no control (C0, C1), format (bidi overrides, zero-width space, BOM),
     surrogate, private-use or unassigned characters, nor a line break, so no invisible
-    ids. (Ids are then
-    compared as sent, code point by code point: ``"café"`` composed and decomposed are
-    two buyers, as ``"abc"`` and ``"abc "`` are.)"""
+    ids. (Ids are then compared as sent, code point by code point: ``"café"`` composed
+    and decomposed are two buyers, as ``"abc"`` and ``"abc "`` are.)"""
     if value.isascii():  # the usual id, without a lookup per character: in ASCII only
         return value.isprintable()  # the C0 controls and DEL are category C
     # and no line or paragraph separator (U+2028, U+2029: categories Zl, Zp), which

@@ -54,7 +54,6 @@ from typing import Any
 
 from redis.exceptions import (
     AuthenticationError,
-    MasterDownError,
     OutOfMemoryError,
     ReadOnlyError,
     ResponseError,
@@ -182,15 +181,12 @@ class RedLock(DistributedLock):
     def _acquire(self, blocking: bool, timeout: float | None) -> bool:
         """As ``DistributedLock._acquire`` (run while this thread holds the handle);
         but if the last try found a majority's nodes refusing, that error is raised."""
-        self._refusal = None
-        try:
-            if super()._acquire(blocking, timeout):
-                return True
-            if self._refusal is not None:
-                raise self._refusal
-            return False
-        finally:
-            self._refusal = None
+        self._refusal = None  # each failed try sets it afresh
+        gotten = super()._acquire(blocking, timeout)
+        refusal, self._refusal = self._refusal, None
+        if not gotten and refusal is not None:
+            raise refusal
+        return gotten
 
     def _release(self, token: str) -> None:
         answers = self._call("token_release", [self.key, self.signal_key],
@@ -249,6 +245,6 @@ _PASSING = frozenset({"BUSY", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "NORE
 
 def _passes(refusal: BaseException) -> bool:
     """Whether a node's refusal may pass by itself (then it is waited out)."""
-    if isinstance(refusal, (ReadOnlyError, OutOfMemoryError, MasterDownError, TryAgainError)):
+    if isinstance(refusal, (ReadOnlyError, OutOfMemoryError, TryAgainError)):
         return True
     return str(refusal).split(" ", 1)[0] in _PASSING
