@@ -67,7 +67,7 @@ from .models import Order, PlacedOrder
 from .problems import SaleMovedOn, SoldOut, not_enough
 from .rowinsert import RowInsert
 from .saleinfo import generation as generation_of
-from .saleinfo import started_at
+from .saleinfo import shown_generation, started_at
 from .statements import (
     INSERT_ORDERS,
     SALE_STOCK_AND_GENERATION,
@@ -280,9 +280,15 @@ def reset_since(connection: Connection, sale_id: int, generation_read: int) -> b
 
 
 def _give_ids(written: list[tuple[Pending[OrderWrite], int]]) -> None:
+    shown: dict[int, str] = {}  # a batch is mostly one sale generation
     for pending, order_id in written:
-        pending.item[0].id = order_id
-        pending.result = pending.item[0]
+        order, _, generation = pending.item
+        order.id = order_id
+        if generation is not None:  # written only in it (``_take_units``)
+            if generation not in shown:
+                shown[generation] = shown_generation(generation)
+            order.sale_started_at = shown[generation]
+        pending.result = order
 
 
 _WRITERS: weakref.WeakKeyDictionary[sessionmaker[Session], dict[type, OrderWriter]] = \

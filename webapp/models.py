@@ -12,8 +12,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, MetaData, String, UniqueConstraint
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    UniqueConstraint,
+    select,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
 
 # Named constraints make migrations portable between SQLite and PostgreSQL.
 NAMING = {
@@ -27,6 +36,14 @@ NAMING = {
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def shown_sale_start(started_at: datetime) -> str:
+    """A sale's ``started_at`` as the API shows it (``sale_started_at``): UTC, to the
+    millisecond, without a reload's microseconds (``saleinfo.reloaded_started_at``)."""
+    moment = (started_at.replace(tzinfo=UTC) if started_at.tzinfo is None
+              else started_at.astimezone(UTC))
+    return moment.replace(microsecond=moment.microsecond - moment.microsecond % 1000).isoformat()
 
 
 class Base(DeclarativeBase):
@@ -78,9 +95,15 @@ class Order(Base):
     fencing_token: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     idempotency_key: Mapped[str | None] = mapped_column(String(128), unique=True, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    #: its sale's ``started_at``, read with the row (a row read is in the sale as it is
+    #: then: a reset deletes the orders in the transaction that moves it on)
+    sale_started: Mapped[datetime] = column_property(
+        select(Sale.started_at).where(Sale.id == sale_id).scalar_subquery())
 
     def to_json(self) -> dict[str, object]:
-        return order_json(self)
+        body = order_json(self)
+        body["sale_started_at"] = shown_sale_start(self.sale_started)
+        return body
 
 
 @dataclass(slots=True)
@@ -99,9 +122,16 @@ class PlacedOrder:
     idempotency_key: str | None
     created_at: datetime
     id: int | None = None
+    #: the sale it was written in, as ``sale_started_at`` shows it, when the write was
+    #: bound to a sale generation: a reset deletes it, so a watcher who then sees another
+    #: ``sale_started_at`` knows it went, and one who sees this one that it stayed
+    sale_started_at: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        return order_json(self)
+        body = order_json(self)
+        if self.sale_started_at is not None:
+            body["sale_started_at"] = self.sale_started_at
+        return body
 
 
 class OrderLike(Protocol):

@@ -65,7 +65,13 @@ _PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sol
 _ORDER = {"type": "object", "required": ["order_id", "sku", "user_id", "quantity"],
           "properties": {"order_id": {"type": "integer"}, "sku": {"type": "string"},
                          "user_id": {"type": "string"}, "quantity": {"type": "integer"},
-                         "fencing_token": {"type": "integer"}}}
+                         "fencing_token": {"type": "integer"},
+                         "sale_started_at": {
+                             "type": "string", "format": "date-time",
+                             "description": "the sale the order was written in (the "
+                             "product's sale_started_at then): a reset deletes it, so a "
+                             "product now showing another has lost it; absent from a "
+                             "replay"}}}
 _AUDIT = {"type": "object", "properties": {
     name: {"type": "integer"} for name in
     ("initial_stock", "remaining", "orders", "units_sold", "oversold", "duplicate_buyers")}

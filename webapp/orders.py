@@ -42,7 +42,7 @@ from .problems import (
     already_bought,
 )
 from .retrylater import RetryLater
-from .saleinfo import started_at
+from .saleinfo import shown_generation, started_at
 from .statements import (
     INSERT_ORDERS,
     TAKE_UNITS,
@@ -151,6 +151,8 @@ def insert_order(sessions: sessionmaker[Session], sale: Any, user_id: str, quant
                     raise SaleMovedOn(sale.sku)
                 raise SoldOut(f"{sale.sku} is sold out")
             order.id = connection.execute(INSERT_ORDERS, row).scalar_one()
+        if generation is not None:  # written only in that generation (the UPDATE's WHERE)
+            order.sale_started_at = shown_generation(generation)
     except IntegrityError:
         explain_conflict(sessions, sale, user_id, idempotency_key)
         raise

@@ -24,7 +24,7 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from .keys import SaleKeys
-from .models import Order, Sale, utcnow
+from .models import Order, Sale, shown_sale_start, utcnow
 from .problems import Busy, UnknownSku
 
 logger = logging.getLogger(__name__)
@@ -395,15 +395,14 @@ def next_started_at(current: datetime | None) -> datetime:
 def reloaded_started_at(current: datetime) -> datetime:
     """The ``started_at`` of an ``atomic`` sale's generation after a reload: one
     microsecond on. A reset starts its sale at a whole millisecond, so the millisecond
-    (``shown_started_at``) still names the reset: the storefront tells a new sale by it,
+    (``models.shown_sale_start``) still names the reset: the storefront tells a new sale by it,
     and a reload is not one (it cleared the buyers' "Confirmed!" messages: a UI audit)."""
     return _aware(current) + _MICROSECOND
 
 
-def shown_started_at(current: datetime) -> datetime:
-    """When the sale was reset, as the API shows it (``sale_started_at``): to the
-    millisecond, without the reloads' microseconds."""
-    return _whole_ms(_aware(current))
+def shown_generation(generation_: int) -> str:
+    """A sale generation as the API shows the sale (``sale_started_at``)."""
+    return shown_sale_start(started_at(generation_))
 
 
 def _aware(moment: datetime) -> datetime:

@@ -19,10 +19,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from .models import Order, Product, Sale
+from .models import Order, Product, Sale, shown_sale_start
 from .paths import path_for
 from .problems import Busy, UnknownSku
-from .saleinfo import SaleInfo, generation, next_started_at, shown_started_at
+from .saleinfo import SaleInfo, generation, next_started_at
 from .validation import plausible_sku
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def _view(product: Product, sale: Sale, stock: int | None) -> dict[str, Any]:
             "strategy": sale.strategy, "work_ms": sale.work_ms, "limit": sale.per_user_limit,
             # set by every reset: how a watcher (the storefront) tells a new sale apart
             # (to the millisecond: an atomic sale's reload moves the rest, ``saleinfo``)
-            "sale_started_at": shown_started_at(sale.started_at).isoformat()}
+            "sale_started_at": shown_sale_start(sale.started_at)}
 
 
 def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str, Any]]:

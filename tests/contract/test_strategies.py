@@ -35,8 +35,14 @@ def test_every_offered_strategy_sells_a_unit_with_balanced_books(shop, offered):
             assert_error(answer, 400, "invalid_request")
             continue
         assert answer.status == 200, (strategy, answer.body)
-        assert shop.call("GET", f"/api/products/{SKU}").json["strategy"] == strategy
-        bought = shop.buy(f"sweep-{strategy}", SKU)
+        product = shop.call("GET", f"/api/products/{SKU}").json
+        assert product["strategy"] == strategy
+        bought = shop.buy(f"sweep-{strategy}", SKU, key=f"sweep-{strategy}")
         assert bought.status == 201, (strategy, bought.body)
+        # the order names the sale it was written in: the storefront tells by it whether
+        # a reset it has not polled yet came before the order or deleted it
+        assert bought.json["sale_started_at"] == product["sale_started_at"], strategy
+        again = shop.buy(f"sweep-{strategy}", SKU, key=f"sweep-{strategy}")
+        assert (again.status, again.json) == (200, bought.json), strategy
         audit = shop.assert_books_balance(SKU)
         assert (audit["units_sold"], audit["remaining"]) == (1, 2), (strategy, audit)

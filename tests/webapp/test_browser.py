@@ -243,11 +243,41 @@ def test_a_purchase_answered_after_a_reset_it_straddled_does_not_just_say_confir
         resetter = threading.Thread(target=reset_sale, args=(app, "sku-1"),
                                     kwargs={"stock": 5, "strategy": "token"})
         resetter.start()  # waits for the section, then deletes the order
-        expect(card.locator(".message")).to_contain_text("reset this sale meanwhile",
-                                                         timeout=15_000)
+        # the order names the sale it was written in, older than the one the page has
+        # polled since: deleted, and said so (no "if the reset came after it")
+        expect(card.locator(".message")).to_contain_text(
+            "was confirmed, then an admin reset this sale: its orders, yours too, were "
+            "deleted.", timeout=15_000)
         resetter.join(30)
         assert answered.is_set()
         expect(card.locator(".message")).not_to_contain_text("Confirmed!")
+
+
+def test_an_order_bought_after_a_reset_the_page_has_not_polled_yet_stays_confirmed(page):
+    # the admin resets, a buyer clicks before the next poll: the order is the new
+    # sale's, and that poll called it deleted ("An admin reset this sale: ... yours too")
+    # while the audit counted it and a second click heard "already have one"
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        expect(card.locator(".stock")).to_have_text("5")
+        page.route("**/api/products", lambda route: route.abort())  # no poll sees it yet
+        page.wait_for_timeout(700)
+        reset_sale(app, "sku-1", stock=9, strategy="atomic")
+        page.fill("#user-name", "ivy")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Confirmed!")
+        page.unroute("**/api/products")
+        expect(card.locator(".stock")).to_have_text("8")  # the poll has seen the new sale
+        expect(card.locator(".strategy-name")).to_have_text("atomic")
+        page.wait_for_timeout(1_200)  # a few more polls
+        expect(card.locator(".message")).to_contain_text("Confirmed!")
+
+        reset_sale(app, "sku-1", stock=9, strategy="atomic")  # this one deletes it
+        expect(card.locator(".message")).to_have_text(TAKEN_BACK)
 
 
 def test_a_reset_that_sells_more_before_the_next_poll_still_clears_the_message(page):
@@ -760,11 +790,23 @@ def test_a_message_ends_its_sentence_once_and_says_when_once(page):
     from playwright.sync_api import expect
 
     with ServedApp(workers=1) as app:
+        werkzeugs = ("The requested URL was not found on the server. If you entered the URL "
+                     "manually please check your spelling and try again.")
+        page.route("**/audit", lambda route: route.fulfill(
+            status=404, json={"error": "not_found", "detail": werkzeugs}))
         page.goto(app.url + "/admin")
-        page.fill("#sku", "..")  # /api/sales/../audit is /api/audit: werkzeug's own 404
+        page.fill("#sku", "sku-1")
         expect(page.locator("#audit-message")).to_contain_text("try again")
         said = page.locator("#audit-message").inner_text()
         assert said.endswith("try again.") and not said.endswith(".."), said
+        page.unroute("**/audit")
+        # a sku of dots only never reaches the shop as itself (/api/sales/../audit is
+        # /api/audit): that 404 was the page's message; the page says what is wrong
+        page.fill("#sku", "..")
+        expect(page.locator("#audit-message")).to_have_text("No product has a sku of dots only.")
+        page.fill("#token", app.admin_token)
+        page.click("#reset-form button")
+        expect(page.locator("#reset-message")).to_have_text("No product has a sku of dots only.")
 
         held_off = ("Redis restarted: sku-1 sells again once a lock holder from before it "
                     "is done (in about 10 s); try again")
@@ -776,6 +818,13 @@ def test_a_message_ends_its_sentence_once_and_says_when_once(page):
         card = page.locator('.card[data-sku="sku-1"]')
         card.locator(".buy").click()
         expect(card.locator(".message")).to_have_text(f"Not sold: {held_off}.")
+
+        # the shop's 400 names its field; the buyer typed a name (a browser audit)
+        page.unroute("**/purchase")
+        page.fill("#user-name", "ida\u200b")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_have_text(
+            "Your name contains characters that are not allowed.")
 
 
 def test_an_oversold_sale_says_so_on_its_card_with_the_audits_number(page):

@@ -21,6 +21,15 @@ function sentence(text) {
   return /[.!?]$/.test(text) ? text : `${text}.`;
 }
 
+// A sku of dots only is a path segment the browser resolves before sending ("..":
+// /api/sales/../audit went to /api/audit, and the page showed werkzeug's "URL not
+// found"); the shop never makes one (validation.plausible_sku): said here instead.
+const DOTS_ONLY = "No product has a sku of dots only.";
+
+function dotsOnly(sku) {
+  return sku !== "" && sku.replace(/\./g, "") === "";
+}
+
 function say(id, text, kind) {
   // a live region rewritten with the same text (every 500 ms) may be read out again
   if ($(id).textContent !== text) $(id).textContent = text;
@@ -48,6 +57,7 @@ function fillFromSale() {
   const sku = $("sku").value.trim();
   edited = new Set();
   filling = (async () => {
+    if (dotsOnly(sku)) return;  // not a product: nothing to fill from
     try {
       const response = await fetch(`/api/products/${encodeURIComponent(sku)}`,
                                    { cache: "no-store" });
@@ -79,6 +89,11 @@ $("reset-form").addEventListener("submit", async (event) => {
   message.className = "message pending";
   message.textContent = "Resetting…";
   try {
+    if (dotsOnly(sku)) {
+      message.className = "message error";
+      message.textContent = DOTS_ONLY;
+      return;
+    }
     await filling;  // the sale's own values, for the fields not changed here
     const sale = { stock: Number($("stock").value), strategy: $("strategy").value,
                    work_ms: Number($("work-ms").value || 0) };
@@ -148,6 +163,12 @@ async function refresh() {
   if (!sku) {  // it asked for the audit of "" ("No audit of : The requested URL ...")
     clearAudit();
     say("audit-message", "Enter a product's sku to see its audit.", "warn");
+    auditLater();
+    return;
+  }
+  if (dotsOnly(sku)) {
+    clearAudit();
+    say("audit-message", DOTS_ONLY, "warn");
     auditLater();
     return;
   }

@@ -107,13 +107,29 @@ function render(product) {
     if (focused && soldOut) document.getElementById("user-name").focus();
     button.querySelector(".label").textContent = soldOut ? "Sold out" : "Buy now";
     // the old sale's message goes; a confirmation is taken back in words (it was
-    // heard, and the reset deleted that order)
-    if (reset && el.querySelector(".message").classList.contains("ok")) {
-      show(el, "An admin reset this sale: its orders, yours too, were deleted.", "warn");
-    } else if (reset) {
+    // heard, and the reset deleted that order), unless the order is in the new sale:
+    // bought after a reset this page had not polled yet, it was called deleted (a
+    // browser audit)
+    const confirmed = el.querySelector(".message").classList.contains("ok");
+    if (reset && confirmed && el.dataset.orderSale !== product.sale_started_at) {
+      show(el, TAKEN_BACK, "warn");
+    } else if (reset && !confirmed) {
       show(el, "", "");
     }
   }
+}
+
+const TAKEN_BACK = "An admin reset this sale: its orders, yours too, were deleted.";
+
+// Where a confirmed order stands against the newest sale this page has seen: its answer
+// names the sale it was written in (sale_started_at; not a replay's, which is read back).
+// "new": in a sale as new or newer (a reset the polls have not shown yet), "deleted":
+// in an older one (a reset came after it and deleted it), "unknown": not named.
+function orderStanding(sku, orderSale) {
+  if (!orderSale) return "unknown";
+  const seen = lastSeen.get(sku);
+  if (seen === undefined || seen === orderSale) return "new";
+  return Date.parse(orderSale) > Date.parse(seen) ? "new" : "deleted";
 }
 
 let failedPolls = 0;
@@ -279,11 +295,18 @@ async function buy(el) {
     // a 4xx or a 2xx is final; a 5xx (the shop's 503, a proxy's 502 or 504) may come
     // from a purchase that went through: the retry keeps its key, the same purchase
     if (response.status < 500) pendingKeys.delete(`${sku}\n${user}`);
-    if ((response.status === 201 || response.status === 200) && el.dataset.resetWhileBuying) {
+    const bought = response.status === 201 || response.status === 200;
+    const standing = bought ? orderStanding(sku, body.sale_started_at) : "";
+    delete el.dataset.orderSale;
+    if (bought && standing === "deleted") {
+      show(el, `Order #${body.order_id} for ${body.user_id} was confirmed, then an admin ` +
+               "reset this sale: its orders, yours too, were deleted.", "warn");
+    } else if (bought && standing === "unknown" && el.dataset.resetWhileBuying) {
       // which sale the order was in cannot be told from here: say both
       show(el, `Order #${body.order_id} for ${body.user_id} was confirmed, but an admin ` +
                "reset this sale meanwhile: if the reset came after it, it was deleted.", "warn");
-    } else if (response.status === 201 || response.status === 200) {
+    } else if (bought) {
+      el.dataset.orderSale = body.sale_started_at || "";
       show(el, `Confirmed! Order #${body.order_id} for ${body.user_id}.`, "ok");
     } else if (body.error === "sold_out") {
       show(el, "Sold out — better luck next sale.", "sold");
@@ -303,7 +326,10 @@ async function buy(el) {
       show(el, /try again/i.test(why) ? `${why}${when}.` : `${why} — try again in ${wait}s.`,
            "warn");
     } else {
-      show(el, body.detail || "Something went wrong.", "error");
+      // the shop names the field ("user_id contains characters that are not allowed"):
+      // on this page it is the name the buyer typed
+      const detail = (body.detail || "Something went wrong.").replace(/^user_id\b/, "Your name");
+      show(el, /[.!?]$/.test(detail) ? detail : `${detail}.`, "error");
     }
   } catch (err) {
     if (abort.signal.aborted) {
