@@ -213,7 +213,8 @@ class ZooKeeperLock(DistributedLock):
                               f"goes out when it is back, or the session's end deletes "
                               f"the node", self.name))
         except NoNodeError:
-            raise LockNotOwned("our znode is gone: the session expired", self.name) from None
+            raise LockNotOwned("our znode is gone: the session expired, or someone deleted it",
+                               self.name) from None
         except KazooException as exc:
             raise LockNotOwned(f"cannot reach ZooKeeper to release: {exc!r}", self.name) from exc
         finally:

@@ -335,6 +335,64 @@ def test_an_expired_session_is_reported_as_a_lost_lock(zookeeper_hosts, zk, requ
         mine.close()
 
 
+def test_a_release_after_our_znode_was_deleted_says_the_lock_was_not_ours(
+        zookeeper_hosts, zk, request) -> None:
+    # an operator (or a cleanup script) deleted the holder's znode: the delete of the
+    # release finds nothing (NoNodeError), and returning normally would tell the holder
+    # its section ran under the lock when another could have held it meanwhile
+    lock = lockcore.create("zookeeper", zk, request.node.name)
+    assert lock.acquire(timeout=10)
+    other = _client(zookeeper_hosts)
+    try:
+        other.delete(f"{lock.path}/{lock._recipe.node}")
+        rival = lockcore.create("zookeeper", other, request.node.name)
+        assert rival.acquire(timeout=10)  # the lock was free for anyone
+        with pytest.raises(LockNotOwned, match="znode is gone"):
+            lock.release()
+        rival.release()
+    finally:
+        other.stop()
+        other.close()
+
+
+class _HeldRecipe:
+    """A kazoo ``Lock`` stand-in whose ``acquire`` wins once ``go`` is set."""
+
+    path = "/held-recipe"
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.cancelled = threading.Event()
+        self.released = 0
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        assert self.go.wait(10)
+        return True
+
+    def cancel(self) -> None:
+        self.cancelled.set()  # a real recipe wakes; this one wins all the same
+
+    def release(self) -> bool:
+        self.released += 1
+        return True
+
+
+def test_an_abandoned_attempt_that_wins_after_all_passes_the_lock_on() -> None:
+    # the caller left at its timeout (ZooKeeper away); the recipe won the lock when the
+    # server came back, for nobody: kept, it would block every waiter for the session's
+    # life (seed 001's ghost node, held)
+    from lockcore.strategies.zookeeper_attempt import Attempt
+
+    recipe = _HeldRecipe()
+    attempt = Attempt(recipe, blocking=True, timeout=5)
+    assert attempt.finished_within(0.05) is False  # the caller leaves
+    assert recipe.cancelled.is_set()
+    recipe.go.set()  # ... and the recipe wins after all
+    assert attempt._done.wait(10)
+    assert _wait_until(lambda: recipe.released == 1)
+    assert attempt.gotten
+
+
 def test_leaving_with_after_a_server_outage_raises_lock_lost(request) -> None:
     with _own_zookeeper() as (server, client):
         lock = lockcore.create("zookeeper", client, request.node.name)
