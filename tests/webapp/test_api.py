@@ -140,6 +140,20 @@ def test_a_buyer_of_more_than_is_left_is_sold_out_and_takes_nothing(client, stra
     assert audit["consistent"] is True
 
 
+@pytest.mark.parametrize("combine", [True, False], ids=["combined", "plain"])
+@pytest.mark.parametrize("strategy", ["token", "fair", "naive"])
+def test_a_lock_path_takes_the_quantity_bought_from_the_stock(app, client, strategy, combine):
+    # the plain section (no LOCK_COMBINE) was only ever asked for one unit: one that
+    # set the stock to stock - 1 for any quantity passed every test (a mutation check)
+    app.config["LOCK_COMBINE"] = combine
+    reset(client, stock=10, strategy=strategy, limit=3)
+    assert buy(client, "ann", quantity=3).status_code == 201
+    assert buy(client, "bob", quantity=2).status_code == 201
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["database_remaining"], audit["units_sold"]) == (5, 5, 5)
+    assert audit["consistent"] is True, audit
+
+
 def test_the_admin_lists_a_sales_buyers_page_by_page(client, monkeypatch):
     """What the showdown compares with the buyers it told 201, buyer by buyer: counts
     let a lost order and an order no buyer heard of cancel out (a showdown audit)."""
