@@ -78,9 +78,9 @@ def redis_backed_strategies() -> list[str]:
 
 @pytest.mark.parametrize("strategy", redis_backed_strategies())
 def test_every_call_of_a_lock_strategy_stays_in_one_hash_slot(strategy, cluster_clients):
-    from tests.lockcore.strategy_params import lock_class_or_skip
+    from tests.lockcore.strategy_params import lock_class
 
-    lock_class_or_skip(strategy)  # a broken import in a written one fails, never skips
+    lock_class(strategy)  # a broken import fails here
     backend: Any = cluster_clients if strategy == "redlock" else cluster_clients[0]
     # multi: two unrelated resources, which a script may only lock if they share a slot.
     resource: Any = ["sku-1", "sku-2"] if strategy == "multi" else "sku-1"
@@ -125,10 +125,10 @@ def test_every_purchase_path_of_the_shop_stays_in_one_hash_slot_per_call(
 
     if strategy not in paths.names():
         monkeypatch.setitem(paths._paths(), strategy, ShardedPath())
-    from tests.lockcore.strategy_params import lock_class_or_skip
+    from tests.lockcore.strategy_params import lock_class
 
     try:
-        lock_class_or_skip(strategy)  # a broken import in a written one fails, never skips
+        lock_class(strategy)  # a broken import fails here
     except ValueError:
         pass  # a lock-free path (atomic, sql, atomic-sharded)
     engine = make_engine(f"sqlite:///{tmp_path / 'shop.sqlite'}")

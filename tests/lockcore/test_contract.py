@@ -19,14 +19,14 @@ import redis
 
 import lockcore
 from lockcore import LockNotOwned, LockTimeout
-from tests.lockcore.strategy_params import ALL, lock_class_or_skip
+from tests.lockcore.strategy_params import ALL, lock_class
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(params=ALL)
 def strategy(request):
-    lock_class_or_skip(request.param)
+    lock_class(request.param)
     return request.param
 
 
@@ -224,7 +224,7 @@ def test_strategy_declares_safety_origin_and_summary(strategy):
 
 def test_strategies_lists_every_registry_name_with_its_origin():
     for name in ALL:
-        lock_class_or_skip(name)
+        lock_class(name)
     infos = lockcore.strategies()
     assert [info.name for info in infos] == ALL
     assert all(info.origin.startswith("seed") and info.summary for info in infos)
@@ -263,7 +263,7 @@ BAD_OPTIONS = {
 def test_a_bad_option_is_a_value_error_at_create(make_lock, strategy, options):
     """Not at the first acquire (a Redis ResponseError, a NaN that waits forever, a key
     left behind without a TTL), and not a TypeError from inside the library."""
-    lock_class_or_skip(strategy)
+    lock_class(strategy)
     with pytest.raises(ValueError, match=next(iter(options))):
         make_lock(strategy, **options)
 
@@ -296,7 +296,7 @@ STRATEGY_BAD_OPTIONS = [
                               for s, o, _, _ in STRATEGY_BAD_OPTIONS])
 def test_a_strategys_bad_option_is_refused_at_create_naming_it(make_lock, strategy, options,
                                                               error, named):
-    lock_class_or_skip(strategy)
+    lock_class(strategy)
     with pytest.raises(error, match=named):
         make_lock(strategy, **options)
 
@@ -329,7 +329,7 @@ def test_every_option_an_unknown_option_lists_is_taken(strategy, make_lock):
         make_lock(strategy, bogus=1)
     listed = str(raised.value).partition("its options: ")[2].split(", ")
     assert "ttl_ms" in listed, raised.value
-    cls = lock_class_or_skip(strategy)
+    cls = lock_class(strategy)
     for option in listed:
         make_lock(strategy, **{option: _default_of(cls, option)})
 
@@ -339,7 +339,7 @@ def test_a_tiny_redlock_ttl_above_the_drift_allowance_is_accepted(make_lock):
 
 
 def test_a_fractional_lease_is_rounded_up_as_a_ttl_is(make_lock):
-    lock_class_or_skip("fair")
+    lock_class("fair")
     assert make_lock("fair", lease_ms=2.5 * 1000).lease_ms == 2500
     assert make_lock("fair", lease_ms=1500.2).lease_ms == 1501
 
@@ -486,7 +486,7 @@ def test_a_forked_child_leaving_the_parents_with_leaves_the_parents_lock(make_lo
     backend."""
     import os
 
-    lock_class_or_skip(strategy)
+    lock_class(strategy)
     lock, rival = make_lock(strategy, "forked"), make_lock(strategy, "forked")
     with lock:
         child = os.fork()
@@ -516,7 +516,7 @@ def test_a_name_that_would_empty_the_hash_tag_is_refused_at_create(make_lock, st
     cluster (a lockcore audit). A ``}`` later in the name still leaves a shared tag."""
     from redis.crc import key_slot
 
-    lock_class_or_skip(strategy)
+    lock_class(strategy)
     if strategy == "multi":  # its keys' tag is its hash_tag option, not the names
         make_lock(strategy, ["}x"])
         make_lock(strategy, ["a", "}x"])

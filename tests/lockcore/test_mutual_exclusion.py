@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.lockcore.processes import Holder, holders
-from tests.lockcore.strategy_params import SAFE, lock_class_or_skip
+from tests.lockcore.strategy_params import SAFE, lock_class
 
 WORKERS = 8
 
@@ -42,7 +42,7 @@ def workers():
 
 def run_contest(strategy: str, wait: str, rounds: int, request: pytest.FixtureRequest,
                 workers: list[Holder]) -> list[tuple[int, int, int | None]]:
-    lock_class_or_skip(strategy)
+    lock_class(strategy)
     request.getfixturevalue("redis_client")  # flushes our server before the contest
     if strategy == "redlock":
         request.getfixturevalue("redlock_clients")  # restarts and flushes the five nodes
@@ -74,10 +74,10 @@ def assert_one_holder_at_a_time(sections: list[tuple[int, int, int | None]]) -> 
 
 def assert_fencing_tokens_increase(strategy: str,
                                    sections: list[tuple[int, int, int | None]]) -> None:
+    # every safe strategy fences (redlock by a counter raised on every node, zookeeper
+    # by the sequence number): one that stopped was let off here (a mutation check)
     tokens = [fence for _, _, fence in sections]
-    if strategy != "token" and all(t is None for t in tokens):
-        return  # this strategy issues no fencing tokens (e.g. RedLock cannot)
-    assert None not in tokens, f"{strategy} issued fencing tokens only sometimes"
+    assert None not in tokens, f"{strategy} issued no fencing token for some sections"
     for before, after in zip(tokens, tokens[1:], strict=False):
         assert after > before, f"fencing token {after} came after {before}"  # type: ignore
 
