@@ -42,6 +42,11 @@ _own_dirs: set[Path] = set()
 
 
 class ZooKeeperUnavailable(RuntimeError):
+    """ZooKeeper cannot be served here: missing (``ZooKeeperMissing``), or it did not
+    start."""
+
+
+class ZooKeeperMissing(ZooKeeperUnavailable):
     """java or the ZooKeeper jars are missing (``apt-get install zookeeper``)."""
 
 
@@ -81,7 +86,7 @@ def classpath() -> str:
     java = shutil.which("java")
     server_jar = JAR_DIR / "zookeeper.jar"
     if java is None or not server_jar.exists():
-        raise ZooKeeperUnavailable(
+        raise ZooKeeperMissing(
             f"ZooKeeper needs java on PATH and {server_jar} (Debian: apt-get install zookeeper)")
     jars = [server_jar]
     for binding in ("slf4j-simple.jar", "slf4j-nop.jar"):

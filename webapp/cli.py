@@ -8,6 +8,7 @@ of those modules imports it at import time; the showdown runs Locust as a subpro
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import select
@@ -105,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _stdout_to_devnull()  # `seckill ... | head`: the reader had enough; unwound too
         return 141  # what a shell reports for a command SIGPIPE ended
+    except OSError as exc:  # a full disk (`> /dev/full` too): a traceback said it (a CLI
+        if exc.errno != errno.ENOSPC:  # audit); unwound, what it started is stopped
+            raise
+        _stdout_to_devnull()
+        print(f"{command}: cannot write: {exc.strerror}", file=sys.stderr)
+        return 1
     return code
 
 

@@ -17,7 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import config as settings
-from .served import ServedApp, StartupError, few_redlock_nodes, unreachable_lock_servers
+from .served import (
+    ServedApp,
+    StartupError,
+    few_redlock_nodes,
+    ignored_gunicorn_args,
+    unreachable_lock_servers,
+)
 
 __all__ = ["ServedApp", "add_arguments", "main"]
 
@@ -101,7 +107,8 @@ def main(args: argparse.Namespace) -> int:
         try:  # from here a Ctrl-C is a clean stop: one right after the banner was exit 130
             taken = ([f"{log} is another seckill serve's (in this folder): this one "
                       f"logs to {served.logfile.name}"] if served.logfile != log else [])
-            for note in [*served.redis_notes, *taken, *few_redlock_nodes(served.redlock_urls),
+            for note in [*served.redis_notes, *taken, *ignored_gunicorn_args(),
+                         *few_redlock_nodes(served.redlock_urls),
                          *unreachable_lock_servers(served.redlock_urls, served.zookeeper_hosts)]:
                 print(f"seckill serve: note: {note}", file=sys.stderr, flush=True)
             print(f"storefront  {served.url}/\nadmin page  {served.url}/admin\n"

@@ -28,6 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -166,6 +167,21 @@ def reachable_redis(url: str) -> list[str]:
     return [f"REDIS_URL {settings.without_password(url)}: {note}"] if note else []
 
 
+def without_gunicorn_args(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without ``GUNICORN_CMD_ARGS``: the served gunicorn's options are the
+    shop's own (``gunicorn_conf.py``); the user's would override them, ``--daemon`` too."""
+    return {name: value for name, value in environ.items() if name != "GUNICORN_CMD_ARGS"}
+
+
+def ignored_gunicorn_args() -> list[str]:
+    """A note when the environment sets ``GUNICORN_CMD_ARGS``, which serve leaves out."""
+    if not os.environ.get("GUNICORN_CMD_ARGS"):
+        return []
+    return ["GUNICORN_CMD_ARGS is ignored: seckill serve sets gunicorn's options itself "
+            "(webapp/gunicorn_conf.py); to serve with your own, run gunicorn as "
+            "docs/deployment.md shows"]
+
+
 def few_redlock_nodes(redlock_urls: list[str] | None) -> list[str]:
     """A note when ``REDLOCK_URLS`` names fewer than three nodes: served as asked (a lab
     may want it), but a majority of one or two is every node, so RedLock then outlives
@@ -185,13 +201,16 @@ def unreachable_lock_servers(redlock_urls: list[str] | None,
     zookeeper sales would be refused (503) with nothing said where the shop started."""
     notes = []
     nodes = redlock_urls or []
-    down = [u for u in nodes if _redis_problem(u, NOTE_TIMEOUT_S) is not None]
+    # each with what it answered: a wrong password or db index answers, with an error
+    # (all were "do not answer"; a CLI audit)
+    problems = {u: _redis_problem(u, NOTE_TIMEOUT_S) for u in nodes}
+    down = [(u, why) for u, why in problems.items() if why is not None]
     if down:
         fate = ("redlock purchases are refused (503) until a majority answers"
                 if len(nodes) - len(down) <= len(nodes) // 2
                 else "redlock still has a majority")
-        shown = ", ".join(settings.without_password(u) for u in down)
-        notes.append(f"REDLOCK_URLS: {len(down)} of {len(nodes)} nodes do not answer "
+        shown = "; ".join(f"{settings.without_password(u)}: {why}" for u, why in down)
+        notes.append(f"REDLOCK_URLS: {len(down)} of {len(nodes)} nodes cannot be used "
                      f"({shown}): {fate}")
     if zookeeper_hosts:
         try:
@@ -398,6 +417,8 @@ class ServedApp:
         self.embedded: list[RedisServer] = []
         #: what ``seckill serve`` notes about a REDIS_URL given (``reachable_redis``)
         self.redis_notes: list[str] = []
+        #: the offset in ``logfile`` where this run's gunicorn began to write
+        self._log_start = 0
         self._stack = contextlib.ExitStack()
 
     def gone_redis(self) -> list[RedisServer]:
@@ -510,7 +531,9 @@ class ServedApp:
             db.upgrade(self.database_url)
             if self.seed:
                 self._seed()
-        env = {**os.environ, **self.env, "REDIS_URL": self.redis_url,
+        # not GUNICORN_CMD_ARGS: gunicorn reads it over its config file, and a --daemon
+        # there left a shop nobody stopped, holding the port (a CLI audit)
+        env = {**without_gunicorn_args(os.environ), **self.env, "REDIS_URL": self.redis_url,
                "DATABASE_URL": self.database_url, "REDLOCK_URLS": ",".join(self.redlock_urls),
                "SECKILL_ADMIN_TOKEN": self.admin_token, "SECKILL_SERVE_ID": self.serve_id}
         if self.zookeeper_hosts:
@@ -529,6 +552,9 @@ class ServedApp:
         self.logfile.parent.mkdir(parents=True, exist_ok=True)
         self.rotate_log()  # a kept log already full: a fresh one for this run
         with open(self.logfile, "ab" if self.log_path is not None else "wb") as log:
+            # where this run's lines start: a kept log holds earlier runs' too, and a
+            # start-up failure quoted one of those (a CLI audit)
+            self._log_start = log.tell()
             self.proc = subprocess.Popen(tied_to_parent(cmd), env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=self.workdir)
@@ -565,7 +591,9 @@ class ServedApp:
         """Why gunicorn did not come up, in one line (the log's last: the exception),
         then the log's last lines, whole (2,000 characters began mid-word) unless the
         log is kept (``log_path``), where it is named instead."""
-        lines = self.logfile.read_text(errors="replace").splitlines()
+        with open(self.logfile, "rb") as log:
+            log.seek(self._log_start)
+            lines = log.read().decode(errors="replace").splitlines()
         last = _the_exception(lines)
         why = f"gunicorn did not become healthy at {self.url}: {last}"
         if self.log_path is not None:

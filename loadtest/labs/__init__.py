@@ -20,12 +20,13 @@ import sys
 import traceback
 from types import ModuleType
 
-from lockcore.zkserver import ZooKeeperUnavailable
+from lockcore.zkserver import ZooKeeperMissing
 
 from .narration import Narrator, Verdict
 
-#: a lab that cannot run here for a missing system part: its message is the news
-MISSING_PARTS: tuple[type[Exception], ...] = (ZooKeeperUnavailable,)
+#: a lab that cannot run here for a missing system part: SKIPPED, as a missing Python
+#: package or ``partition`` without ``ip`` says (it said "lab error", with its message)
+MISSING_PARTS: tuple[type[Exception], ...] = (ZooKeeperMissing,)
 
 __all__ = ["LABS", "Narrator", "Verdict", "add_arguments", "load", "main", "run_lab"]
 
@@ -139,8 +140,10 @@ def main(args: argparse.Namespace) -> int:
 
             if reader_gone():  # `| head`: nobody reads the verdict either
                 raise
-        if not isinstance(exc, MISSING_PARTS):  # a missing package says so in one line
-            traceback.print_exc()
+        if isinstance(exc, MISSING_PARTS):
+            print(f"VERDICT: NOT DEMONSTRATED: SKIPPED: {exc}")
+            return 1
+        traceback.print_exc()
         print(f"VERDICT: lab error, nothing demonstrated: {type(exc).__name__}: {exc}")
         return 1
     if verdict.demonstrated:

@@ -574,7 +574,7 @@ def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path)
     env["REDLOCK_URLS"] = ",".join(f"redis://127.0.0.1:{p}/0" for p in ports[:5])
     env["ZOOKEEPER_HOSTS"] = f"127.0.0.1:{ports[5]}"
     err = _notes_of_a_serve(tmp_path, env)
-    assert ("note: REDLOCK_URLS: 5 of 5 nodes do not answer" in err
+    assert ("note: REDLOCK_URLS: 5 of 5 nodes cannot be used" in err
             and "refused (503) until a majority answers" in err), err
     assert f"note: ZOOKEEPER_HOSTS: no server answers at 127.0.0.1:{ports[5]}" in err, err
     assert "names 5 nodes" not in err, err
@@ -590,7 +590,25 @@ def test_serve_notes_redlock_nodes_too_few_to_outlive_one_down(tmp_path):
         env["REDLOCK_URLS"] = ",".join(nodes.urls)
         err = _notes_of_a_serve(tmp_path, env)
     assert ("note: REDLOCK_URLS names 2 nodes: a majority of 2 is every one" in err
-            and "do not answer" not in err), err
+            and "cannot be used" not in err), err
+
+
+def test_serve_names_what_a_refusing_redlock_node_answered_and_ignores_gunicorn_cmd_args(
+        tmp_path):
+    # a node with a wrong db index (or password) answers, with an error: it was "do not
+    # answer"; and GUNICORN_CMD_ARGS=--daemon reached gunicorn, which left a shop
+    # running that nobody stopped, holding the port, while serve failed (a CLI audit)
+    from lockcore.embedded import EmbeddedRedis
+
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env["GUNICORN_CMD_ARGS"] = "--daemon"
+    with EmbeddedRedis(nodes=3) as nodes:
+        wrong_db = nodes.urls[2].rsplit("/", 1)[0] + "/99"
+        env["REDLOCK_URLS"] = ",".join([*nodes.urls[:2], wrong_db])
+        err = _notes_of_a_serve(tmp_path, env)
+    assert (f"note: REDLOCK_URLS: 1 of 3 nodes cannot be used ({wrong_db}: " in err
+            and "DB index is out of range" in err and "still has a majority" in err), err
+    assert "note: GUNICORN_CMD_ARGS is ignored" in err, err
 
 
 def _notes_of_a_serve(tmp_path: Path, env: dict[str, str]) -> str:

@@ -91,6 +91,29 @@ def test_a_lab_that_breaks_still_ends_with_exactly_one_verdict_line(
                         "redis-server did not start"]
 
 
+def test_a_lab_without_its_system_part_is_skipped_and_one_that_fails_to_start_it_is_an_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # no java or ZooKeeper jars: "lab error" where a missing package or partition's
+    # missing `ip` said SKIPPED (a CLI audit); a ZooKeeper that will not start is an error
+    from lockcore.zkserver import ZooKeeperMissing, ZooKeeperUnavailable
+
+    for error, verdict in [
+            (ZooKeeperMissing("ZooKeeper needs java on PATH"),
+             "VERDICT: NOT DEMONSTRATED: SKIPPED: ZooKeeper needs java on PATH"),
+            (ZooKeeperUnavailable("ZooKeeper on port 1 did not start"),
+             "VERDICT: lab error, nothing demonstrated: ZooKeeperUnavailable: ZooKeeper on "
+             "port 1 did not start")]:
+        def run(narrator: Narrator, error: Exception = error) -> Verdict:
+            raise error
+
+        monkeypatch.setattr(labs, "load", lambda name, run=run: _fake_lab(run))
+        assert main(["scenario", "fake"]) == 1
+        said = capsys.readouterr()
+        assert [line for line in said.out.splitlines() if line.startswith("VERDICT:")] == \
+            [verdict]
+        assert ("Traceback" in said.err) is (verdict.count("lab error") == 1)
+
+
 def test_an_error_while_unwinding_a_ctrl_c_is_an_interrupt_not_a_lab_error(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     # Ctrl-C while the watchdog lab's redis-server was frozen: the release on the way
@@ -237,6 +260,18 @@ def test_a_reader_that_stops_early_gets_no_traceback(argv: list[str]) -> None:
             proc.kill()
             proc.wait()
         proc.stderr.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("argv", [["scenario", "--list"], ["scenario", "crash-no-ttl"]],
+                         ids=["list", "lab"])
+def test_a_full_disk_under_stdout_is_one_line_not_a_traceback(argv: list[str]) -> None:
+    # `seckill scenario --list > /dev/full` printed an OSError traceback (a CLI audit)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "webapp.cli", *argv], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "seckill scenario: cannot write: No space left on device" in done.stderr
 
 
 DEAD_CHILD_LAB = '''

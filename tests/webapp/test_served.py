@@ -208,3 +208,25 @@ def test_a_shop_that_cannot_start_names_the_exception_not_gunicorns_last_words(t
     assert _the_exception(log) == "RuntimeError: the shop cannot start"
     assert _the_exception(log[-2:]) == log[-1]  # no exception: the last line
     assert _the_exception([]) == "no log"
+
+
+def test_a_shop_that_cannot_start_quotes_only_its_own_run_of_a_kept_log(tmp_path):
+    # the kept log (seckill serve's instance/seckill-serve.log) holds earlier runs: a
+    # gunicorn that died without a word was reported with an earlier run's last error
+    # (a CLI audit)
+    from webapp.served import StartupError
+
+    kept = tmp_path / "seckill-serve.log"
+    kept.write_text("[2026-11-28 19:45:46 +0000] [7] [INFO] Booting worker\n"
+                    "RuntimeError: a failure from an earlier run\n")
+    silent = tmp_path / "silent" / "gunicorn"  # a gunicorn that exits and says nothing
+    silent.mkdir(parents=True)
+    (silent / "__init__.py").write_text("")
+    (silent / "__main__.py").write_text("raise SystemExit(3)\n")
+    app = ServedApp(workers=1, env={"PYTHONPATH": str(silent.parent)}, log_path=kept,
+                    startup_timeout=30)
+    with pytest.raises(StartupError) as raised:
+        app.start()
+    assert "earlier run" not in str(raised.value), raised.value
+    assert str(raised.value).startswith("gunicorn did not become healthy at "), raised.value
+    assert "no log" in str(raised.value), raised.value
