@@ -125,9 +125,13 @@ def test_unknown_fields_are_ignored_and_quantity_defaults_to_one(shop):
 
 def test_the_order_has_exactly_the_documented_fields(shop):
     order = shop.buy("shape-ann", SKU).json
-    assert set(order) <= {"order_id", "sku", "user_id", "quantity", "fencing_token"}
-    assert {"order_id", "sku", "user_id", "quantity"} <= set(order)
+    assert set(order) <= {"order_id", "sku", "user_id", "quantity", "fencing_token",
+                          "sale_started_at"}
+    assert {"order_id", "sku", "user_id", "quantity", "sale_started_at"} <= set(order)
     assert isinstance(order["order_id"], int) and isinstance(order["quantity"], int)
+    # the sale it was written in, as the product shows its sale (README)
+    assert order["sale_started_at"] == shop.call("GET", f"/api/products/{SKU}").json[
+        "sale_started_at"]
 
 
 @pytest.mark.parametrize("quantity", [1, 3, 5])
