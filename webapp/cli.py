@@ -40,13 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     for command, (module_name, _) in COMMANDS.items():
         module = _load(module_name)
         if isinstance(module, ImportError):
-            sub.add_parser(command, help=f"(unavailable: {module})")
+            sub.add_parser(command, help=f"(unavailable: {module})").set_defaults(
+                command_parser=None)
             continue
         doc = (module.__doc__ or command).strip().splitlines()[0]
         p = sub.add_parser(command, help=doc, description=doc)
         add_arguments = getattr(module, "add_arguments", None)
         if add_arguments is not None:
             add_arguments(p)
+        # arguments it does not know are its error, with its usage (``main``)
+        p.set_defaults(command_parser=p)
     return parser
 
 
@@ -90,13 +93,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop_like_ctrl_c()
     command = "seckill"
     try:
-        args = build_parser().parse_args(argv)
+        # known first: the top parser said "unrecognized arguments" with its own usage,
+        # not the sub-command's; and an unavailable one with an argument hid why it was
+        # unavailable behind that error (a CLI audit)
+        args, unknown = build_parser().parse_known_args(argv)
         command = f"seckill {args.command}"
         module_name, func = COMMANDS[args.command]
         module = _load(module_name)
         if isinstance(module, ImportError):
             print(f"{command}: unavailable: {module}", file=sys.stderr)
             return 2
+        if unknown:
+            args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         code: int = getattr(module, func)(args)
     except KeyboardInterrupt:  # unwound: what the command started is stopped
         print(f"{command}: interrupted; everything it started is stopped", file=sys.stderr)

@@ -214,6 +214,21 @@ def test_a_bad_command_line_is_a_usage_error(capsys, args):
     assert "usage: seckill" in err
 
 
+@pytest.mark.parametrize("args", [["serve", "--bogus"], ["scenario", "oversell", "extra"],
+                                  ["redis", "--port", "1"], ["showdown", "--user", "5", "x"]])
+def test_an_argument_a_command_does_not_know_is_its_error_with_its_usage(capsys, args):
+    # the top parser said "unrecognized arguments" under "usage: seckill [-h] COMMAND
+    # ...", nothing about the command's own options (a CLI audit)
+    from webapp.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert f"usage: seckill {args[0]} " in err and f"seckill {args[0]}: error: " in err, err
+    assert "unrecognized arguments: " in err, err
+
+
 @pytest.mark.parametrize("value", ["abc", "-5", "nan"])
 def test_showdown_with_a_bad_lock_timeout_s_names_it_in_one_line(value):
     # was a ValueError traceback from the plan, exit 1 (serve named it, exit 2)
