@@ -87,7 +87,7 @@ def immediate_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[st
 def delayed_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[str, object]:
     for server in servers:
         client_for(server).flushall()
-    lock_on_nodes_1_to_3(narrator, servers, DELAYED_TTL_MS)
+    a = lock_on_nodes_1_to_3(narrator, servers, DELAYED_TTL_MS)
     started = time.monotonic()
     servers[2].kill()
     narrator("node 3 crashes; it stays down for the max TTL (%d ms) before rejoining",
@@ -99,11 +99,20 @@ def delayed_restart(narrator: Narrator, servers: list[RedisServer]) -> dict[str,
     time.sleep(max(0.0, DELAYED_TTL_MS / 1000 + 0.2 - (time.monotonic() - started)))
     servers[2].start()
     b_later = b.acquire(blocking=True, timeout=3)
-    narrator("node 3 rejoins after the TTL; A's lease has expired everywhere; B -> %s",
-             "OK, and only B holds it" if b_later else "refused")
+    # what A's own clock says of its lease as B gets the lock: the delay is the fix only
+    # if it has run out (without this, a restart not delayed at all still "prevented
+    # it" in the verdict; a mutation check)
+    a_left = a.remaining_validity_ms()  # type: ignore[attr-defined]
+    if a_left > 0:
+        narrator("node 3 rejoins; B -> %s while A's lease still has %.0f ms: TWO HOLDERS",
+                 "OK" if b_later else "refused", a_left)
+    else:
+        narrator("node 3 rejoins after the TTL; A's lease has expired everywhere; B -> %s",
+                 "OK, and only B holds it" if b_later else "refused")
     if b_later:
         b.release()
-    return {"b_refused_during_delay": b_refused, "b_got_after_ttl": b_later}
+    return {"b_refused_during_delay": b_refused, "b_got_after_ttl": b_later,
+            "a_validity_left_at_b_ms": a_left}
 
 
 def run(narrator: Narrator) -> Verdict:
@@ -113,7 +122,8 @@ def run(narrator: Narrator) -> Verdict:
         narrator.section("node 3's restart delayed past the max TTL")
         facts.update(delayed_restart(narrator, servers))
     if facts["b_got_after_immediate_restart"] and facts["a_validity_left_ms"] > 0 \
-            and facts["b_refused_during_delay"] and facts["b_got_after_ttl"]:
+            and facts["b_refused_during_delay"] and facts["b_got_after_ttl"] \
+            and facts["a_validity_left_at_b_ms"] <= 0:
         return Verdict(True, "a node restarted without persistence gave B a majority while A "
                        "held the lock; delaying the restart past the TTL prevented it", facts)
     return Verdict(False, f"expected two holders, then a refusal; saw {facts}", facts)

@@ -112,6 +112,23 @@ def test_redlock_node_restarting_empty_gives_a_second_client_a_majority() -> Non
     assert verdict.facts["a_fence"] == verdict.facts["b_fence"]  # the counters were lost too
     assert verdict.facts["b_refused_during_delay"] is True
     assert verdict.facts["b_got_after_ttl"] is True
+    assert verdict.facts["a_validity_left_at_b_ms"] <= 0  # the delay outlasted A's lease
+
+
+def test_redlock_restart_is_not_demonstrated_when_node_3_rejoins_at_once(monkeypatch) -> None:
+    # the delay removed, B got the lock while A's lease was still good, and the verdict
+    # still said the delay had prevented it: nothing checked A's lease then (a mutation
+    # check)
+    import time
+
+    from loadtest.labs import redlock_restart
+
+    monkeypatch.setattr(redlock_restart, "time", SimpleNamespace(
+        monotonic=time.monotonic, sleep=lambda seconds: None))
+    verdict, narrator = run_quietly("redlock-restart")
+    assert not verdict.demonstrated, narrator.text()
+    assert verdict.facts["a_validity_left_at_b_ms"] > 0
+    assert "while A's lease still has" in narrator.text()
 
 
 @pytest.mark.netns
