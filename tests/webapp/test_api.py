@@ -129,6 +129,38 @@ def test_the_audit_notices_a_database_count_that_disagrees_with_redis(app, clien
     assert audit["consistent"] is False
 
 
+def test_the_audit_counts_oversold_units_not_orders(app, client):
+    # every oversell the tests made was of one-unit orders: an audit counting orders
+    # past the stock passed them all (a mutation check)
+    from webapp.models import Order
+
+    reset(client, stock=10, strategy="token", limit=5)
+    assert buy(client, "ann", quantity=4).status_code == 201
+    assert buy(client, "bob", quantity=4).status_code == 201
+    with backends(app).sessions.begin() as session:  # an order no lock stopped
+        sale = session.query(Sale).filter_by(sku=SKU).one()
+        session.add(Order(sale_id=sale.id, sku=SKU, user_id="cy", quantity=4,
+                          strategy="token"))
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["orders"], audit["units_sold"], audit["oversold"]) == (3, 12, 2), audit
+    assert audit["consistent"] is False
+
+
+def test_stock_taken_without_an_order_is_inconsistent_though_redis_and_db_agree(app, client):
+    # the audit's tests that found books inconsistent made Redis and the database
+    # disagree too: "remaining + units_sold == initial_stock" was never what caught it
+    from sqlalchemy import delete
+
+    from webapp.models import Order
+
+    assert buy(client, "ann").status_code == 201
+    with backends(app).sessions.begin() as session:
+        session.execute(delete(Order).where(Order.user_id == "ann"))
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["database_remaining"], audit["units_sold"]) == (9, 9, 0)
+    assert audit["consistent"] is False, audit
+
+
 @pytest.mark.parametrize("strategy", ["atomic", "sql", "token"])
 def test_a_buyer_of_more_than_is_left_is_sold_out_and_takes_nothing(client, strategy):
     # the crowd tests hit this only when their last buyer happens to ask for too much
