@@ -98,7 +98,8 @@ class Order(Base):
     #: its sale's ``started_at``, read with the row (a row read is in the sale as it is
     #: then: a reset deletes the orders in the transaction that moves it on)
     sale_started: Mapped[datetime] = column_property(
-        select(Sale.started_at).where(Sale.id == sale_id).scalar_subquery())
+        select(Sale.started_at).where(Sale.id == sale_id).correlate_except(Sale)
+        .scalar_subquery())
 
     def to_json(self) -> dict[str, object]:
         body = order_json(self)

@@ -70,8 +70,8 @@ _ORDER = {"type": "object", "required": ["order_id", "sku", "user_id", "quantity
                              "type": "string", "format": "date-time",
                              "description": "the sale the order was written in (the "
                              "product's sale_started_at then): a reset deletes it, so a "
-                             "product now showing another has lost it; absent from a "
-                             "replay"}}}
+                             "product now showing a later one has lost it; a replay (200) "
+                             "has it too, read with the order"}}}
 _AUDIT = {"type": "object", "properties": {
     name: {"type": "integer"} for name in
     ("initial_stock", "remaining", "orders", "units_sold", "oversold", "duplicate_buyers")}

@@ -111,7 +111,7 @@ function render(product) {
     // bought after a reset this page had not polled yet, it was called deleted (a
     // browser audit)
     const confirmed = el.querySelector(".message").classList.contains("ok");
-    if (reset && confirmed && el.dataset.orderSale !== product.sale_started_at) {
+    if (confirmed && orderGone(el.dataset.orderSale, product.sale_started_at, reset)) {
       show(el, TAKEN_BACK, "warn");
     } else if (reset && !confirmed) {
       show(el, "", "");
@@ -121,10 +121,20 @@ function render(product) {
 
 const TAKEN_BACK = "An admin reset this sale: its orders, yours too, were deleted.";
 
+// Whether a confirmed order is gone by the sale a poll shows: its sale is older (a
+// reset came after it: the reset deleted it), whether or not this poll is the one that
+// saw the reset (a page whose first polls failed saw only the newer sale, and kept
+// "Confirmed!"; a review). An order that named no sale: gone if this poll saw a reset.
+function orderGone(orderSale, shown, reset) {
+  if (!orderSale) return reset;
+  return orderSale !== shown && Date.parse(orderSale) < Date.parse(shown);
+}
+
 // Where a confirmed order stands against the newest sale this page has seen: its answer
-// names the sale it was written in (sale_started_at; not a replay's, which is read back).
-// "new": in a sale as new or newer (a reset the polls have not shown yet), "deleted":
-// in an older one (a reset came after it and deleted it), "unknown": not named.
+// names the sale it was written in (sale_started_at; a 201 whose write was bound to no
+// sale generation does not). "new": in a sale as new or newer (a reset the polls have
+// not shown yet), "deleted": in an older one (a reset came after it and deleted it),
+// "unknown": not named.
 function orderStanding(sku, orderSale) {
   if (!orderSale) return "unknown";
   const seen = lastSeen.get(sku);
