@@ -19,7 +19,7 @@ import pytest
 from loadtest.bench import add_arguments, main
 from loadtest.bench.contenders import CONTENDERS
 from loadtest.bench.experiments import EXPERIMENTS
-from loadtest.bench.stats import percentile
+from loadtest.bench.stats import contended, percentile
 from loadtest.bench.worker import critical_section
 from tests.support import cmdline, descendants
 from webapp.cli import build_parser
@@ -186,6 +186,19 @@ def test_percentile_is_nearest_rank():
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 0.99) == 99.0
     assert percentile([5.0], 0.99) == 5.0
+
+
+def test_contended_wait_percentiles_are_p50_p99_and_max_in_ms():
+    # catches p99 taken at another fraction (0.95 gave 95 ms here): waits of 1..100 ms
+    # pooled from two workers are nearest-rank 50 and 99 ms, and the longest 100 ms
+    def worker(n: int, waits: list[float]) -> dict[str, Any]:
+        return {"worker": n, "acquisitions": len(waits), "overlaps": 0, "waits": waits,
+                "cpu_s": 0.0, "round_trips": 0, "switches": 0}
+
+    waits = [i / 1000 for i in range(1, 101)]
+    hot = contended([worker(0, waits[1::2]), worker(1, waits[::2])], duration=1.0,
+                    commands=None, server_cpu_s=0.0)
+    assert hot["wait_ms"] == {"p50": 50.0, "p99": 99.0, "max": 100.0}
 
 
 def test_experimental_waiting_protocols_still_exclude_and_report(tmp_path):

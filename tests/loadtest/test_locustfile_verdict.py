@@ -80,6 +80,15 @@ def test_a_late_buyer_overtaking_an_early_one_lowers_fairness():
     assert arrivals.fairness(log, first_n=1) == 0.0
 
 
+def test_a_buyer_who_came_first_and_won_on_a_retry_counts_by_their_first_attempt():
+    # catches ranking buyers by their last attempt: a came first (busy, then an order at
+    # t=4), so the first two buyers are a and b, both served (1.0); ranked by the last
+    # attempt they were b and c, and c's sold_out read as unfair (0.5)
+    log = [_arrival("a", 1.0, "busy"), _arrival("b", 2.0, "order"),
+           _arrival("c", 3.0, "sold_out"), _arrival("a", 4.0, "order", attempt=2)]
+    assert arrivals.fairness(log, first_n=2) == 1.0
+
+
 def test_time_to_sell_out_runs_from_the_first_attempt_to_the_last_unit_sold():
     log = [_arrival("a", 10.0, "order"), _arrival("b", 10.2, "order"),
            _arrival("c", 10.4, "sold_out")]

@@ -19,6 +19,7 @@ from loadtest.compare import (
     failed,
     format_rounds,
     format_table,
+    table_rows,
 )
 from loadtest.report import charts, render, write_report
 from loadtest.verdict import PURCHASE_NAME
@@ -70,6 +71,18 @@ def test_the_table_has_one_aligned_line_per_strategy():
     assert len({len(line) for line in (header, rule, *rows)}) == 1
     assert rows[0].split()[:4] == ["naive", "NO", "100", "30"]
     assert " - " in rows[1]  # an unknown figure is a dash, not 0
+
+
+def test_each_flash_figure_sits_under_its_own_column():
+    # catches cells out of step with the header (fairness and sell-out s swapped): the
+    # row is read by column name, with figures that differ in every column
+    header, rows = table_rows([result("token", True, sell_out_s=3.256, fairness=0.8,
+                                      redis_per_purchase=4.56, rps=512.4, p99=81.6)])
+    cells = dict(zip(header, rows[0], strict=True))
+    assert cells["fairness"] == "0.80"
+    assert cells["sell-out s"] == "3.26"
+    assert cells["redis/purchase"] == "4.6"
+    assert (cells["req/s"], cells["p99 ms"], cells["verdict"]) == ("512", "82", OK)
 
 
 def test_a_strategy_without_a_figure_is_n_a_in_its_chart_not_a_bare_gap():
@@ -294,6 +307,25 @@ def test_a_no_op_baselines_row_has_its_own_neutral_colour_not_a_taught_failures(
     rows = re.findall(r'<tr class="(\w+)"><td>([^<]+)</td>', page)
     assert rows == [("baseline", "no-op baseline"), ("taught", "naive")]
     assert ".baseline{background:" in page
+
+
+def test_a_flash_rows_colour_is_its_verdicts_a_safe_locks_failure_is_not_taught():
+    # catches a safe lock's FAIL coloured orange like an unsafe one's expected oversell
+    page = render([result("naive", False, oversold=30, consistent=False),
+                   result("fair", True, lost=1, consistent=False),
+                   result("token", True)], {})
+    rows = re.findall(r'<tr class="(\w+)"><td>([^<]+)</td>', page)
+    assert rows == [("taught", "naive"), ("FAIL", "fair"), ("ok", "token")]
+
+
+def test_the_oversold_chart_colours_an_overselling_strategys_bar_bad_and_an_exact_one_good():
+    # catches the oversold bars all one colour (always green): report.py draws an
+    # oversell red (#e15759) and an exact sale green (#59a14f)
+    oversold = charts([result("naive", False, oversold=30, consistent=False),
+                       result("token", True)])[0]
+    assert "Units oversold" in oversold
+    bars = re.findall(r'fill="(#\w+)"><title>([^<]+) oversold:', oversold)
+    assert bars == [("#e15759", "naive"), ("#59a14f", "token")]
 
 
 def test_a_bar_charts_slanted_labels_fit_inside_the_picture():
