@@ -192,10 +192,16 @@ def test_a_reset_clears_the_old_sales_message_and_a_new_product_gets_a_card(page
         card = page.locator('.card[data-sku="sku-1"]')
         meter = card.get_by_role("progressbar")
         expect(meter).to_have_attribute("aria-valuenow", "5")
+        # read out as the card says it ("97%" said nothing of the units; a browser audit),
+        # and the name field's hint is its description
+        expect(meter).to_have_attribute("aria-valuetext", "5 of 5 left")
+        expect(page.locator("#user-name")).to_have_accessible_description(
+            "one order per person per sale")
         page.fill("#user-name", "grace")
         card.locator(".buy").click()
         expect(card.locator(".message")).to_contain_text("Confirmed")
         expect(meter).to_have_attribute("aria-valuenow", "4")
+        expect(meter).to_have_attribute("aria-valuetext", "4 of 5 left")
 
         reset_sale(app, "sku-1", stock=5, strategy="token")
         expect(card.locator(".sold")).to_have_text("0")

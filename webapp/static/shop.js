@@ -90,6 +90,8 @@ function render(product) {
   const meter = el.querySelector(".meter");
   meter.setAttribute("aria-valuemax", product.initial_stock);
   meter.setAttribute("aria-valuenow", product.stock);
+  // read out as the card says it, not as a percentage ("97%": a browser audit)
+  meter.setAttribute("aria-valuetext", `${product.stock} of ${product.initial_stock} left`);
   const soldOut = product.stock <= 0;
   // a screen reader hears the cards' purchase answers, not the numbers: say a sell-out
   if (soldOut && lastStock.get(product.sku) > 0) announce(`${product.name} is sold out.`);
