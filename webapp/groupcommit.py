@@ -280,14 +280,11 @@ def reset_since(connection: Connection, sale_id: int, generation_read: int) -> b
 
 
 def _give_ids(written: list[tuple[Pending[OrderWrite], int]]) -> None:
-    shown: dict[int, str] = {}  # a batch is mostly one sale generation
     for pending, order_id in written:
         order, _, generation = pending.item
         order.id = order_id
         if generation is not None:  # written only in it (``_take_units``)
-            if generation not in shown:
-                shown[generation] = shown_generation(generation)
-            order.sale_started_at = shown[generation]
+            order.sale_started_at = shown_generation(generation)
         pending.result = order
 
 

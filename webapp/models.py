@@ -38,12 +38,19 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def aware(moment: datetime) -> datetime:
+    """``moment`` in UTC, aware (SQLite hands back naive UTC)."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def whole_ms(moment: datetime) -> datetime:
+    return moment.replace(microsecond=moment.microsecond - moment.microsecond % 1000)
+
+
 def shown_sale_start(started_at: datetime) -> str:
     """A sale's ``started_at`` as the API shows it (``sale_started_at``): UTC, to the
     millisecond, without a reload's microseconds (``saleinfo.reloaded_started_at``)."""
-    moment = (started_at.replace(tzinfo=UTC) if started_at.tzinfo is None
-              else started_at.astimezone(UTC))
-    return moment.replace(microsecond=moment.microsecond - moment.microsecond % 1000).isoformat()
+    return whole_ms(aware(started_at)).isoformat()
 
 
 class Base(DeclarativeBase):

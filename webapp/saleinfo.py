@@ -24,7 +24,7 @@ from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from .keys import SaleKeys
-from .models import Order, Sale, shown_sale_start, utcnow
+from .models import Order, Sale, aware, shown_sale_start, utcnow, whole_ms
 from .problems import Busy, UnknownSku
 
 logger = logging.getLogger(__name__)
@@ -386,18 +386,18 @@ def next_started_at(current: datetime | None) -> datetime:
     """The ``started_at`` of a reset's new sale: now, to the millisecond, and always in a
     later millisecond than ``current`` (a clock that stepped back, two resets in one
     millisecond, a reload's generation: ``reloaded_started_at``)."""
-    now = _whole_ms(utcnow())
+    now = whole_ms(utcnow())
     if current is None:
         return now
-    return max(now, _whole_ms(_aware(current)) + _MILLISECOND)
+    return max(now, whole_ms(aware(current)) + _MILLISECOND)
 
 
 def reloaded_started_at(current: datetime) -> datetime:
     """The ``started_at`` of an ``atomic`` sale's generation after a reload: one
     microsecond on. A reset starts its sale at a whole millisecond, so the millisecond
-    (``models.shown_sale_start``) still names the reset: the storefront tells a new sale by it,
-    and a reload is not one (it cleared the buyers' "Confirmed!" messages: a UI audit)."""
-    return _aware(current) + _MICROSECOND
+    (``models.shown_sale_start``) still names the reset: the storefront tells a new sale
+    by it, and a reload is not one (it cleared the buyers' "Confirmed!" messages: a UI audit)."""
+    return aware(current) + _MICROSECOND
 
 
 @functools.lru_cache(maxsize=64)
@@ -405,14 +405,6 @@ def shown_generation(generation_: int) -> str:
     """A sale generation as the API shows the sale (``sale_started_at``). Remembered: a
     sale has few generations, and a lock path asks inside its section (~8 us each)."""
     return shown_sale_start(started_at(generation_))
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _whole_ms(moment: datetime) -> datetime:
-    return moment.replace(microsecond=moment.microsecond - moment.microsecond % 1000)
 
 
 def sale_fields(sale: SaleInfo) -> dict[str, Any]:
