@@ -140,8 +140,7 @@ function orderGone(orderSale, shown, reset) {
 function orderStanding(sku, orderSale) {
   if (!orderSale) return "unknown";
   const seen = lastSeen.get(sku);
-  if (seen === undefined || seen === orderSale) return "new";
-  return Date.parse(orderSale) > Date.parse(seen) ? "new" : "deleted";
+  return seen !== undefined && orderGone(orderSale, seen, false) ? "deleted" : "new";
 }
 
 let failedPolls = 0;
