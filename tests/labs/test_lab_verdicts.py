@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from loadtest.labs import Narrator, crash_no_ttl, oversell, process_lock
+from loadtest.labs import (
+    Narrator,
+    crash_no_ttl,
+    getset_clock,
+    oversell,
+    process_lock,
+    wrong_release,
+)
 from loadtest.labs.crowd import SaleResult
 
 
@@ -75,3 +82,47 @@ def test_crash_no_ttl_is_demonstrated_only_if_setnx_sticks_and_token_recovers(
                         (*outcomes[strategy], 0.5))
     verdict = crash_no_ttl.run(Narrator(quiet=True))
     assert verdict.demonstrated is demonstrated, verdict.line
+
+
+@contextlib.contextmanager
+def _no_redis(narrator: Narrator) -> Any:
+    yield SimpleNamespace(url="redis://lab.invalid/0"), None
+
+
+#: each strategy's story: (B held its lock, A's release refused, C got in beside B)
+TAUGHT = {"setnx-expire": (True, False, True), "token": (True, True, False)}
+
+
+@pytest.mark.parametrize(("changed", "demonstrated"), [
+    ({}, True),
+    ({"token": (True, True, True)}, False),    # token let C in beside B too
+    ({"token": (True, False, False)}, False),  # token's wrong release was not refused
+    ({"setnx-expire": (True, False, False)}, False)])  # the plain DEL harmed nobody
+def test_wrong_release_is_demonstrated_only_if_the_plain_del_harms_and_token_refuses(
+        monkeypatch, changed, demonstrated):
+    stories = {**TAUGHT, **changed}
+    monkeypatch.setattr(wrong_release, "lab_client", _no_redis)
+    monkeypatch.setattr(wrong_release, "_story",
+                        lambda narrator, client, strategy: stories[strategy])
+    verdict = wrong_release.run(Narrator(quiet=True))
+    assert verdict.demonstrated is demonstrated, verdict.line
+
+
+@pytest.mark.parametrize(("acts", "demonstrated"), [
+    ({}, True),
+    ({"clock": (True, True)}, False),           # the honest clock took the live lock too
+    ({"clock": (False, False)}, False),         # the fast clock did not take it
+    ({"getset": (True, True, False)}, False),   # GETSET's loser acquired as well
+    ({"getset": (False, True, True)}, False)])  # the winner's expiry was not overwritten
+def test_getset_clock_is_demonstrated_only_by_the_acts_that_ran_real_locks(
+        monkeypatch, acts, demonstrated):
+    outcome = {"clock": (False, True), "getset": (False, True, False), **acts}
+    monkeypatch.setattr(getset_clock, "lab_client", _no_redis)
+    monkeypatch.setattr(getset_clock, "_skewed_clock_takes_live_lock",
+                        lambda narrator, client: outcome["clock"])
+    monkeypatch.setattr(getset_clock, "_del_setnx_race", lambda narrator, client: True)
+    monkeypatch.setattr(getset_clock, "_getset_race",
+                        lambda narrator, client: outcome["getset"])
+    verdict = getset_clock.run(Narrator(quiet=True))
+    assert verdict.demonstrated is demonstrated, verdict.line
+
