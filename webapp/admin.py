@@ -128,8 +128,7 @@ def _one_reset_at_a_time(backends: Backends, sku: str) -> Iterator[None]:
     Redis A leaves A's stock in Redis and B's in the database). The lock strategies'
     stock lock would serialize them, the lock-free paths have none: this one is for
     resets only, so buyers never wait for it."""
-    if services.UNDONE_LATER:  # a reset lock left for Redis to answer: settled first
-        services.UNDONE_LATER.drain()
+    services.UNDONE_LATER.drain()  # a reset lock left for Redis to answer: settled first
     timeout = backends.config["LOCK_TIMEOUT_S"]
     # outlives a reset that waits ``timeout`` for the stock lock (or, with its server
     # down, one lock TTL at most: ``_current_lock``) and then works

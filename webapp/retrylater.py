@@ -58,7 +58,10 @@ class RetryLater(Generic[T]):
         return left
 
     def drain(self) -> None:
-        if time.monotonic() < self.next_drain:
+        """Try the waiting undos in order, at most once every ``every_s``; stop at the
+        first that fails again. Nothing waiting: returns at once (a purchase calls it
+        every time), and the next drain is not put off."""
+        if not self.waiting or time.monotonic() < self.next_drain:
             return
         self.next_drain = time.monotonic() + self.every_s  # also keeps other greenlets out
         while True:

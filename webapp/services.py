@@ -125,10 +125,8 @@ class PurchaseResult:
 
 def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     """Buy ``request.quantity`` units for ``request.user_id``, or raise a ``ShopError``."""
-    if UNDONE_LATER:  # an outage left undos of failed purchases: try them first
-        UNDONE_LATER.drain()
-    if IN_DOUBT:  # and orders whose write may have committed: ask the database again
-        IN_DOUBT.drain()
+    UNDONE_LATER.drain()  # an outage left undos of failed purchases: try them first
+    IN_DOUBT.drain()  # and orders whose write may have committed: ask the database again
     if not request.nonce:
         request = dataclasses.replace(request, nonce=new_nonce())
     try:

@@ -70,3 +70,13 @@ def test_the_served_worker_gives_its_undos_a_last_chance_as_it_exits(queue, capl
     with caplog.at_level(logging.ERROR, logger="webapp.retrylater"):
         gunicorn_conf.worker_exit(server=None, worker=None)
     assert "user_id='dee'" in caplog.text
+
+
+def test_a_drain_with_nothing_waiting_does_not_put_off_the_next(queue):
+    # every purchase (and every reset) calls drain(): one with nothing to undo must not
+    # hold off, for every_s, the drain of an undo queued just after it
+    queue.drain()
+    assert queue.next_drain == 0.0
+    queue.add(_Undo("sku-1", "ann", 1, backend_up=True))
+    queue.drain()
+    assert not queue
