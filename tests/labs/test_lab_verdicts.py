@@ -65,28 +65,25 @@ def test_process_lock_is_demonstrated_only_if_local_oversells_across_workers_alo
     assert verdict.demonstrated is demonstrated, verdict.line
 
 
+@contextlib.contextmanager
+def _no_redis(narrator: Narrator) -> Any:
+    """A lab's ``lab_client`` replaced: no server, the acts that would use it replaced too."""
+    yield SimpleNamespace(url="redis://lab.invalid/0"), None
+
+
 @pytest.mark.parametrize(("setnx", "token", "demonstrated"), [
     ((False, -1), (True, 1000), True),   # setnx stuck for good, token's TTL freed it
     ((True, -1), (True, 1000), False),   # setnx's waiter got the lock: nothing stuck
     ((False, -1), (False, 1000), False)])  # token did not recover either
 def test_crash_no_ttl_is_demonstrated_only_if_setnx_sticks_and_token_recovers(
         monkeypatch, setnx, token, demonstrated):
-    @contextlib.contextmanager
-    def client(narrator: Narrator) -> Any:
-        yield SimpleNamespace(url="redis://lab.invalid/0"), None
-
     outcomes = {"setnx": setnx, "token": token}
-    monkeypatch.setattr(crash_no_ttl, "lab_client", client)
+    monkeypatch.setattr(crash_no_ttl, "lab_client", _no_redis)
     monkeypatch.setattr(crash_no_ttl, "_crash_and_wait",
                         lambda narrator, client, url, strategy, ttl_ms:
                         (*outcomes[strategy], 0.5))
     verdict = crash_no_ttl.run(Narrator(quiet=True))
     assert verdict.demonstrated is demonstrated, verdict.line
-
-
-@contextlib.contextmanager
-def _no_redis(narrator: Narrator) -> Any:
-    yield SimpleNamespace(url="redis://lab.invalid/0"), None
 
 
 #: each strategy's story: (B held its lock, A's release refused, C got in beside B)
