@@ -176,20 +176,33 @@ def test_a_request_gunicorn_cannot_parse_is_answered_with_json_too(served):
     assert set(json.loads(body)) == {"error", "detail"}
 
 
-def test_a_worker_freezes_the_apps_objects_and_collects_young_ones_less_often():
+def test_a_worker_freezes_the_apps_objects_and_collects_young_ones_less_often(monkeypatch):
     import gc
+    import threading
 
-    from webapp import gunicorn_conf
+    from webapp import gunicorn_conf, retrylater
 
+    # the hook also starts the worker's undo-draining thread: here it is stopped after
+    # the test (left running, it drained the undo queues of this test process's later
+    # tests at moments of its own: test_reset_lock_lost_reply saw its lock let go early)
+    stop = threading.Event()
+    started: list[threading.Thread] = []
+    real_drain_every = retrylater.drain_every
+    monkeypatch.setattr(retrylater, "drain_every",
+                        lambda every_s: started.append(real_drain_every(every_s, stop)))
     threshold = gc.get_threshold()
     try:
         gunicorn_conf.post_worker_init(worker=None)
         assert gc.get_freeze_count() > 1000  # everything imported so far
         assert gc.get_threshold() == (gunicorn_conf.GC_GEN0_THRESHOLD, *threshold[1:])
         assert gunicorn_conf.GC_GEN0_THRESHOLD > threshold[0]
+        assert len(started) == 1  # and the undos are drained without a buyer
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+        stop.set()
+        for thread in started:
+            thread.join(5)
 
 
 def test_a_shop_that_cannot_start_names_the_exception_not_gunicorns_last_words(tmp_path):
