@@ -53,11 +53,15 @@ _BUSY = (503, "busy: lock not acquired in time or a backend down; see Retry-Afte
 _DATABASE_DOWN = (503, "busy: the database is down; see Retry-After")
 _TOO_LARGE = (413, "request_entity_too_large: the body is over 64 KiB")
 
+_IN_CHECKOUT = {"type": "integer", "description": "units Redis has taken whose orders "
+                "are not written yet (amid a sale: in checkout; the audit is consistent "
+                "only once they are 0)"}
 _PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sold", "strategy"],
             "properties": {"sku": {"type": "string"}, "name": {"type": "string"},
                            "price": {"type": "number"}, "stock": {"type": "integer"},
                            "sold": {"type": "integer"}, "strategy": {"type": "string"},
                            "initial_stock": {"type": "integer"},
+                           "in_checkout": _IN_CHECKOUT,
                            "limit": {"type": "integer", "description": "units one buyer "
                                      "may buy in this sale (a purchase's quantity)"},
                            "sale_started_at": {"type": "string", "format": "date-time",
@@ -75,7 +79,7 @@ _ORDER = {"type": "object", "required": ["order_id", "sku", "user_id", "quantity
 _AUDIT = {"type": "object", "properties": {
     name: {"type": "integer"} for name in
     ("initial_stock", "remaining", "orders", "units_sold", "oversold", "duplicate_buyers")}
-    | {"consistent": {"type": "boolean"}}}
+    | {"in_checkout": _IN_CHECKOUT, "consistent": {"type": "boolean"}}}
 
 
 def document(config: dict[str, Any]) -> dict[str, Any]:

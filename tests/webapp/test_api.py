@@ -118,6 +118,24 @@ def test_the_audit_notices_redis_stock_that_disagrees_with_the_orders(client, re
     assert audit["consistent"] is False
 
 
+def test_units_taken_in_redis_whose_orders_are_not_written_yet_are_in_checkout(client,
+                                                                               redis_client):
+    # amid a sale Redis runs ahead of the orders written: the audit said "consistent:
+    # false" and the product "stock + sold" short of the stock, neither saying by what
+    # (an API audit)
+    assert buy(client, "ann").status_code == 201
+    redis_client.decrby("sale:{sku-1}:stock", 2)  # two units taken, their orders not yet
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["units_sold"], audit["in_checkout"],
+            audit["consistent"]) == (7, 1, 2, False)
+    product = client.get(f"/api/products/{SKU}").get_json()
+    assert (product["stock"], product["sold"], product["in_checkout"]) == (7, 1, 2)
+    redis_client.incrby("sale:{sku-1}:stock", 2)  # given back (or: written, sold)
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["in_checkout"], audit["consistent"]) == (0, True)
+    assert client.get(f"/api/products/{SKU}").get_json()["in_checkout"] == 0
+
+
 def test_the_audit_notices_a_database_count_that_disagrees_with_redis(app, client):
     # Redis and the orders add up; only the database's own count is off (a lost
     # decrement): "consistent" also means Redis agrees with the database (CONTRACT)

@@ -463,7 +463,7 @@ def test_units_taken_whose_orders_are_not_written_yet_show_as_in_checkout(page):
 
     with ServedApp(workers=1) as app:
         reset_sale(app, "sku-1", stock=10, strategy="token")
-        mid_sale = {"stock": 6, "sold": 3}
+        mid_sale = {"stock": 6, "sold": 3, "in_checkout": 1}
 
         def as_mid_sale(route):
             products = route.fetch().json()
@@ -478,11 +478,35 @@ def test_units_taken_whose_orders_are_not_written_yet_show_as_in_checkout(page):
         card = page.locator('.card[data-sku="sku-1"]')
         expect(card.locator(".checkout")).to_be_visible()
         expect(card.locator(".stock-line")).to_contain_text("6 of 10 left · 3 sold · 1 in checkout")
-        mid_sale.update(stock=6, sold=4)  # the order is written
+        mid_sale.update(stock=6, sold=4, in_checkout=0)  # the order is written
         expect(card.locator(".checkout")).to_be_hidden()
         mid_sale.update(stock=0, sold=12)  # an unsafe lock oversold: nothing is in checkout
         expect(card.locator(".sold")).to_have_text("12")
         expect(card.locator(".checkout")).to_be_hidden()
+
+        # the admin page's audit amid the sale: "consistent: false" in red was a false
+        # alarm while units were in checkout (an API audit)
+        audit_mid_sale = {"remaining": 6, "units_sold": 3, "in_checkout": 1,
+                          "consistent": False}
+
+        def audit_as_mid_sale(route):
+            route.fulfill(status=200, content_type="application/json",
+                          body=json.dumps(route.fetch().json() | audit_mid_sale))
+
+        page.route("**/api/sales/sku-1/audit", audit_as_mid_sale)
+        page.goto(app.url + "/admin")
+        consistent = page.locator("#a-consistent")
+        expect(page.locator("#a-in_checkout")).to_have_text("1")
+        expect(consistent).to_have_text("not yet (units in checkout)")
+        expect(consistent).to_have_class(re.compile(r"\bpending\b"))
+        expect(consistent).not_to_have_class(re.compile(r"\b(good|bad)\b"))
+        audit_mid_sale.update(oversold=1)  # units in checkout beside an oversell: wrong
+        expect(consistent).to_have_text("false")
+        expect(consistent).to_have_class(re.compile(r"\bbad\b"))
+        audit_mid_sale.update(oversold=0, in_checkout=0, remaining=7, consistent=True)
+        expect(consistent).to_have_text("true")
+        expect(consistent).to_have_class(re.compile(r"\bgood\b"))
+        expect(consistent).not_to_have_class(re.compile(r"\bpending\b"))
 
 
 def test_the_admin_page_says_why_there_is_no_audit_and_drops_an_old_reset_message(page):

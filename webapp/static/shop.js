@@ -74,7 +74,7 @@ function render(product) {
   el.querySelector(".sold").textContent = product.sold;
   // left comes from Redis, sold from the orders written: mid-sale the units taken whose
   // orders are still being written are neither, and "left + sold" fell short of the stock
-  const inCheckout = product.initial_stock - product.stock - product.sold;
+  const inCheckout = product.in_checkout;
   el.querySelector(".in-checkout").textContent = inCheckout;
   el.querySelector(".checkout").hidden = !(inCheckout > 0);
   // an unsafe lock sells units the shop never had: "26 of 100 left · 1000 sold" and
