@@ -16,16 +16,17 @@ import logging
 import re
 import traceback
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from lockcore import LockError
 
 from .logthrottle import PER_REQUEST
 from .problems import Busy, ShopError, Unauthorized
+from .validation import too_long_body
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,12 @@ def lock_trouble(exc: LockError) -> tuple[Response, int]:
 @bp.app_errorhandler(HTTPException)
 def http_error(exc: HTTPException) -> tuple[Response, int]:
     code = re.sub(r"[^a-z0-9]+", "_", (exc.name or "error").lower()).strip("_")
-    response, status = error_response(code, exc.description or code, exc.code or 500)
+    detail = exc.description or code
+    if isinstance(exc, RequestEntityTooLarge) and detail == RequestEntityTooLarge.description:
+        # werkzeug's own, for a Content-Length over the limit: "The data value transmitted
+        # exceeds the capacity limit." where a chunked body heard the limit (an API audit)
+        detail = too_long_body(request.max_content_length)
+    response, status = error_response(code, detail, exc.code or 500)
     if exc.code == 405 and exc.valid_methods:  # type: ignore[attr-defined]
         response.headers["Allow"] = ", ".join(exc.valid_methods)  # type: ignore[attr-defined]
     return response, status

@@ -74,8 +74,13 @@ def read_body(request: Request) -> bytes:
     if request.content_length is None and limit is not None and len(data) >= limit \
             and _more_after(request):
         _drain(request)
-        raise RequestEntityTooLarge(f"the body is longer than the {limit} bytes accepted")
+        raise RequestEntityTooLarge(too_long_body(limit))
     return data
+
+
+def too_long_body(limit: int | None) -> str:
+    """A 413's detail, for a chunked body (here) and a Content-Length (``errors``) both."""
+    return f"the body is longer than the {limit} bytes accepted"
 
 
 def _more_after(request: Request) -> bool:
@@ -171,8 +176,10 @@ def has_something_to_see(value: str) -> bool:
 
 def text(body: dict[str, Any], name: str, max_length: int) -> str:
     value = body.get(name)
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value:
         raise InvalidRequest(f"{name} must be a non-empty string")
+    if not value.strip():  # "   " or U+3000 was called empty (an API audit)
+        raise InvalidRequest(f"{name} must not be blank (spaces only)")
     if len(value) > max_length:
         raise InvalidRequest(f"{name} must be at most {max_length} characters")
     if not is_clean_text(value) or not has_something_to_see(value):

@@ -486,6 +486,14 @@ def test_a_quantity_above_the_sales_limit_is_400_naming_the_limit(client, strate
     assert buy(client, "ann", quantity=3).status_code == 201  # nothing was reserved
 
 
+@pytest.mark.parametrize("strategy", ["atomic", "token"])
+def test_a_quantity_above_a_limit_of_one_says_one_unit(client, strategy):
+    reset(client, stock=10, strategy=strategy, limit=1)  # "between 1 and 1" (an API audit)
+    response = buy(client, "ann", quantity=2)
+    assert response.status_code == 400
+    assert response.get_json()["detail"] == "quantity must be 1 for this sale (one unit per buyer)"
+
+
 def test_after_the_sale_sells_out_a_buyer_hears_already_purchased_not_sold_out(client):
     assert buy(client, "ann", sku="sku-2").status_code == 201
     assert buy(client, "bob", sku="sku-2").get_json()["error"] == "sold_out"

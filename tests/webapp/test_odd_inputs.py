@@ -143,6 +143,18 @@ def test_a_huge_body_is_a_json_413(client):
                            json={"user_id": "ann", "padding": "x" * 200_000})
     assert response.status_code == 413
     assert set(response.get_json()) == {"error", "detail"}
+    # the limit named, as for a chunked body: werkzeug's "The data value transmitted
+    # exceeds the capacity limit." (an API audit)
+    assert response.get_json()["detail"] == "the body is longer than the 65536 bytes accepted"
+
+
+@pytest.mark.parametrize("user_id", ["   ", "\u3000", "\u00a0"])
+def test_a_blank_user_id_is_called_blank_not_empty(client, user_id):
+    response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": user_id})
+    assert response.status_code == 400
+    assert response.get_json()["detail"] == "user_id must not be blank (spaces only)"
+    response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": ""})
+    assert response.get_json()["detail"] == "user_id must be a non-empty string"
 
 
 def test_with_the_database_down_healthz_names_it_and_the_api_answers_503(redis_url, redis_client):
