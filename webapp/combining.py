@@ -44,8 +44,7 @@ from collections import deque
 from typing import Any
 
 from .allocation import Buyer, serve_batch, take_batch, wake
-from .problems import lock_not_taken
-from .section import release_after_section
+from .section import lock_timed_out, release_after_section
 from .services import Checkout, PurchaseRequest, SaleInfo
 
 #: the attribute of a shop's lock that bounds one section's simulated work
@@ -92,7 +91,7 @@ class Combiner:
             with self._mutex:
                 if not me.lead and me in self._queue:  # not taken into a batch: give up
                     self._queue.remove(me)
-                    raise lock_not_taken(sale.sku, handle, deps.lock_timeout_s)
+                    raise lock_timed_out(deps, sale, handle)
             me.woken.wait()  # served or handed the lead while timing out: take it
         if me.lead:
             self._combine(me, deps, handle.lock, deadline)
@@ -109,7 +108,7 @@ class Combiner:
             raise
         if not got:
             self._leave(me)
-            raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
+            raise lock_timed_out(deps, sale, lock)
         served: list[Buyer] = []
         try:
             # caps a batch with simulated work: the lock's TTL, or for a lock without one

@@ -28,10 +28,11 @@ from .combining import CombinableLock
 from .deadlines import set_stock
 from .orders import Relock, record_order
 from .paths import StockPath
-from .problems import Busy, lock_not_taken, not_enough
+from .problems import Busy, not_enough
 from .section import (
     flag_sold_out,
     lease_renewed,
+    lock_timed_out,
     release_after_section,
     stock_if_still,
 )
@@ -75,7 +76,7 @@ class LockedPath(StockPath):
     def _locked_purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest,
                          lock: Any) -> Any:
         if not lock.acquire(blocking=True, timeout=deps.lock_timeout_s):
-            raise lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
+            raise lock_timed_out(deps, sale, lock)
         try:
             stock, generation = stock_if_still(deps, sale, lock.fencing_token)
             if stock < request.quantity:

@@ -1,0 +1,58 @@
+"""A buyer whose wait for the sale's lock runs out after the sale sold out hears 409
+sold_out, not 503 busy: 43 of 100 buyers queued behind a slow ``setnx-expire`` section
+(``work_ms`` 300, 20 units) heard "the stock lock was not free within 10s" and came back
+only to hear sold out (an API audit)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from webapp import locks, sales
+from webapp.saleinfo import load_sale
+
+from .conftest import SKU, backends, buy, empty_shop, make_app
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("strategy", ["setnx-expire", "token"])
+@pytest.mark.parametrize("sold_out_meanwhile", [True, False])
+@pytest.mark.parametrize("combine", [False, True])  # one section a buyer; a batch's
+def test_a_buyer_timed_out_behind_the_lock_of_a_sale_that_sold_out_hears_sold_out(
+        sqlite_url, redis_url, redis_client, strategy, sold_out_meanwhile, combine):
+    app = make_app(sqlite_url, redis_url, LOCK_TIMEOUT_S=0.6, LOCK_COMBINE=combine)
+    try:
+        empty_shop(app)
+        shop = backends(app)
+        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=3,
+                             strategy=strategy)
+        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=3, strategy=strategy)
+        holder = locks._new_lock(shop, load_sale(shop.sessions, SKU), "holder")
+        assert holder.acquire(blocking=False)
+        answers: list[Any] = []
+        try:
+            waiting = threading.Thread(
+                target=lambda: answers.append(buy(app.test_client(), "ann")))
+            waiting.start()
+            time.sleep(0.2)  # ann waits for the lock; the holder sells the last unit
+            if sold_out_meanwhile:
+                redis_client.set(f"sale:{{{SKU}}}:soldout", 1)
+            waiting.join(30)
+        finally:
+            holder.release()
+        audit = sales.audit(shop.sessions, shop.redis, SKU)
+    finally:
+        backends(app).close()
+    answer = answers[0]
+    if sold_out_meanwhile:
+        assert answer.status_code == 409, answer.get_json()
+        assert answer.get_json() == {"error": "sold_out", "detail": f"{SKU} is sold out"}
+    else:  # still units to sell: try again
+        assert answer.status_code == 503, answer.get_json()
+        assert "was not free within 0.6s" in answer.get_json()["detail"]
+        assert answer.headers["Retry-After"] == "1"
+    assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 3, True)
