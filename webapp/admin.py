@@ -8,7 +8,6 @@ raise ``TypeError``, as ``compare_digest`` on ``str`` would).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hmac
 import logging
@@ -28,6 +27,7 @@ from .extensions import Backends, get_backends
 from .keys import SaleKeys
 from .lockedpath import LockedPath
 from .problems import Busy, InvalidRequest, Unauthorized, UnknownSku
+from .retrylater import UnsettledLock
 from .saleinfo import cached_sale, load_sale
 
 logger = logging.getLogger(__name__)
@@ -142,7 +142,9 @@ def _one_reset_at_a_time(backends: Backends, sku: str) -> Iterator[None]:
         # Sent to a Redis that did not answer in time (paused): it may take the lock when
         # it wakes, for nobody. Every reset of the sale then heard 503 "another reset is
         # still running" for the lock's whole 90 s (an HTTP audit). Let it go then.
-        services.UNDONE_LATER.add(_UnsettledResetLock(lock, sku))
+        services.UNDONE_LATER.add(UnsettledLock(
+            lock.settle, sku, "reset",
+            remedy="its lock expires with its TTL (90 s by default); resets of the sale wait"))
         raise
     if not got:
         raise Busy(f"another reset of {sku} is still running")
@@ -151,28 +153,6 @@ def _one_reset_at_a_time(backends: Backends, sku: str) -> Iterator[None]:
     finally:
         with contextlib.suppress(LockError):
             lock.release()
-
-
-@dataclasses.dataclass(frozen=True)
-class _UnsettledResetLock:
-    """A reset lock whose acquire lost its reply; ``retry`` is False while Redis still
-    does not answer (``retrylater.py``)."""
-
-    lock: Any
-    sku: str
-    #: what ``retrylater.last_chance`` tells an operator of one still undone at exit
-    remedy = "its lock expires with its TTL (90 s by default); resets of the sale wait"
-
-    def retry(self) -> bool:
-        try:
-            if self.lock.settle():
-                logger.warning("reset of %s: its lock, taken by Redis after the reset had "
-                               "given up, is let go", self.sku)
-        except Exception as exc:  # noqa: BLE001 - still unreachable: tried again later
-            logger.warning("reset of %s: could not settle its lock yet; will retry: %s",
-                           self.sku, type(exc).__name__)
-            return False
-        return True
 
 
 @contextlib.contextmanager

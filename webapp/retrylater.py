@@ -14,6 +14,7 @@ what is still waiting then is logged, one line per undo, for an operator to sett
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import threading
 import time
@@ -72,6 +73,32 @@ class RetryLater(Generic[T]):
             if not self.attempt(entry):
                 self.waiting.appendleft(entry)
                 return
+
+
+@dataclasses.dataclass(frozen=True)
+class UnsettledLock:
+    """A lock whose acquire or release raised with Redis's reply lost (a paused Redis):
+    Redis may hold it for nobody until its TTL (it ran the acquire when it woke, or never
+    ran the release). ``retry`` lets it go by the handle's ``settle()``; False while Redis
+    still does not answer."""
+
+    settle: Callable[[], bool]
+    sku: str
+    #: whose lock, for the log: "reset" or "purchase"
+    of: str
+    #: what ``last_chance`` tells an operator of one still unsettled at exit
+    remedy: str = "its lock expires with its TTL"
+
+    def retry(self) -> bool:
+        try:
+            if self.settle():
+                logger.warning("%s lock of %s, held by Redis for nobody after a lost reply, "
+                               "is let go", self.of, self.sku)
+        except Exception as exc:  # noqa: BLE001 - still unreachable: tried again later
+            logger.warning("%s lock of %s: could not settle it yet; will retry: %s",
+                           self.of, self.sku, type(exc).__name__)
+            return False
+        return True
 
 
 def drain_every(every_s: float, stop: threading.Event | None = None) -> threading.Thread:

@@ -97,10 +97,11 @@ from sqlalchemy import select
 
 from lockcore import LockNotOwned
 
-from . import saleinfo, scripts
+from . import saleinfo, scripts, services
 from .logthrottle import PER_REQUEST
 from .models import Sale
 from .problems import Busy, ShopError, lock_not_taken, not_enough
+from .retrylater import UnsettledLock
 from .services import Checkout, SaleInfo
 
 logger = logging.getLogger(__name__)
@@ -225,7 +226,13 @@ def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
 
 
 def release_after_section(lock: Any, sale: SaleInfo) -> None:
-    """Release ``lock``; a failure is logged, not raised: the section's answer stands."""
+    """Release ``lock``; a failure is logged, not raised: the section's answer stands.
+
+    A release whose reply was lost (Redis paused past the client's timeout) may never
+    run, and the lock is then Redis's for nobody for its TTL, every buyer of the sale
+    503 busy: a lock that can ``settle()`` (``token``, ``fair``) is let go as soon as
+    Redis answers (``services.UNDONE_LATER``)."""
+    settle = getattr(lock, "settle", None)  # the held handle's, before a cohort lets go
     try:
         lock.release()
     except LockNotOwned:  # the TTL ran out inside the section (the seed 004 lesson), or
@@ -236,6 +243,8 @@ def release_after_section(lock: Any, sale: SaleInfo) -> None:
         PER_REQUEST.log(logger, logging.ERROR, ("release", sale.strategy, type(exc).__name__),
                         "releasing the %s lock on %s failed", sale.strategy, sale.sku,
                         exc_info=True)
+        if callable(settle):
+            services.UNDONE_LATER.add(UnsettledLock(settle, sale.sku, "purchase"))
 
 
 def lease_renewed(lock: Any) -> bool:

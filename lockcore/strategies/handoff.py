@@ -25,7 +25,8 @@ Not a strategy: what two strategies share, so each of their modules teaches one 
   raised ``NoPermissionError`` out of every such join (a lockcore audit).
 * **Leaving.** Giving up leaves the queue, or passes on a lock handed over meanwhile.
 * **Settling.** An acquisition that raised with a reply lost may still take the lock
-  when Redis wakes: ``settle()`` lets it go, by the acquisition's name.
+  when Redis wakes, and a release that raised so may never have run: ``settle()`` lets
+  it go, by the acquisition's name.
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ class HandOffLock(DistributedLock):
         """After an ``acquire`` that raised with Redis's reply lost (a server paused
         past the client's timeout): let go of the lock if that acquisition took it after
         all (Redis ran the command when it woke; nobody held it, for a whole TTL), or
-        leave the queue it may have joined. True if it had taken the lock; False
+        leave the queue it may have joined. After a ``release`` that raised so: let go
+        of the lock if Redis did not run the release. True if it had the lock; False
         otherwise (nothing was taken, nothing is unsettled, or this handle holds the
         lock now). Raises the client's error while Redis does not answer: call it again
         later (a web app's reset lock, taken as Redis froze, held off every later reset
@@ -234,7 +236,17 @@ class HandOffLock(DistributedLock):
                                   args=["release", uuid, self.ttl_ms, self.lease_ms])
 
     def _release(self, token: str) -> None:
-        done = self._queue_release(token)
+        try:
+            done = self._queue_release(token)
+        except MaxConnectionsError:
+            raise  # nothing was sent (``patiently`` waits for a connection)
+        except BaseException:
+            # Sent, its reply lost (a paused Redis): Redis may run it when it wakes, or
+            # refuse it then (NOSCRIPT: a ``token`` handle's first release sends a script
+            # never loaded), and the lock stays ours for its TTL. Kept for ``settle()``
+            # and the next ``acquire`` (a lockcore audit: 20 s for nobody, 3 of 3 times).
+            self._unsettled = token
+            raise
         if done not in (RELEASED, HANDED_ON):
             raise LockNotOwned("the lock expired or is held by someone else", self.name)
         # Handed on: others are queued, so our next try could only fail.

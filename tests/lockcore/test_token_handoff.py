@@ -248,6 +248,71 @@ def test_a_waiter_that_cannot_block_still_queues_at_its_bound(redis_server, crow
         client.close()
 
 
+@pytest.mark.parametrize("then", ["settle", "acquire"])
+def test_a_release_whose_reply_was_lost_is_settled_once_redis_answers(then):
+    """Redis paused past the client's timeout: a ``token`` handle's first release sent
+    a script Redis had not loaded, which Redis refused (NOSCRIPT) when it woke, and the
+    lock stayed the handle's for its whole TTL: ``settle()`` returned False and the
+    handle's own acquire waited it out (a lockcore audit: 20 s, 3 of 3 times)."""
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
+    watcher = redis.Redis.from_url(server.url)
+    try:
+        lock = lockcore.create("token", client, "lost-release", ttl_ms=60_000)
+        assert lock.acquire(blocking=False)
+        server.pause()
+        try:
+            with pytest.raises(redis.TimeoutError):
+                lock.release()
+        finally:
+            server.resume()
+        assert watcher.exists("lock:{lost-release}")  # not released: held for nobody
+        if then == "settle":
+            assert lock.settle() is True
+            assert lock.settle() is False  # once
+            assert not watcher.exists("lock:{lost-release}")
+        else:  # the handle's next acquire settles first
+            assert lock.acquire(blocking=False)
+            lock.release()
+        rival = lockcore.create("token", watcher, "lost-release", ttl_ms=60_000)
+        assert rival.acquire(blocking=False)
+        rival.release()
+    finally:
+        watcher.close()
+        client.close()
+        server.cleanup()
+
+
+def test_settling_a_release_redis_ran_late_lets_go_of_nothing_else():
+    """A ``fair`` release whose reply was lost runs when Redis wakes: ``settle()`` then
+    finds nothing of ours, and leaves the next holder's lock alone."""
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
+    watcher = redis.Redis.from_url(server.url)
+    try:
+        lock = lockcore.create("fair", client, "late-release", ttl_ms=60_000)
+        rival = lockcore.create("fair", watcher, "late-release", ttl_ms=60_000)
+        assert lock.acquire(blocking=False)
+        server.pause()
+        try:
+            with pytest.raises(redis.TimeoutError):
+                lock.release()
+        finally:
+            server.resume()
+        assert rival.acquire(timeout=2.0)  # Redis ran the release late
+        assert lock.settle() is False
+        assert rival.held()
+        rival.release()
+    finally:
+        watcher.close()
+        client.close()
+        server.cleanup()
+
+
 @pytest.mark.parametrize("strategy", ["token", "fair"])
 def test_an_acquire_whose_reply_was_lost_is_settled_once_redis_answers(strategy):
     """Redis paused past the client's timeout: acquire raised, and Redis ran the command
