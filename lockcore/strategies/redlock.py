@@ -85,8 +85,12 @@ class RedLock(DistributedLock):
 
     def __init__(self, clients: Any, name: str, *, node_timeout_ms: int = 200,
                  **options: Any) -> None:
-        if not isinstance(clients, (list, tuple)) or not clients:
-            raise TypeError("redlock needs a list of independent redis clients")
+        if not isinstance(clients, (list, tuple)):
+            raise TypeError("redlock needs a list of independent redis clients, "
+                            f"not {type(clients).__name__}")
+        if not clients:  # "needs a list" said to a list (a lockcore audit)
+            raise ValueError("redlock needs at least one redis client (five independent "
+                             "nodes is the usual), not an empty list")
         for client in clients:
             check_redis_client(client, "redlock (each node)")
         check_independent(clients)

@@ -525,6 +525,14 @@ def test_works_in_a_gevent_monkey_patched_process(redlock_cluster) -> None:
     assert out.stdout.strip() == "ok", out.stderr
 
 
+def test_no_list_is_a_type_error_and_an_empty_list_a_value_error() -> None:
+    with pytest.raises(TypeError, match="needs a list of independent redis clients, not str"):
+        lockcore.create("redlock", "redis://x", "stock:sku-1")
+    # "needs a list of independent redis clients", said to a list (a lockcore audit)
+    with pytest.raises(ValueError, match="at least one redis client"):
+        lockcore.create("redlock", [], "stock:sku-1")
+
+
 def test_a_client_list_with_something_else_in_it_is_a_type_error(redlock_clients) -> None:
     with pytest.raises(TypeError, match="redis-py client"):  # was an AttributeError
         lockcore.create("redlock", [*redlock_clients[:2], "redis://x"], "stock:sku-1")
