@@ -116,13 +116,14 @@ def noop_post() -> Response:
 @bp.get("/api/products")
 def products() -> Response:
     backends = get_backends()
-    return jsonify(sales.list_products(backends.sessions, backends.redis))
+    return jsonify(sales.list_products(backends.sessions, backends.view_redis))
 
 
 @bp.get("/api/products/<sku>")
 def product(sku: str) -> Response:
     backends = get_backends()
-    return jsonify(sales.get_product(backends.sessions, backends.redis, _known_sku(sku)))
+    return jsonify(sales.get_product(backends.sessions, backends.view_redis,
+                                     _known_sku(sku)))
 
 
 @bp.post("/api/products/<sku>/purchase")

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 #: how long the first zookeeper request waits for the session (later ones do not wait)
 ZK_FIRST_CONNECT_S = 5.0
 
+#: how long a product view waits for Redis's live stock (``Backends.view_redis``)
+VIEW_REDIS_TIMEOUT_S = 2.0
+
 #: How long a SQLite statement waits for another writer (the file's one write lock).
 #: It waits in C, not in gevent: the whole worker stops meanwhile. And a lock section
 #: writes its order rows inside the lock, whose TTL (``LOCK_TTL_MS``, 10 s) the wait
@@ -198,6 +201,19 @@ class Backends:
         return ScriptPipeline(self.redis, after=write_taken)
 
     @functools.cached_property
+    def view_redis(self) -> Redis:
+        """The product views' client (``GET /``, ``/api/products``), its reads bounded
+        by ``VIEW_REDIS_TIMEOUT_S``: past it a view shows the database's count. On the
+        purchases' client a frozen Redis held the storefront and its every poll for
+        ``REDIS_SOCKET_TIMEOUT_S`` (10 s; a storefront audit)."""
+        timeout = min(VIEW_REDIS_TIMEOUT_S, self.config["REDIS_SOCKET_TIMEOUT_S"])
+        pool = BlockingConnectionPool.from_url(
+            self.config["REDIS_URL"], max_connections=self.config["REDIS_MAX_CONNECTIONS"],
+            timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=timeout,
+            socket_timeout=timeout, health_check_interval=30)
+        return Redis(connection_pool=pool)
+
+    @functools.cached_property
     def health_redis(self) -> Redis:
         """A client of its own with short timeouts: a probe must answer while Redis hangs."""
         return Redis.from_url(self.config["REDIS_URL"], socket_timeout=1,
@@ -245,7 +261,8 @@ class Backends:
         return client
 
     def close(self) -> None:
-        redis_clients = [self.__dict__.get("redis"), self.__dict__.get("health_redis"),
+        redis_clients = [self.__dict__.get("redis"), self.__dict__.get("view_redis"),
+                         self.__dict__.get("health_redis"),
                          *self.__dict__.get("redlock", [])]
         for client in filter(None, redis_clients):
             client.close()

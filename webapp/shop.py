@@ -67,7 +67,7 @@ UNAVAILABLE_RETRY_S = 5
 def index() -> Response:
     backends = get_backends()
     try:
-        products = sales.list_products(backends.sessions, backends.redis)
+        products = sales.list_products(backends.sessions, backends.view_redis)
     except (RedisError, DBAPIError, PoolTimeout) as exc:
         return _unavailable(exc)
     return page(render_template("shop.html", products=products,
