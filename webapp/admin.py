@@ -27,7 +27,7 @@ from .extensions import Backends, get_backends
 from .keys import SaleKeys
 from .lockedpath import LockedPath
 from .problems import Busy, InvalidRequest, Unauthorized, UnknownSku
-from .retrylater import UnsettledLock
+from .retrylater import UnsettledLock, release_or_settle_later
 from .saleinfo import cached_sale, load_sale
 
 logger = logging.getLogger(__name__)
@@ -142,17 +142,19 @@ def _one_reset_at_a_time(backends: Backends, sku: str) -> Iterator[None]:
         # Sent to a Redis that did not answer in time (paused): it may take the lock when
         # it wakes, for nobody. Every reset of the sale then heard 503 "another reset is
         # still running" for the lock's whole 90 s (an HTTP audit). Let it go then.
-        services.UNDONE_LATER.add(UnsettledLock(
-            lock.settle, sku, "reset",
-            remedy="its lock expires with its TTL (90 s by default); resets of the sale wait"))
+        services.UNDONE_LATER.add(UnsettledLock(lock.settle, sku, "reset", _RESET_REMEDY))
         raise
     if not got:
         raise Busy(f"another reset of {sku} is still running")
     try:
         yield
-    finally:
+    finally:  # a release whose reply was lost is settled later too (a review)
         with contextlib.suppress(LockError):
-            lock.release()
+            release_or_settle_later(lock, sku, "reset", services.UNDONE_LATER, _RESET_REMEDY)
+
+
+#: what ``retrylater.last_chance`` tells an operator of a reset lock still unsettled
+_RESET_REMEDY = "its lock expires with its TTL (90 s by default); resets of the sale wait"
 
 
 @contextlib.contextmanager
@@ -202,8 +204,8 @@ def _current_lock(backends: Backends, sku: str) -> Iterator[None]:
     try:
         yield
     finally:
-        try:
-            lock.release()
+        try:  # a release whose reply was lost: settled later, as a purchase's (a review)
+            release_or_settle_later(lock, sku, sale.strategy, services.UNDONE_LATER)
         except LockError:  # the TTL ran out during the reset: nothing left to release
             pass
 

@@ -89,9 +89,11 @@ class Combiner:
             me.lead, self._busy = not self._busy, True
         if not me.lead and not me.woken.wait(max(0.0, deadline - deps.monotonic())):
             with self._mutex:
-                if not me.lead and me in self._queue:  # not taken into a batch: give up
+                gave_up = not me.lead and me in self._queue  # not taken into a batch
+                if gave_up:
                     self._queue.remove(me)
-                    raise lock_timed_out(deps, sale, handle)
+            if gave_up:  # answered outside the mutex: the answer may ask Redis (a review)
+                raise lock_timed_out(deps, sale, handle)
             me.woken.wait()  # served or handed the lead while timing out: take it
         if me.lead:
             self._combine(me, deps, handle.lock, deadline)

@@ -55,7 +55,7 @@ _TOO_LARGE = (413, "request_entity_too_large: the body is over 64 KiB")
 
 _IN_CHECKOUT = {"type": "integer", "description": "units Redis has taken whose orders "
                 "are not written yet (amid a sale: in checkout; the audit is consistent "
-                "only once they are 0)"}
+                "only once they are 0); approximate, and 0 for sql"}
 _PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sold", "strategy"],
             "properties": {"sku": {"type": "string"}, "name": {"type": "string"},
                            "price": {"type": "number"}, "stock": {"type": "integer"},

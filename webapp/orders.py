@@ -41,7 +41,7 @@ from .problems import (
     SoldOut,
     already_bought,
 )
-from .retrylater import RetryLater
+from .retrylater import RetryLater, release_or_settle_later
 from .saleinfo import shown_generation, started_at
 from .statements import (
     INSERT_ORDERS,
@@ -431,8 +431,10 @@ def _settle(entry: _InDoubt) -> bool:
                 return False
             try:
                 given = _give_back_once(entry)
-            finally:
-                lock.release()
+            finally:  # a lost reply's lock is let go later (a review); services imports us
+                from .services import UNDONE_LATER
+
+                release_or_settle_later(lock, entry.sku, "settle", UNDONE_LATER)
         if not entry.failed:
             entry.redis.srem(SaleKeys(entry.sku).buyers, entry.user_id)
     except Exception:  # noqa: BLE001 - still down: next time

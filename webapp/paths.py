@@ -25,7 +25,7 @@ from .groupcommit import stock_after
 from .orders import find_landed, give_back, insert_grouped, maybe_written, record_order
 from .problems import InvalidRequest, SaleReset, SoldOut, not_enough
 from .saleinfo import generation, sale_fields, stock_key_lost
-from .services import Checkout, PurchaseRequest, SaleInfo, undo_take
+from .services import Checkout, PurchaseRequest, SaleInfo, over_the_limit, undo_take
 from .statements import SALE_STOCK_AND_GENERATION
 
 logger = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class AtomicPath(StockPath):
         if code == LATE:
             raise too_late()
         if code == -2:
-            raise InvalidRequest(f"at most {sale.per_user_limit} per buyer")
+            raise over_the_limit(sale.per_user_limit)
         if code == -3:  # reset since this request looked the sale up: nothing taken
             raise SaleReset(sale.sku)
         if code == -4:  # the stock key alone is gone (an evicting Redis): reload it

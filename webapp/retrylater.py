@@ -21,6 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from lockcore import LockNotOwned
+
+from .logthrottle import PER_REQUEST
+
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
@@ -99,6 +103,26 @@ class UnsettledLock:
                            self.of, self.sku, type(exc).__name__)
             return False
         return True
+
+
+def release_or_settle_later(lock: Any, sku: str, of: str, queue: RetryLater[Any],
+                            remedy: str = UnsettledLock.remedy) -> None:
+    """Release ``lock``; raises ``LockNotOwned`` as its release does. Any other failure
+    (Redis down, or its reply lost) is logged, not raised, and a lock that can
+    ``settle()`` (``token``, ``fair``) waits on ``queue`` to be let go once Redis
+    answers: a release whose reply was lost may never have run (Redis paused past the
+    client's timeout), and the lock is then Redis's for nobody for its TTL, every buyer
+    (or every reset) of the sale 503 busy. ``of``: whose lock, for the log."""
+    settle = getattr(lock, "settle", None)  # the held handle's, before a cohort lets go
+    try:
+        lock.release()
+    except LockNotOwned:
+        raise
+    except Exception as exc:  # a lock server down: once a minute, not once a buyer
+        PER_REQUEST.log(logger, logging.ERROR, ("release", of, type(exc).__name__),
+                        "releasing the %s lock of %s failed", of, sku, exc_info=True)
+        if callable(settle):
+            queue.add(UnsettledLock(settle, sku, of, remedy))
 
 
 def drain_every(every_s: float, stop: threading.Event | None = None) -> threading.Thread:

@@ -98,10 +98,9 @@ from sqlalchemy import select
 from lockcore import LockNotOwned
 
 from . import saleinfo, scripts, services
-from .logthrottle import PER_REQUEST
 from .models import Sale
 from .problems import Busy, ShopError, lock_not_taken, not_enough
-from .retrylater import UnsettledLock
+from .retrylater import release_or_settle_later
 from .services import Checkout, SaleInfo
 
 logger = logging.getLogger(__name__)
@@ -227,24 +226,14 @@ def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
 
 def release_after_section(lock: Any, sale: SaleInfo) -> None:
     """Release ``lock``; a failure is logged, not raised: the section's answer stands.
-
-    A release whose reply was lost (Redis paused past the client's timeout) may never
-    run, and the lock is then Redis's for nobody for its TTL, every buyer of the sale
-    503 busy: a lock that can ``settle()`` (``token``, ``fair``) is let go as soon as
-    Redis answers (``services.UNDONE_LATER``)."""
-    settle = getattr(lock, "settle", None)  # the held handle's, before a cohort lets go
+    A release whose reply was lost is settled once Redis answers
+    (``retrylater.release_or_settle_later``)."""
     try:
-        lock.release()
+        release_or_settle_later(lock, sale.sku, sale.strategy, services.UNDONE_LATER)
     except LockNotOwned:  # the TTL ran out inside the section (the seed 004 lesson), or
         # an unsafe lock let another buyer take it over (naive's check-then-set)
         logger.warning("%s lock on %s was no longer ours at release (expired, or taken "
                        "over)", sale.strategy, sale.sku)
-    except Exception as exc:  # a lock server down: once a minute, not once a buyer
-        PER_REQUEST.log(logger, logging.ERROR, ("release", sale.strategy, type(exc).__name__),
-                        "releasing the %s lock on %s failed", sale.strategy, sale.sku,
-                        exc_info=True)
-        if callable(settle):
-            services.UNDONE_LATER.add(UnsettledLock(settle, sale.sku, "purchase"))
 
 
 def lease_renewed(lock: Any) -> bool:
@@ -305,11 +294,14 @@ def lock_timed_out(deps: Checkout, sale: SaleInfo, lock: Any) -> ShopError:
     Buyers queued behind a slow section (``work_ms`` 300, 100 buyers for 20 units) heard
     503 "the stock lock was not free within 10s" after the sale had sold out, and came
     back to hear 409 (an API audit). The flag is what every later buyer is told by, so
-    it answers these the same; a Redis that does not answer leaves the 503."""
+    it answers these the same; a Redis that does not answer leaves the 503, and so does
+    a reset in progress or a hold-off (the sale is about to sell again: a review)."""
+    keys = sale.keys
     try:
-        sold_out = bool(deps.redis.get(sale.keys.soldout))
+        sold_out, resetting, held_off = deps.redis.mget(keys.soldout, keys.resetting,
+                                                        keys.holdoff)
     except RedisError:
-        sold_out = False
-    if sold_out:
+        sold_out = None
+    if sold_out and not resetting and not held_off:
         return not_enough(sale.sku, 0)
     return lock_not_taken(sale.sku, lock, deps.lock_timeout_s)

@@ -156,7 +156,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     else:
         if fast is None or not fast.reserved:  # a replayable request, or a reloaded sale
             if request.quantity > sale.per_user_limit:
-                raise _over_the_limit(sale.per_user_limit)
+                raise over_the_limit(sale.per_user_limit)
             reserving = deps.monotonic()
             try:
                 earlier = _reserve(deps, sale, request, soldout_checked=fast is not None)
@@ -205,7 +205,7 @@ def less_time(deps: Checkout, waited_s: float) -> Checkout:
 _paths: Any = None
 
 
-def _over_the_limit(limit: int) -> InvalidRequest:
+def over_the_limit(limit: int) -> InvalidRequest:
     if limit == 1:  # "between 1 and 1" (an API audit)
         return InvalidRequest("quantity must be 1 for this sale (one unit per buyer)")
     return InvalidRequest(f"quantity must be between 1 and {limit} for this sale")
@@ -299,7 +299,7 @@ def _fast_checkout(deps: Checkout, request: PurchaseRequest) -> _Fast:
     if code == -2:
         limit = (fast.same.per_user_limit if fast.same is not None
                  else int(fast.info[b"per_user_limit"]))
-        raise _over_the_limit(limit)
+        raise over_the_limit(limit)
     if then is not None and then.written is not None:
         fast.written, fast.written_for = then.written, then.sale
     return fast

@@ -238,15 +238,16 @@ class HandOffLock(DistributedLock):
     def _release(self, token: str) -> None:
         try:
             done = self._queue_release(token)
-        except MaxConnectionsError:
-            raise  # nothing was sent (``patiently`` waits for a connection)
         except BaseException:
             # Sent, its reply lost (a paused Redis): Redis may run it when it wakes, or
             # refuse it then (NOSCRIPT: a ``token`` handle's first release sends a script
-            # never loaded), and the lock stays ours for its TTL. Kept for ``settle()``
+            # never loaded), and the lock stays ours for its TTL. Or not sent at all (a
+            # full pool past ``patiently``'s wait): ours for sure. Kept for ``settle()``
             # and the next ``acquire`` (a lockcore audit: 20 s for nobody, 3 of 3 times).
             self._unsettled = token
             raise
+        if self._unsettled == token:  # a full pool's try, then one that went through
+            self._unsettled = None
         if done not in (RELEASED, HANDED_ON):
             raise LockNotOwned("the lock expired or is held by someone else", self.name)
         # Handed on: others are queued, so our next try could only fail.

@@ -285,6 +285,35 @@ def test_a_release_whose_reply_was_lost_is_settled_once_redis_answers(then):
         server.cleanup()
 
 
+def test_a_release_that_found_the_pool_full_past_its_patience_is_settled(monkeypatch):
+    """Nothing was sent: the lock is ours for sure, and ``settle()`` found nothing to
+    let go (a review)."""
+    from lockcore import base
+    from lockcore.embedded import RedisServer
+    from lockcore.poolfull import patiently
+
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, max_connections=1)
+    watcher = redis.Redis.from_url(server.url)
+    try:
+        lock = lockcore.create("token", client, "full-pool", ttl_ms=60_000)
+        assert lock.acquire(blocking=False)
+        monkeypatch.setattr(base, "patiently", lambda call: patiently(call, 0.05))
+        taken = client.connection_pool.get_connection()  # the pool's only one
+        try:
+            with pytest.raises(redis.exceptions.MaxConnectionsError):
+                lock.release()
+        finally:
+            client.connection_pool.release(taken)
+        assert watcher.exists("lock:{full-pool}")
+        assert lock.settle() is True
+        assert not watcher.exists("lock:{full-pool}")
+    finally:
+        watcher.close()
+        client.close()
+        server.cleanup()
+
+
 def test_settling_a_release_redis_ran_late_lets_go_of_nothing_else():
     """A ``fair`` release whose reply was lost runs when Redis wakes: ``settle()`` then
     finds nothing of ours, and leaves the next holder's lock alone."""

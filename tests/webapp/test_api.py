@@ -116,6 +116,19 @@ def test_the_audit_notices_redis_stock_that_disagrees_with_the_orders(client, re
     redis_client.set("sale:{sku-1}:stock", 10)  # a lost update looks like this
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert audit["consistent"] is False
+    assert audit["in_checkout"] == 0  # Redis above the orders: nothing in checkout
+
+
+def test_a_stock_key_evicted_alone_is_not_units_in_checkout(app, client, redis_client):
+    # the sale's copy stays, its stock key went: read as 0 left, which made every unit
+    # "in checkout" and the admin page's verdict "not yet" (a review)
+    from webapp import sales
+
+    assert buy(client, "ann").status_code == 201
+    redis_client.delete("sale:{sku-1}:stock")
+    b = backends(app)
+    audit = sales.audit(b.sessions, b.redis, SKU)
+    assert (audit["remaining"], audit["in_checkout"], audit["consistent"]) == (0, 0, False)
 
 
 def test_units_taken_in_redis_whose_orders_are_not_written_yet_are_in_checkout(client,
@@ -145,6 +158,9 @@ def test_the_audit_notices_a_database_count_that_disagrees_with_redis(app, clien
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["units_sold"], audit["database_remaining"]) == (9, 1, 10)
     assert audit["consistent"] is False
+    # the database's own books do not add up: no checkout explains it (a review: the
+    # admin page said "not yet" for good)
+    assert audit["in_checkout"] == 0
 
 
 def test_the_audit_counts_oversold_units_not_orders(app, client):

@@ -494,6 +494,7 @@ def test_units_taken_whose_orders_are_not_written_yet_show_as_in_checkout(page):
                           body=json.dumps(route.fetch().json() | audit_mid_sale))
 
         page.route("**/api/sales/sku-1/audit", audit_as_mid_sale)
+        page.clock.install()  # time flows; fast_forward below jumps it
         page.goto(app.url + "/admin")
         consistent = page.locator("#a-consistent")
         expect(page.locator("#a-in_checkout")).to_have_text("1")
@@ -501,6 +502,15 @@ def test_units_taken_whose_orders_are_not_written_yet_show_as_in_checkout(page):
         expect(consistent).to_have_class(re.compile(r"\bpending\b"))
         expect(consistent).not_to_have_class(re.compile(r"\b(good|bad)\b"))
         audit_mid_sale.update(oversold=1)  # units in checkout beside an oversell: wrong
+        expect(consistent).to_have_text("false")
+        expect(consistent).to_have_class(re.compile(r"\bbad\b"))
+        # figures that do not add up with the units in checkout: wrong (a review)
+        audit_mid_sale.update(oversold=0, remaining=7)
+        expect(consistent).to_have_text("false")
+        audit_mid_sale.update(remaining=6)
+        expect(consistent).to_have_text("not yet (units in checkout)")
+        # the same unit "in checkout" for 10 s is a unit lost (a review)
+        page.clock.fast_forward(11_000)
         expect(consistent).to_have_text("false")
         expect(consistent).to_have_class(re.compile(r"\bbad\b"))
         audit_mid_sale.update(oversold=0, in_checkout=0, remaining=7, consistent=True)

@@ -57,3 +57,48 @@ def test_a_reset_lock_taken_after_the_reset_gave_up_is_let_go(sqlite_url, own_re
     finally:
         watcher.close()
         b.close()
+
+
+@pytest.mark.parametrize(("strategy", "lock_key"), [
+    ("atomic", f"lock:{{reset:{SKU}}}"),  # the reset's own lock
+    ("token", f"lock:{{stock:{SKU}}}"),  # the sale's lock, released first
+])
+def test_a_reset_whose_lock_release_lost_its_reply_answers_200_and_lets_it_go_later(
+        sqlite_url, own_redis, monkeypatch, strategy, lock_key):
+    """The reset was done, and the release's lost reply answered it 503; the lock stayed
+    Redis's for nobody for its TTL (a review)."""
+    from lockcore.strategies.handoff import HandOffLock
+
+    app = make_app(sqlite_url, own_redis.url)
+    empty_shop(app)
+    b = backends(app)
+    sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=10, strategy=strategy)
+    real = HandOffLock._queue_release
+    lost: list[str] = []
+
+    def reply_lost_once(self, uuid):  # type: ignore[no-untyped-def]
+        if self.key == lock_key and not lost:
+            lost.append(uuid)
+            raise redis.TimeoutError("Timeout reading from socket")
+        return real(self, uuid)
+
+    watcher = redis.Redis.from_url(own_redis.url)
+    try:
+        client = app.test_client()
+        reset = {"stock": 5, "strategy": strategy}
+        assert client.put(f"/api/admin/sales/{SKU}", headers=auth(), json=reset).status_code \
+            == 200
+        services.UNDONE_LATER.waiting.clear()
+        monkeypatch.setattr(HandOffLock, "_queue_release", reply_lost_once)
+        answer = client.put(f"/api/admin/sales/{SKU}", headers=auth(), json=reset)
+        assert answer.status_code == 200, answer.get_json()
+        assert lost and watcher.get(lock_key) == lost[0].encode()  # held for nobody
+        services.UNDONE_LATER.next_drain = 0.0
+        services.UNDONE_LATER.drain()
+        assert not watcher.exists(lock_key)
+        again = client.put(f"/api/admin/sales/{SKU}", headers=auth(), json=reset)
+        assert again.status_code == 200, again.get_json()
+    finally:
+        services.UNDONE_LATER.waiting.clear()
+        watcher.close()
+        b.close()

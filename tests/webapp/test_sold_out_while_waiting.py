@@ -35,24 +35,59 @@ def test_a_buyer_timed_out_behind_the_lock_of_a_sale_that_sold_out_hears_sold_ou
         assert holder.acquire(blocking=False)
         answers: list[Any] = []
         try:
-            waiting = threading.Thread(
-                target=lambda: answers.append(buy(app.test_client(), "ann")))
-            waiting.start()
-            time.sleep(0.2)  # ann waits for the lock; the holder sells the last unit
-            if sold_out_meanwhile:
+            # two buyers: with LOCK_COMBINE one leads (waits for the lock), the other
+            # waits in the worker's queue behind it; both give up
+            waiting = [threading.Thread(
+                target=lambda user=user: answers.append(buy(app.test_client(), user)))
+                for user in ("ann", "bob")]
+            for thread in waiting:
+                thread.start()
+            time.sleep(0.2)  # they wait for the lock
+            if sold_out_meanwhile:  # the flag the holder's section raises at stock 0 (the
+                # books are not the point here: Redis keeps its 3)
                 redis_client.set(f"sale:{{{SKU}}}:soldout", 1)
-            waiting.join(30)
+            for thread in waiting:
+                thread.join(30)
         finally:
             holder.release()
         audit = sales.audit(shop.sessions, shop.redis, SKU)
     finally:
         backends(app).close()
-    answer = answers[0]
-    if sold_out_meanwhile:
-        assert answer.status_code == 409, answer.get_json()
-        assert answer.get_json() == {"error": "sold_out", "detail": f"{SKU} is sold out"}
-    else:  # still units to sell: try again
-        assert answer.status_code == 503, answer.get_json()
-        assert "was not free within 0.6s" in answer.get_json()["detail"]
-        assert answer.headers["Retry-After"] == "1"
+    assert len(answers) == 2
+    for answer in answers:
+        if sold_out_meanwhile:
+            assert answer.status_code == 409, answer.get_json()
+            assert answer.get_json() == {"error": "sold_out", "detail": f"{SKU} is sold out"}
+        else:  # still units to sell: try again
+            assert answer.status_code == 503, answer.get_json()
+            assert "was not free within 0.6s" in answer.get_json()["detail"]
+            assert answer.headers["Retry-After"] == "1"
     assert (audit["orders"], audit["remaining"], audit["consistent"]) == (0, 3, True)
+
+
+def test_a_buyer_timed_out_behind_a_reset_of_a_sold_out_sale_hears_busy(
+        sqlite_url, redis_url, redis_client):
+    """A reset in progress (or a hold-off) means the sale is about to sell again: 503
+    busy, try again, not sold out (a review)."""
+    app = make_app(sqlite_url, redis_url, LOCK_TIMEOUT_S=0.6)
+    try:
+        empty_shop(app)
+        shop = backends(app)
+        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=3, strategy="token")
+        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=3, strategy="token")
+        holder = locks._new_lock(shop, load_sale(shop.sessions, SKU), "the reset")
+        assert holder.acquire(blocking=False)
+        try:
+            answers: list[Any] = []
+            waiting = threading.Thread(target=lambda: answers.append(
+                buy(app.test_client(), "ann")))
+            waiting.start()
+            time.sleep(0.2)
+            redis_client.set(f"sale:{{{SKU}}}:soldout", 1)
+            redis_client.set(f"sale:{{{SKU}}}:resetting", 1, px=10_000)
+            waiting.join(30)
+        finally:
+            holder.release()
+    finally:
+        backends(app).close()
+    assert answers[0].status_code == 503, answers[0].get_json()

@@ -133,6 +133,17 @@ const AUDIT_LATE_MS = 3000;
 const AUDIT_GIVE_UP_MS = 15000;
 const NOT_ANSWERING = "The shop is not answering: the numbers shown may be out of date.";
 
+// how long the same units may stay "in checkout" before the page calls them lost: an
+// order's write takes milliseconds, or seconds with a busy database
+const SETTLE_MS = 10000;
+let checkout = { figures: "", since: 0 };
+
+function stuckInCheckout(sku, audit) {
+  const figures = JSON.stringify([sku, audit.remaining, audit.units_sold, audit.in_checkout]);
+  if (figures !== checkout.figures) checkout = { figures, since: Date.now() };
+  return Date.now() - checkout.since >= SETTLE_MS;
+}
+
 function clearAudit() {
   for (const field of FIELDS) {
     $("a-" + field).textContent = "-";
@@ -184,9 +195,13 @@ async function refresh() {
       $("a-oversold").classList.toggle("bad", audit.oversold > 0);
       $("a-duplicate_buyers").classList.toggle("bad", audit.duplicate_buyers > 0);
       // amid a sale Redis runs ahead of the orders written by the units in checkout:
-      // not consistent yet, but not wrong either until they are written or given back
+      // not consistent yet, but not wrong either until they are written or given back;
+      // the same units "in checkout" for SETTLE_MS are units lost (a review)
       const settling = !audit.consistent && audit.in_checkout > 0 && audit.oversold === 0
-                       && audit.duplicate_buyers === 0;
+                       && audit.duplicate_buyers === 0
+                       && audit.remaining + audit.units_sold + audit.in_checkout
+                          === audit.initial_stock
+                       && !stuckInCheckout(sku, audit);
       if (settling) $("a-consistent").textContent = "not yet (units in checkout)";
       $("a-consistent").classList.toggle("bad", !audit.consistent && !settling);
       $("a-consistent").classList.toggle("pending", settling);
