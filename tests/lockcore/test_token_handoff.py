@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -248,26 +251,42 @@ def test_a_waiter_that_cannot_block_still_queues_at_its_bound(redis_server, crow
         client.close()
 
 
+@contextlib.contextmanager
+def own_redis(**client_options: Any) -> Iterator[tuple[Any, redis.Redis, redis.Redis]]:
+    """A server of our own, a client of it with ``client_options``, and a watcher."""
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer().start()
+    client = redis.Redis.from_url(server.url, **client_options)
+    watcher = redis.Redis.from_url(server.url)
+    try:
+        yield server, client, watcher
+    finally:
+        watcher.close()
+        client.close()
+        server.cleanup()
+
+
+def release_while_paused(server: Any, lock: Any) -> None:
+    """``lock.release()`` sent to a paused Redis: its reply lost (TimeoutError)."""
+    server.pause()
+    try:
+        with pytest.raises(redis.TimeoutError):
+            lock.release()
+    finally:
+        server.resume()
+
+
 @pytest.mark.parametrize("then", ["settle", "acquire"])
 def test_a_release_whose_reply_was_lost_is_settled_once_redis_answers(then):
     """Redis paused past the client's timeout: a ``token`` handle's first release sent
     a script Redis had not loaded, which Redis refused (NOSCRIPT) when it woke, and the
     lock stayed the handle's for its whole TTL: ``settle()`` returned False and the
     handle's own acquire waited it out (a lockcore audit: 20 s, 3 of 3 times)."""
-    from lockcore.embedded import RedisServer
-
-    server = RedisServer().start()
-    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
-    watcher = redis.Redis.from_url(server.url)
-    try:
+    with own_redis(socket_timeout=0.3) as (server, client, watcher):
         lock = lockcore.create("token", client, "lost-release", ttl_ms=60_000)
         assert lock.acquire(blocking=False)
-        server.pause()
-        try:
-            with pytest.raises(redis.TimeoutError):
-                lock.release()
-        finally:
-            server.resume()
+        release_while_paused(server, lock)
         assert watcher.exists("lock:{lost-release}")  # not released: held for nobody
         if then == "settle":
             assert lock.settle() is True
@@ -279,23 +298,15 @@ def test_a_release_whose_reply_was_lost_is_settled_once_redis_answers(then):
         rival = lockcore.create("token", watcher, "lost-release", ttl_ms=60_000)
         assert rival.acquire(blocking=False)
         rival.release()
-    finally:
-        watcher.close()
-        client.close()
-        server.cleanup()
 
 
 def test_a_release_that_found_the_pool_full_past_its_patience_is_settled(monkeypatch):
     """Nothing was sent: the lock is ours for sure, and ``settle()`` found nothing to
     let go (a review)."""
     from lockcore import base
-    from lockcore.embedded import RedisServer
     from lockcore.poolfull import patiently
 
-    server = RedisServer().start()
-    client = redis.Redis.from_url(server.url, max_connections=1)
-    watcher = redis.Redis.from_url(server.url)
-    try:
+    with own_redis(max_connections=1) as (_, client, watcher):
         lock = lockcore.create("token", client, "full-pool", ttl_ms=60_000)
         assert lock.acquire(blocking=False)
         monkeypatch.setattr(base, "patiently", lambda call: patiently(call, 0.05))
@@ -308,38 +319,20 @@ def test_a_release_that_found_the_pool_full_past_its_patience_is_settled(monkeyp
         assert watcher.exists("lock:{full-pool}")
         assert lock.settle() is True
         assert not watcher.exists("lock:{full-pool}")
-    finally:
-        watcher.close()
-        client.close()
-        server.cleanup()
 
 
 def test_settling_a_release_redis_ran_late_lets_go_of_nothing_else():
     """A ``fair`` release whose reply was lost runs when Redis wakes: ``settle()`` then
     finds nothing of ours, and leaves the next holder's lock alone."""
-    from lockcore.embedded import RedisServer
-
-    server = RedisServer().start()
-    client = redis.Redis.from_url(server.url, socket_timeout=0.3)
-    watcher = redis.Redis.from_url(server.url)
-    try:
+    with own_redis(socket_timeout=0.3) as (server, client, watcher):
         lock = lockcore.create("fair", client, "late-release", ttl_ms=60_000)
         rival = lockcore.create("fair", watcher, "late-release", ttl_ms=60_000)
         assert lock.acquire(blocking=False)
-        server.pause()
-        try:
-            with pytest.raises(redis.TimeoutError):
-                lock.release()
-        finally:
-            server.resume()
+        release_while_paused(server, lock)
         assert rival.acquire(timeout=2.0)  # Redis ran the release late
         assert lock.settle() is False
         assert rival.held()
         rival.release()
-    finally:
-        watcher.close()
-        client.close()
-        server.cleanup()
 
 
 @pytest.mark.parametrize("strategy", ["token", "fair"])

@@ -83,6 +83,16 @@ def empty_shop(app: Flask) -> None:
             session.execute(delete(table))
 
 
+def one_sale(app: Flask, strategy: str, stock: int) -> Backends:
+    """Empty ``app``'s shop, then sell ``stock`` units of ``sku-1`` by ``strategy``."""
+    empty_shop(app)
+    shop = backends(app)
+    sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=stock,
+                         strategy=strategy)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=stock, strategy=strategy)
+    return shop
+
+
 @pytest.fixture
 def app(database_url: str, redis_url: str, redis_client: Any) -> Iterator[Flask]:
     """A fresh shop: ``sku-1`` (stock 10, ``token``) and ``sku-2`` (stock 1, ``atomic``)."""

@@ -13,7 +13,7 @@ import redis
 from lockcore.strategies.handoff import HandOffLock
 from webapp import sales, services
 
-from .conftest import SKU, backends, buy, empty_shop, make_app
+from .conftest import SKU, backends, buy, make_app, one_sale
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,11 +34,7 @@ def test_a_sale_lock_whose_release_lost_its_reply_is_let_go(sqlite_url, redis_ur
         return real(self, uuid)
 
     try:
-        empty_shop(app)
-        shop = backends(app)
-        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=5,
-                             strategy=strategy)
-        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=5, strategy=strategy)
+        shop = one_sale(app, strategy, 5)
         services.UNDONE_LATER.waiting.clear()
         monkeypatch.setattr(HandOffLock, "_queue_release", reply_lost_once)
         assert buy(app.test_client(), "ann").status_code == 201  # its answer stands

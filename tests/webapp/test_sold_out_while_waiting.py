@@ -14,7 +14,7 @@ import pytest
 from webapp import locks, sales
 from webapp.saleinfo import load_sale
 
-from .conftest import SKU, backends, buy, empty_shop, make_app
+from .conftest import SKU, backends, buy, make_app, one_sale
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,11 +26,7 @@ def test_a_buyer_timed_out_behind_the_lock_of_a_sale_that_sold_out_hears_sold_ou
         sqlite_url, redis_url, redis_client, strategy, sold_out_meanwhile, combine):
     app = make_app(sqlite_url, redis_url, LOCK_TIMEOUT_S=0.6, LOCK_COMBINE=combine)
     try:
-        empty_shop(app)
-        shop = backends(app)
-        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=3,
-                             strategy=strategy)
-        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=3, strategy=strategy)
+        shop = one_sale(app, strategy, 3)
         holder = locks._new_lock(shop, load_sale(shop.sessions, SKU), "holder")
         assert holder.acquire(blocking=False)
         answers: list[Any] = []
@@ -71,10 +67,7 @@ def test_a_buyer_timed_out_behind_a_reset_of_a_sold_out_sale_hears_busy(
     busy, try again, not sold out (a review)."""
     app = make_app(sqlite_url, redis_url, LOCK_TIMEOUT_S=0.6)
     try:
-        empty_shop(app)
-        shop = backends(app)
-        sales.create_product(shop.sessions, SKU, "Keyboard", 4_900, stock=3, strategy="token")
-        sales.reset_sale(shop.sessions, shop.redis, SKU, stock=3, strategy="token")
+        shop = one_sale(app, "token", 3)
         holder = locks._new_lock(shop, load_sale(shop.sessions, SKU), "the reset")
         assert holder.acquire(blocking=False)
         try:
