@@ -283,4 +283,5 @@ def page() -> Response:
         missing = locks.missing_backend(name, config)
         strategies.append((name, safe, missing.split(" needs ", 1)[-1] if missing else None))
     return shop.page(render_template("admin.html", strategies=strategies,
-                                     no_limit=sales.NO_LIMIT))
+                                     no_limit=sales.NO_LIMIT,
+                                     purchase_timeout_s=shop.purchase_timeout_s(config)))

@@ -41,6 +41,15 @@ ZK_FIRST_CONNECT_S = 5.0
 
 #: how long a product view waits for Redis's live stock (``Backends.view_redis``)
 VIEW_REDIS_TIMEOUT_S = 2.0
+#: and for a connection of its pool
+VIEW_POOL_WAIT_S = 0.1
+
+
+def _bounded(pool: Any, timeout_s: float) -> None:
+    """Give ``pool``'s connections ``timeout_s`` to connect and to answer, whatever
+    ``REDIS_URL`` asks: ``from_url`` lets its query string win over the arguments
+    (``?socket_timeout=10`` gave the views 10 s again; a review)."""
+    pool.connection_kwargs.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
 
 #: How long a SQLite statement waits for another writer (the file's one write lock).
 #: It waits in C, not in gevent: the whole worker stops meanwhile. And a lock section
@@ -207,17 +216,20 @@ class Backends:
         purchases' client a frozen Redis held the storefront and its every poll for
         ``REDIS_SOCKET_TIMEOUT_S`` (10 s; a storefront audit)."""
         timeout = min(VIEW_REDIS_TIMEOUT_S, self.config["REDIS_SOCKET_TIMEOUT_S"])
+        # a full pool is not waited for either (it was, for REDIS_POOL_TIMEOUT_S: 6 views
+        # on a pool of 2 of a frozen Redis waited 2, 2, 4, 4, 6, 6 s; a review)
         pool = BlockingConnectionPool.from_url(
             self.config["REDIS_URL"], max_connections=self.config["REDIS_MAX_CONNECTIONS"],
-            timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=timeout,
-            socket_timeout=timeout, health_check_interval=30)
+            timeout=VIEW_POOL_WAIT_S, health_check_interval=30)
+        _bounded(pool, timeout)
         return Redis(connection_pool=pool)
 
     @functools.cached_property
     def health_redis(self) -> Redis:
         """A client of its own with short timeouts: a probe must answer while Redis hangs."""
-        return Redis.from_url(self.config["REDIS_URL"], socket_timeout=1,
-                              socket_connect_timeout=1)
+        client = Redis.from_url(self.config["REDIS_URL"])
+        _bounded(client.connection_pool, 1.0)
+        return client
 
     @functools.cached_property
     def redlock(self) -> list[Redis]:

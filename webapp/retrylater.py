@@ -88,7 +88,7 @@ class UnsettledLock:
 
     settle: Callable[[], bool]
     sku: str
-    #: whose lock, for the log: "reset" or "purchase"
+    #: whose lock, for the log: the sale's strategy (its stock lock), "reset" or "settle"
     of: str
     #: what ``last_chance`` tells an operator of one still unsettled at exit
     remedy: str = "its lock expires with its TTL"

@@ -509,10 +509,22 @@ def test_units_taken_whose_orders_are_not_written_yet_show_as_in_checkout(page):
         expect(consistent).to_have_text("false")
         audit_mid_sale.update(remaining=6)
         expect(consistent).to_have_text("not yet (units in checkout)")
-        # the same unit "in checkout" for 10 s is a unit lost (a review)
-        page.clock.fast_forward(11_000)
+        # the same unit "in checkout" for longer than a purchase takes (the storefront's
+        # "no answer" wait) is a unit lost (a review)
+        timeout_s = int(page.locator(".audit").get_attribute("data-purchase-timeout-s"))
+        assert timeout_s > 20  # past the longest simulated work (10 s) and a write
+        page.clock.fast_forward((timeout_s - 5) * 1000)
+        page.wait_for_timeout(1_000)  # polls at the figures, time still short of it
+        expect(consistent).to_have_text("not yet (units in checkout)")
+        page.clock.fast_forward(10_000)
         expect(consistent).to_have_text("false")
         expect(consistent).to_have_class(re.compile(r"\bbad\b"))
+        # written meanwhile; then a new sale's first buyer with the same figures starts
+        # the count again: it was "false" at once (a review)
+        audit_mid_sale.update(in_checkout=0, remaining=7, consistent=True)
+        expect(consistent).to_have_text("true")
+        audit_mid_sale.update(in_checkout=1, remaining=6, consistent=False)
+        expect(consistent).to_have_text("not yet (units in checkout)")
         audit_mid_sale.update(oversold=0, in_checkout=0, remaining=7, consistent=True)
         expect(consistent).to_have_text("true")
         expect(consistent).to_have_class(re.compile(r"\bgood\b"))

@@ -75,7 +75,13 @@ def test_a_buyer_timed_out_behind_a_reset_of_a_sold_out_sale_hears_busy(
             waiting = threading.Thread(target=lambda: answers.append(
                 buy(app.test_client(), "ann")))
             waiting.start()
-            time.sleep(0.2)
+            # past the sold-out look a purchase takes first: queued for the lock (a
+            # fixed sleep let a late thread hear that look's 409; a review)
+            deadline = time.monotonic() + 5
+            while not redis_client.exists("lock:{stock:sku-1}:queue") \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert redis_client.exists("lock:{stock:sku-1}:queue")
             redis_client.set(f"sale:{{{SKU}}}:soldout", 1)
             redis_client.set(f"sale:{{{SKU}}}:resetting", 1, px=10_000)
             waiting.join(30)

@@ -24,9 +24,11 @@ def own_redis():
     server.cleanup()
 
 
+# a query string in REDIS_URL wins over from_url's arguments: it gave the views 10 s
+@pytest.mark.parametrize("query", ["", "?socket_timeout=10"])
 def test_the_product_views_answer_from_the_database_soon_while_redis_is_frozen(
-        sqlite_url, own_redis):
-    app = make_app(sqlite_url, own_redis.url, REDIS_SOCKET_TIMEOUT_S=10.0)
+        sqlite_url, own_redis, query):
+    app = make_app(sqlite_url, own_redis.url + query, REDIS_SOCKET_TIMEOUT_S=10.0)
     try:
         empty_shop(app)
         b = backends(app)
@@ -51,5 +53,38 @@ def test_the_product_views_answer_from_the_database_soon_while_redis_is_frozen(
         finally:
             own_redis.resume()
         assert client.get(f"/api/products/{SKU}").get_json()["stock"] == 5  # live again
+    finally:
+        backends(app).close()
+
+
+def test_views_queued_for_a_connection_do_not_wait_their_turn_at_a_frozen_redis(
+        sqlite_url, own_redis):
+    # a pool of 2 and 6 views: they waited 2, 2, 4, 4, 6, 6 s for a connection and its
+    # timeout in turn (a review); past a full pool a view answers from the database
+    import threading
+
+    app = make_app(sqlite_url, own_redis.url, REDIS_MAX_CONNECTIONS=2)
+    try:
+        empty_shop(app)
+        b = backends(app)
+        sales.create_product(b.sessions, SKU, "Keyboard", 4_900, stock=7, strategy="atomic")
+        waits: list[tuple[int, float]] = []
+
+        def view() -> None:
+            started = time.monotonic()
+            status = app.test_client().get(f"/api/products/{SKU}").status_code
+            waits.append((status, time.monotonic() - started))
+
+        own_redis.pause()
+        try:
+            crowd = [threading.Thread(target=view) for _ in range(6)]
+            for thread in crowd:
+                thread.start()
+            for thread in crowd:
+                thread.join(30)
+        finally:
+            own_redis.resume()
+        assert [status for status, _ in waits] == [200] * 6
+        assert max(waited for _, waited in waits) < VIEW_REDIS_TIMEOUT_S + 2.5, waits
     finally:
         backends(app).close()

@@ -133,18 +133,30 @@ const AUDIT_LATE_MS = 3000;
 const AUDIT_GIVE_UP_MS = 15000;
 const NOT_ANSWERING = "The shop is not answering: the numbers shown may be out of date.";
 
-// how long the same units may stay "in checkout" before the page calls them lost: an
-// order's write takes milliseconds, or seconds with a busy database
-const SETTLE_MS = 10000;
+// how long the same units may stay "in checkout" before the page calls them lost: a
+// purchase's longest (the lock wait, the longest simulated work, the order write: the
+// storefront's "no answer" wait); 10 s called a healthy sale with work_ms 10000 wrong
+const SETTLE_MS =
+  1000 * (Number(document.querySelector(".audit").dataset.purchaseTimeoutS) || 36);
 let checkout = { figures: "", since: 0 };
 
-function stuckInCheckout(sku, audit) {
-  const figures = JSON.stringify([sku, audit.remaining, audit.units_sold, audit.in_checkout]);
+// Whether the same units have been in checkout for SETTLE_MS: the same sale's figures
+// (a new sale's first buyer with the same figures starts again), seen since without a
+// break (an audit that is anything but "in checkout" starts the count again)
+function stuckInCheckout(sku, audit, inCheckout) {
+  if (!inCheckout) {
+    checkout = { figures: "", since: 0 };
+    return false;
+  }
+  const figures = JSON.stringify([sku, audit.initial_stock, audit.remaining,
+                                  audit.database_remaining, audit.units_sold,
+                                  audit.orders, audit.in_checkout]);
   if (figures !== checkout.figures) checkout = { figures, since: Date.now() };
   return Date.now() - checkout.since >= SETTLE_MS;
 }
 
 function clearAudit() {
+  checkout = { figures: "", since: 0 };  // no audit: a break in what was seen
   for (const field of FIELDS) {
     $("a-" + field).textContent = "-";
     $("a-" + field).classList.remove("good", "bad", "pending");  // a dash is neither
@@ -197,11 +209,11 @@ async function refresh() {
       // amid a sale Redis runs ahead of the orders written by the units in checkout:
       // not consistent yet, but not wrong either until they are written or given back;
       // the same units "in checkout" for SETTLE_MS are units lost (a review)
-      const settling = !audit.consistent && audit.in_checkout > 0 && audit.oversold === 0
-                       && audit.duplicate_buyers === 0
-                       && audit.remaining + audit.units_sold + audit.in_checkout
-                          === audit.initial_stock
-                       && !stuckInCheckout(sku, audit);
+      const inCheckout = !audit.consistent && audit.in_checkout > 0 && audit.oversold === 0
+                         && audit.duplicate_buyers === 0
+                         && audit.remaining + audit.units_sold + audit.in_checkout
+                            === audit.initial_stock;
+      const settling = !stuckInCheckout(sku, audit, inCheckout) && inCheckout;
       if (settling) $("a-consistent").textContent = "not yet (units in checkout)";
       $("a-consistent").classList.toggle("bad", !audit.consistent && !settling);
       $("a-consistent").classList.toggle("pending", settling);
