@@ -225,7 +225,8 @@ def audit(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, An
     watcher waits for it to come to 0 before it calls the sale wrong. It is approximate
     (an order committed between the two reads counts in it too), 0 for ``sql`` (Redis
     mirrors the database after each commit), and a units count that stays put in a
-    settled sale is units lost, not in checkout (the admin page says so after 10 s)."""
+    settled sale is units lost, not in checkout (the admin page says so once it has
+    stayed longer than a purchase can take: ``shop.purchase_timeout_s``)."""
     with sessions() as session:
         sale = session.scalars(select(Sale).where(Sale.sku == sku)).first()
         if sale is None:
