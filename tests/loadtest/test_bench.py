@@ -105,7 +105,12 @@ def test_redlock_peer_talks_to_all_five_nodes(quick_run):
     _, figures, _ = quick_run
     pottery = next(r for r in figures["results"] if r["name"] == "pottery")
     assert pottery["backend"] == "redlock"
-    assert pottery["uncontended"]["round_trips_per_op"] >= 10  # 5 to lock, 5 to unlock
+    uncontended = pottery["uncontended"]
+    # 5 to lock, 5 to unlock; but pottery returns from a release once a majority let go
+    # and sends the other two from threads it does not wait for: the last release's may
+    # not have been sent when the count is read (9.96 per op over a quick run's ops, a
+    # fresh-clone CI run)
+    assert uncontended["round_trips"] >= 10 * uncontended["ops"] - 2, uncontended
 
 
 def test_report_names_the_machine_and_checks_the_targets(quick_run):
