@@ -16,6 +16,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
+from lockcore.embedded import RedisServer
 from tests.support import scratch_postgres
 from webapp import create_app, db, sales
 from webapp.extensions import Backends, make_engine
@@ -81,6 +82,14 @@ def empty_shop(app: Flask) -> None:
     with backends(app).sessions.begin() as session:
         for table in (Order, Sale, Product):
             session.execute(delete(table))
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis server of this test's own: it may pause, stop or restart it."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
 
 
 def one_sale(app: Flask, strategy: str, stock: int) -> Backends:

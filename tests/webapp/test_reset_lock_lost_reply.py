@@ -13,16 +13,8 @@ import time
 import pytest
 import redis
 
-from lockcore.embedded import RedisServer
 from tests.webapp.conftest import SKU, auth, backends, empty_shop, make_app
 from webapp import sales, services
-
-
-@pytest.fixture
-def own_redis():
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
 
 
 @pytest.mark.parametrize("settled_by", ["the worker's timer", "the next reset"])

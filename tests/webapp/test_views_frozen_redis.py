@@ -8,20 +8,12 @@ import time
 
 import pytest
 
-from lockcore.embedded import RedisServer
 from webapp import sales
 from webapp.extensions import VIEW_REDIS_TIMEOUT_S
 
 from .conftest import SKU, backends, empty_shop, make_app
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def own_redis():
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
 
 
 # a query string in REDIS_URL wins over from_url's arguments: it gave the views 10 s
