@@ -298,10 +298,10 @@ def lock_timed_out(deps: Checkout, sale: SaleInfo, lock: Any) -> ShopError:
     a reset in progress or a hold-off (the sale is about to sell again: a review)."""
     keys = sale.keys
     try:
-        sold_out, resetting, held_off = deps.redis.mget(keys.soldout, keys.resetting,
-                                                        keys.holdoff)
-    except RedisError:
-        sold_out = None
+        flags = deps.redis.mget(keys.soldout, keys.resetting, keys.holdoff)
+    except RedisError:  # no answer: busy, as the wait says
+        flags = [None, None, None]
+    sold_out, resetting, held_off = flags
     if sold_out and not resetting and not held_off:
         return not_enough(sale.sku, 0)
     return lock_not_taken(sale.sku, lock, deps.lock_timeout_s)

@@ -138,14 +138,15 @@ const NOT_ANSWERING = "The shop is not answering: the numbers shown may be out o
 // storefront's "no answer" wait); 10 s called a healthy sale with work_ms 10000 wrong
 const SETTLE_MS =
   1000 * (Number(document.querySelector(".audit").dataset.purchaseTimeoutS) || 36);
-let checkout = { figures: "", since: 0 };
+const NOT_SEEN = { figures: "", since: 0 };
+let checkout = NOT_SEEN;
 
 // Whether the same units have been in checkout for SETTLE_MS: the same sale's figures
 // (a new sale's first buyer with the same figures starts again), seen since without a
 // break (an audit that is anything but "in checkout" starts the count again)
 function stuckInCheckout(sku, audit, inCheckout) {
   if (!inCheckout) {
-    checkout = { figures: "", since: 0 };
+    checkout = NOT_SEEN;
     return false;
   }
   const figures = JSON.stringify([sku, audit.initial_stock, audit.remaining,
@@ -156,7 +157,7 @@ function stuckInCheckout(sku, audit, inCheckout) {
 }
 
 function clearAudit() {
-  checkout = { figures: "", since: 0 };  // no audit: a break in what was seen
+  checkout = NOT_SEEN;  // no audit: a break in what was seen
   for (const field of FIELDS) {
     $("a-" + field).textContent = "-";
     $("a-" + field).classList.remove("good", "bad", "pending");  // a dash is neither
@@ -213,7 +214,8 @@ async function refresh() {
                          && audit.duplicate_buyers === 0
                          && audit.remaining + audit.units_sold + audit.in_checkout
                             === audit.initial_stock;
-      const settling = !stuckInCheckout(sku, audit, inCheckout) && inCheckout;
+      const stuck = stuckInCheckout(sku, audit, inCheckout);  // also when not: it resets
+      const settling = inCheckout && !stuck;
       if (settling) $("a-consistent").textContent = "not yet (units in checkout)";
       $("a-consistent").classList.toggle("bad", !audit.consistent && !settling);
       $("a-consistent").classList.toggle("pending", settling);
