@@ -82,6 +82,25 @@ def lab_storefront(workers: int) -> Iterator[ServedApp]:
         os.environ.update(stray)
 
 
+@contextlib.contextmanager
+def crowd_at_the_gate(threads: int) -> Iterator[tuple[ThreadPoolExecutor, threading.Event]]:
+    """A pool of ``threads`` buyers and the gate they wait at, to start all at once.
+
+    Leaving, the gate opens whatever happened and the pool is not waited for: Ctrl-C
+    (or SIGTERM) before ``start.set()`` left every buyer waiting on the event and the
+    pool waiting on them, for ever. The started ones go on (the lab then stops the shop
+    or Redis under them) and the queued ones are dropped. (``process-lock``'s act 1
+    had its own pool, waited for on the way out: a SIGTERM at that moment hung the lab
+    past a fresh-clone CI run's 60 s.)"""
+    start = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="buyer")
+    try:
+        yield pool, start
+    finally:
+        start.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def flash_sale(narrator: Narrator, app: Any, strategy: str, *, buyers: int, stock: int,
                work_ms: int = 0) -> SaleResult:
     """Reset the sale to ``stock`` units under ``strategy``; ``buyers`` buy at once; audit."""
@@ -90,23 +109,16 @@ def flash_sale(narrator: Narrator, app: Any, strategy: str, *, buyers: int, stoc
     threads = min(buyers, MAX_THREADS)
     narrator("sale reset: %d units of %s, strategy %s, %d ms of work under the lock; "
              "%d buyers on %d threads", stock, SKU, strategy, work_ms, buyers, threads)
-    start = threading.Event()
 
-    def buyer(i: int) -> int:
-        start.wait()
-        return _buy(app.url, f"buyer-{i}")
+    with crowd_at_the_gate(threads) as (pool, start):
 
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="buyer")
-    try:
+        def buyer(i: int) -> int:
+            start.wait()
+            return _buy(app.url, f"buyer-{i}")
+
         futures = [pool.submit(buyer, i) for i in range(buyers)]
         start.set()
         statuses = Counter(f.result() for f in futures)
-    finally:
-        # Ctrl-C before ``start.set()`` left every buyer waiting on the event and the
-        # pool waiting on them, for ever: let the started ones go (the lab then stops
-        # the shop under them) and drop the queued ones
-        start.set()
-        pool.shutdown(wait=False, cancel_futures=True)
     narrator("responses: %s", ", ".join(f"{n} x {code}" for code, n in sorted(statuses.items())))
     audit = shop.audit(SKU)
     narrator("audit: %d orders for %d units, Redis says %d remaining, oversold %d, "

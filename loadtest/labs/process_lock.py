@@ -14,16 +14,14 @@ guards what its holders share, and gunicorn workers share only Redis and the dat
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
 
 import lockcore
 
-from .crowd import flash_sale, lab_storefront
+from .crowd import crowd_at_the_gate, flash_sale, lab_storefront
 from .narration import Narrator, Verdict
 
 TITLE = "a process-local lock: exact within one process, oversells across gunicorn workers"
@@ -45,22 +43,21 @@ def _sell_in_threads(client: redis.Redis, strategy: str | None) -> int:
     handles of one name share one ``threading.Lock`` per process."""
     client.set("lab:stock", THREAD_STOCK)
     client.set("lab:sold", 0)
-    start = threading.Event()
+    with crowd_at_the_gate(THREADS) as (pool, start):
 
-    def buy() -> None:
-        start.wait()
-        guard: Any = _NoLock()
-        if strategy is not None:
-            guard = lockcore.create(strategy, None, "stock:lab", timeout=30.0)
-        with guard:
-            stock = int(client.get("lab:stock") or 0)
-            if stock <= 0:
-                return
-            time.sleep(WORK_MS / 10_000)  # a little work between the read and the write
-            client.set("lab:stock", stock - 1)
-            client.incr("lab:sold")
+        def buy() -> None:
+            start.wait()
+            guard: Any = _NoLock()
+            if strategy is not None:
+                guard = lockcore.create(strategy, None, "stock:lab", timeout=30.0)
+            with guard:
+                stock = int(client.get("lab:stock") or 0)
+                if stock <= 0:
+                    return
+                time.sleep(WORK_MS / 10_000)  # a little work between the read and the write
+                client.set("lab:stock", stock - 1)
+                client.incr("lab:sold")
 
-    with ThreadPoolExecutor(max_workers=THREADS) as pool:
         futures = [pool.submit(buy) for _ in range(THREAD_BUYERS)]
         start.set()
         for future in futures:

@@ -215,3 +215,28 @@ def test_a_blackhole_route_no_interface_belongs_to_is_swept(namespaces_here: Non
     finally:
         subprocess.run(["ip", "route", "del", "blackhole", subnet, "metric", "4242"],
                        capture_output=True, timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_process_lock_act_1_interrupted_before_its_buyers_start_does_not_wait_for_them(
+        redis_client, monkeypatch):
+    """A SIGTERM between the act's first submit and its gate opening (a KeyboardInterrupt
+    there) left the act's pool waiting on buyers that waited on the gate, for ever: the
+    lab outlived a fresh-clone CI run's 60 s. Now it unwinds at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from loadtest.labs import process_lock
+
+    real_submit = ThreadPoolExecutor.submit
+    submitted: list[int] = []
+
+    def interrupted_at_the_fifth(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        submitted.append(1)
+        if len(submitted) == 5:
+            raise KeyboardInterrupt
+        return real_submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", interrupted_at_the_fifth)
+    with pytest.raises(KeyboardInterrupt):
+        process_lock._sell_in_threads(redis_client, None)
+    assert len(submitted) == 5
