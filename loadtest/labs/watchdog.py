@@ -12,6 +12,7 @@ after a whole ttl without one the watchdog gives up and calls ``on_lost``; leavi
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -50,9 +51,14 @@ def _long_work(narrator: Narrator, client: object, watchdog: bool) -> tuple[bool
     # B holds on to what it gets until A is done, so its ttl must outlast the work
     b = lockcore.create("token", client, "stock:sku-1", ttl_ms=4 * TTL_MS)
     a.acquire()
-    narrator("A acquires (ttl %d ms, watchdog %s) and starts %.1f s of work",
-             TTL_MS, "on" if watchdog else "off", WORK_S)
-    b_got_in = _work_while_rival_tries(narrator, b)
+    try:
+        narrator("A acquires (ttl %d ms, watchdog %s) and starts %.1f s of work",
+                 TTL_MS, "on" if watchdog else "off", WORK_S)
+        b_got_in = _work_while_rival_tries(narrator, b)
+    except BaseException:  # Ctrl-C: let go before the lab stops the server A's watchdog renews on
+        with contextlib.suppress(Exception):  # the interrupt is what the user must see
+            a.release()
+        raise
     try:
         a.release()
         narrator("A finishes and releases cleanly")

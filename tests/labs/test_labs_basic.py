@@ -214,3 +214,20 @@ def test_a_flash_sale_interrupted_before_its_start_signal_does_not_hang(monkeypa
     assert not thread.is_alive(), "flash_sale hung after the interrupt"
     assert outcome and isinstance(outcome[0], KeyboardInterrupt), outcome
     assert time.monotonic() - began < 15
+
+
+def test_the_watchdog_lab_interrupted_mid_work_lets_go_of_its_lock(redis_client,
+                                                                  monkeypatch) -> None:
+    """Ctrl-C during act 2 left A held with its watchdog renewing; the lab then stopped
+    its redis-server, and the watchdog said so ("renewal of 'stock:sku-1' failed: ...
+    Connection refused", above the "interrupted" line; a workshop walk-through saw it in
+    2 of 12 interrupts). Interrupted, the act lets go of A first."""
+    from loadtest.labs import watchdog
+
+    def interrupted(narrator, rival):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(watchdog, "_work_while_rival_tries", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        watchdog._long_work(Narrator(quiet=True), redis_client, watchdog=True)
+    assert redis_client.exists("lock:{stock:sku-1}") == 0, "A still holds the lock"
