@@ -77,6 +77,14 @@ class SaleKeys:
         takes it meanwhile sells nothing and lets go (``admin._current_lock``)."""
         return f"sale:{{{self.sku}}}:resetting"
 
+    @property
+    def reset_in_flight(self) -> str:
+        """Lives from a reset's database side to its Redis side (``sales.reset_sale``):
+        a purchase refused as of the old sale meanwhile leaves the sale's copy for the
+        reset to write over (``saleinfo.forget_stale_copy``). Not in ``all``: the
+        reset's own Redis side deletes those."""
+        return f"sale:{{{self.sku}}}:reset_in_flight"
+
     def all(self) -> list[str]:
         return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info,
                 self.reloaded, self.holdoff, self.key_owners, self.reservations, self.taken,

@@ -193,14 +193,15 @@ def forget_stale_copy(redis: Any, sale: SaleInfo) -> None:
     back from an old snapshot) left the old sale in Redis for good: every purchase would
     take a unit of the old stock and hear 503, and a sold-out old sale would answer 409
     with the new one's units in the database. Drop the copy if it is still the stale
-    one: the next buyer loads the sale from the database (``restore_sale.lua`` replaces
-    the old generation's stock with it)."""
+    one and no reset is in flight (``SaleKeys.reset_in_flight``): the next buyer loads
+    the sale from the database (``restore_sale.lua`` replaces the old generation's stock
+    with it)."""
     if sale.generation is None:
         return
     from . import scripts
     try:  # compare-and-delete, one step: a reset's new copy between them went too
-        scripts.script(redis, "forget_stale_copy")(keys=[sale.keys.info],
-                                                   args=[sale.generation])
+        scripts.script(redis, "forget_stale_copy")(
+            keys=[sale.keys.info, sale.keys.reset_in_flight], args=[sale.generation])
     except Exception as exc:  # noqa: BLE001 - the 503 stands; the next refused row tries again
         logger.warning("%s: stale sale copy not dropped: %r", sale.sku, exc)
 

@@ -88,7 +88,11 @@ def test_a_reload_between_a_resets_commit_and_its_redis_side_stands(
     as soon as the reset commits, and each drops the stale copy
     (``saleinfo.forget_stale_copy``): the next buyer reloads the sale before the reset
     has written Redis, as a new generation (``atomic``, ``atomic-sharded``), and buys.
-    The reset's Redis side, landing after, went over the reload's newer sale."""
+    The reset's Redis side, landing after, went over the reload's newer sale.
+
+    A reset marks itself in flight, and a refused row then leaves the copy (the next
+    test); here the mark is gone (it lives ``RESET_IN_FLIGHT_MS``: a reset that took
+    longer, or a Redis that did not take it)."""
     shop = backends(app)
     sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
     old = load_sale(shop.sessions, SKU)
@@ -106,6 +110,7 @@ def test_a_reload_between_a_resets_commit_and_its_redis_side_stands(
                                  kwargs={"stock": 7, "strategy": strategy})
     resetting.start()
     assert committed.wait(10)
+    shop.redis.delete(old.keys.reset_in_flight)
     forget_stale_copy(shop.redis, old)  # an old buyer's row was refused
     answer = buy(client, "ann")  # reloads the sale
     reloaded.set()
@@ -118,6 +123,47 @@ def test_a_reload_between_a_resets_commit_and_its_redis_side_stands(
     audit = client.get(f"/api/sales/{SKU}/audit").get_json()
     assert (audit["remaining"], audit["database_remaining"], audit["orders"],
             audit["consistent"]) == (5, 5, 2, True), audit
+
+
+@pytest.mark.parametrize("strategy", ["atomic", "atomic-sharded", "sql", "token"])
+def test_a_row_refused_while_a_reset_is_in_flight_leaves_the_copy_for_the_reset(
+        client, app, monkeypatch, caplog, strategy):
+    """The old sale's last buyers, refused once the reset has committed, dropped the
+    copy, and the next buyer reloaded the sale as if Redis had lost it: a new
+    generation, "Redis lost the sale" in the log, and for a lock strategy a hold-off of
+    one lock TTL (an HTTP audit: 12 resets amid 60 buyers, 4 runs of 8). Now the copy
+    stays for the reset's Redis side; that buyer hears 503, and the reset's sale stands."""
+    shop = backends(app)
+    sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
+    old = load_sale(shop.sessions, SKU)
+    real_redis_side = sales._redis_side
+    committed, refused = threading.Event(), threading.Event()
+
+    def redis_side(*args: Any, **kwargs: Any) -> None:
+        committed.set()
+        assert refused.wait(10)
+        real_redis_side(*args, **kwargs)
+
+    monkeypatch.setattr(sales, "_redis_side", redis_side)
+    resetting = threading.Thread(target=sales.reset_sale,
+                                 args=(shop.sessions, shop.redis, SKU),
+                                 kwargs={"stock": 7, "strategy": strategy})
+    resetting.start()
+    assert committed.wait(10)
+    forget_stale_copy(shop.redis, old)  # an old buyer's row was refused
+    assert shop.redis.exists(old.keys.info), "the copy went before the reset wrote it"
+    refused.set()
+    resetting.join(10)
+    assert not resetting.is_alive()
+    assert not shop.redis.exists(old.keys.reset_in_flight)
+    new = load_sale(shop.sessions, SKU)
+
+    answer = buy(client, "bob")
+    assert answer.status_code == 201, answer.get_json()
+    assert load_sale(shop.sessions, SKU).generation == new.generation  # no reload
+    assert "lost the sale" not in caplog.text
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert (audit["remaining"], audit["orders"], audit["consistent"]) == (6, 1, True), audit
 
 
 def test_a_late_sql_mirror_does_not_mark_the_next_strategys_sale_sold_out(
