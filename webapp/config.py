@@ -171,6 +171,13 @@ def check_urls(config: dict[str, Any]) -> None:
     except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
         raise ConfigError(f"DATABASE_URL: {without_password(config['DATABASE_URL'])!r} "
                           f"is not a database URL ({exc})") from None
+    if url.get_backend_name() == "postgresql" and not (url.database or
+                                                        url.query.get("dbname")):
+        # libpq picks one: postgresql:// created the shop's tables in the database named
+        # after the user, someone else's (a CLI audit)
+        raise ConfigError(f"DATABASE_URL: {without_password(config['DATABASE_URL'])!r} "
+                          "names no database, and libpq would pick one (named after the "
+                          "user): name it (postgresql+psycopg://user@host:5432/seckill)")
 
 
 def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
@@ -191,7 +198,17 @@ def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
             except ValueError as exc:
                 raise ConfigError(f"{name}: {without_password(url)!r} is not a Redis URL "
                                   f"({exc})") from None
-            path = urllib.parse.urlsplit(url).path.strip("/")
+            parts = urllib.parse.urlsplit(url)
+            path = parts.path.strip("/")
+            if url.startswith("unix:") and not path:
+                raise ConfigError(f"{name}: {without_password(url)!r} names no socket: "
+                                  "unix:///path/to/redis.sock")
+            if not url.startswith("unix:") and not parts.hostname:
+                # redis-py reads redis:// as localhost:6379, db 0: a CLI audit's shop
+                # seeded a Redis that was not its own, and the banner said "redis://"
+                raise ConfigError(f"{name}: {without_password(url)!r} names no host, and "
+                                  "redis-py would use 127.0.0.1:6379, whoever's Redis that "
+                                  "is: write it out (redis://127.0.0.1:6379/0)")
             if not url.startswith("unix:") and path and not path.isdigit():
                 # redis-py reads ".../abc" as db 0: a mistyped db number wrote into db 0
                 raise ConfigError(f"{name}: {without_password(url)!r}: the path must be a "

@@ -146,3 +146,33 @@ def test_an_admin_token_with_a_tab_or_a_space_inside_is_taken(monkeypatch, tmp_p
     # HTTP carries both inside a header value
     monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "my\tadmin token")
     assert config.from_env(str(tmp_path))["SECKILL_ADMIN_TOKEN"] == "my\tadmin token"
+
+
+@pytest.mark.parametrize("name, url, says", [
+    ("REDIS_URL", "redis://", "names no host"),
+    ("REDIS_URL", "rediss://:pw@/0", "names no host"),
+    ("REDLOCK_URLS", "redis://127.0.0.1:1/0,redis:///0,redis://127.0.0.1:2/0",
+     "names no host"),
+    ("REDIS_URL", "unix://", "names no socket"),
+    ("DATABASE_URL", "postgresql://", "names no database"),
+    ("DATABASE_URL", "postgresql+psycopg://u@127.0.0.1:5432", "names no database"),
+])
+def test_a_url_that_leaves_the_server_to_a_default_is_refused(monkeypatch, tmp_path, name,
+                                                              url, says):
+    # redis:// is 127.0.0.1:6379 to redis-py and postgresql:// libpq's default database:
+    # a CLI audit's `seckill serve` seeded both, someone else's, and printed "redis://"
+    monkeypatch.setenv(name, url)
+    with pytest.raises(config.ConfigError, match=says) as refused:
+        config.served_from_env(str(tmp_path))
+    assert str(refused.value).startswith(f"{name}: ")
+
+
+@pytest.mark.parametrize("name, url", [
+    ("REDIS_URL", "redis://127.0.0.1:6399/0"), ("REDIS_URL", "unix:///tmp/r.sock?db=2"),
+    ("DATABASE_URL", "postgresql+psycopg://u@127.0.0.1:5432/shop"),
+    ("DATABASE_URL", "postgresql:///shop"),
+    ("DATABASE_URL", "postgresql://u@/?dbname=shop&host=/var/run/postgresql"),
+])
+def test_a_url_naming_its_server_is_taken(monkeypatch, tmp_path, name, url):
+    monkeypatch.setenv(name, url)
+    config.served_from_env(str(tmp_path))
