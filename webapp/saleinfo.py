@@ -66,13 +66,16 @@ Fence = Callable[[SaleInfo, int], "int | None"]
 
 
 def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
-                cached: dict[bytes, bytes] | None = None, fence: Fence | None = None
-                ) -> SaleInfo:
+                cached: dict[bytes, bytes] | None = None, fence: Fence | None = None,
+                *, at_start: bool = False) -> SaleInfo:
     """The sale from its Redis hash (written by every reset), else from the database.
 
     :param cached: the hash if the caller already fetched it in a pipeline of its own.
     :param fence: called when Redis lost the sale (see ``_restore_stock``); None: the
         lock's fencing counter is left as Redis has it
+    :param at_start: a shop starting on a kept database loads it into its Redis
+        (``demo.seed``): news, logged as such, not "Redis lost the sale" (every
+        ``seckill serve`` after the first in a folder warned so; a CLI audit)
     """
     if cached is None:
         cached = redis.hgetall(SaleKeys(sku).info)
@@ -83,7 +86,8 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
             cached = redis.hgetall(SaleKeys(sku).info)
             if cached:
                 return parsed_sale(sku, cached)
-            restored = _restore_stock(redis, sessions, load_sale(sessions, sku), fence)
+            restored = _restore_stock(redis, sessions, load_sale(sessions, sku), fence,
+                                      at_start)
             if restored is not None:
                 return restored
             # a reset, or another process's reload, wrote the sale or is writing it: that
@@ -250,7 +254,7 @@ def parsed_sale_reply(sku: str, flat: list[bytes]) -> SaleInfo:
 
 
 def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
-                   fence: Fence | None = None) -> SaleInfo | None:
+                   fence: Fence | None = None, at_start: bool = False) -> SaleInfo | None:
     """No copy in Redis: it lost its data (a restart without persistence) or was never
     loaded. The database's ``remaining`` is the truth then. What is read here goes back
     in one script (``restore_sale.lua``), and only while the copy is still missing: of
@@ -273,15 +277,16 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     from .paths import path_for  # paths imports services, which imports this module
 
     if path_for(sale.strategy).new_generation_on_reload and sale.generation is not None:
-        started = new_generation(sessions, sale)
+        started = new_generation(sessions, sale, logged=not at_start)
         if started is None:
             return None  # a reset or another process's reload moved the sale on first
-        return _write_back(redis, sessions, *started)
-    return _write_back(redis, sessions, sale, None, fence)
+        return _write_back(redis, sessions, *started, at_start=at_start)
+    return _write_back(redis, sessions, sale, None, fence, at_start)
 
 
 def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
-                remaining: int | None, fence: Fence | None = None) -> SaleInfo | None:
+                remaining: int | None, fence: Fence | None = None,
+                at_start: bool = False) -> SaleInfo | None:
     """``_restore_stock``'s writes: ``sale`` back into Redis with ``remaining`` units
     (None: as the database counts them now). None if a reset or another reload's copy
     stands."""
@@ -335,7 +340,10 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
         args=["" if sale.generation is None else sale.generation, remaining,
               "0" if elsewhere else "1", "" if hold_ms is None else hold_ms,
               *(part for item in sale_fields(sale).items() for part in item)])
-    if shards_restored or written == 2:
+    if (shards_restored or written == 2) and at_start:
+        logger.info("loaded the sale of %s from the database into Redis: %d left",
+                    sale.sku, remaining)
+    elif shards_restored or written == 2:
         logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
                        remaining)
     if written and fence is not None and floor is not None:
@@ -348,7 +356,8 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
 
 
 def new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
-                   why: str = "Redis lost the sale; reloaded") -> tuple[SaleInfo, int] | None:
+                   why: str = "Redis lost the sale; reloaded", logged: bool = True
+                   ) -> tuple[SaleInfo, int] | None:
     """Start a new generation of ``sale`` for its reload (or a lock section's count of
     its stock: ``section._reread_stock``): the sale with it, and the units left as the
     database counts them when it started; None if the sale is not at
@@ -378,8 +387,9 @@ def new_generation(sessions: sessionmaker[Session], sale: SaleInfo,
             .values(started_at=new).returning(Sale.remaining)).scalar_one_or_none()
     if left is None:
         return None
-    logger.warning("%s: %s as a new generation, so a purchase whose units went with "
-                   "Redis's lost data writes no order", sale.sku, why)
+    if logged:  # not a shop's start loading a kept database (``cached_sale``)
+        logger.warning("%s: %s as a new generation, so a purchase whose units went with "
+                       "Redis's lost data writes no order", sale.sku, why)
     return dataclasses.replace(sale, generation=generation(new)), int(left)
 
 
