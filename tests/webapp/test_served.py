@@ -241,5 +241,22 @@ def test_a_shop_that_cannot_start_quotes_only_its_own_run_of_a_kept_log(tmp_path
     with pytest.raises(StartupError) as raised:
         app.start()
     assert "earlier run" not in str(raised.value), raised.value
-    assert str(raised.value).startswith("gunicorn did not become healthy at "), raised.value
+    assert str(raised.value).startswith("gunicorn exited (3) before it answered at "), \
+        raised.value
     assert "no log" in str(raised.value), raised.value
+
+
+def test_a_shop_that_does_not_answer_in_time_says_how_long_it_waited(tmp_path):
+    # "gunicorn did not become healthy at URL: no log" after 72 s (64 workers on a
+    # loaded machine), not saying it had waited its 60 s (a CLI audit)
+    from webapp.served import StartupError
+
+    mute = tmp_path / "mute" / "gunicorn"  # a gunicorn that never answers
+    mute.mkdir(parents=True)
+    (mute / "__init__.py").write_text("")
+    (mute / "__main__.py").write_text("import time\ntime.sleep(60)\n")
+    app = ServedApp(workers=1, env={"PYTHONPATH": str(mute.parent)}, startup_timeout=2)
+    with pytest.raises(StartupError) as raised:
+        app.start()
+    assert "/healthz with 200 within 2 s" in str(raised.value), raised.value
+    assert ServedApp(workers=64).startup_timeout > ServedApp(workers=1).startup_timeout >= 60
