@@ -113,7 +113,7 @@ def _wait_out_holders_redis_forgot(backends: Backends, sku: str) -> None:
     So the reset reloads the sale as a buyer would, which starts the hold-off of one
     lock TTL (``restore_sale.lua``: no section sells meanwhile), and waits out what is
     left of it before it takes the lock. Nothing to wait for when Redis has the sale."""
-    cached_sale(backends.redis, backends.sessions, sku,
+    cached_sale(backends.redis, backends.sessions, sku, wait_for_reset=False,
                 fence=functools.partial(locks.raise_fence, backends))
     left_ms = backends.redis.pttl(SaleKeys(sku).holdoff)
     if left_ms > 0:

@@ -52,7 +52,8 @@ def seed(database_url: str, redis_url: str, *, reset: bool = False,
                 reset_sale(sessions, client, sku, stock=stock, strategy=strategy)
             else:  # a restart: the database is the truth (a fresh embedded Redis is empty)
                 try:
-                    cached_sale(client, sessions, sku, fence=fence, at_start=True)
+                    cached_sale(client, sessions, sku, fence=fence, at_start=True,
+                                wait_for_reset=False)
                 except LockError as exc:  # left unloaded: its first buyer tries again
                     logger.warning("%s not reloaded into Redis: %s", sku, exc)
         logger.info("demo catalogue ready: %s", ", ".join(p[0] for p in PRODUCTS))

@@ -80,9 +80,9 @@ class SaleKeys:
     @property
     def reset_in_flight(self) -> str:
         """Lives from a reset's database side to its Redis side (``sales.reset_sale``):
-        a purchase refused as of the old sale meanwhile leaves the sale's copy for the
-        reset to write over (``saleinfo.forget_stale_copy``). Not in ``all``: the
-        reset's own Redis side deletes those."""
+        a buyer who finds no copy of the sale meanwhile waits for the reset's rather
+        than reload it (``saleinfo.cached_sale``). Not in ``all``: the reset's own
+        Redis side deletes those."""
         return f"sale:{{{self.sku}}}:reset_in_flight"
 
     def all(self) -> list[str]:

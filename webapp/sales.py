@@ -158,35 +158,28 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
 REDIS_SIDE_TRIES_S = 5.0
 #: how long a reset's in-flight mark lives at most (``SaleKeys.reset_in_flight``): its
 #: database side (behind the purchases holding the sale's row) and its Redis side's
-#: tries. A reset that outlives it, or dies, leaves the old behaviour: a refused row
-#: drops the copy and the next buyer reloads the sale
+#: tries, as a rule
 RESET_IN_FLIGHT_MS = 30_000
 
 
 @contextlib.contextmanager
 def _in_flight(redis: Any, sku: str) -> Iterator[None]:
     """Mark the reset in flight in Redis while it runs (``SaleKeys.reset_in_flight``):
-    the old sale's last buyers, refused by the database once it has committed, leave the
-    copy for its Redis side to write over, where each dropped it and the next buyer
-    reloaded the sale before the reset's Redis side (``saleinfo.forget_stale_copy``).
-
-    **Failure timeline** it prevents (an HTTP audit: 12 resets amid 60 buyers,
-    ``atomic``, the log's "Redis lost the sale" in 4 runs of 8 with Redis never down)::
-
-        reset:  commits the database: generation g1
-        buyer:  took a unit of g0's copy; its row refused: drops the g0 copy
-        buyer:  finds no copy: "Redis lost the sale", reloads it as g1' (a lock
-                strategy holds the sale off one lock TTL, ~10 s of 503s)
-        reset:  its Redis side finds g1' newer and stands down
+    a buyer who finds no copy of the sale meanwhile (the old sale's last buyers, refused
+    by the database once it has committed, drop theirs) waits for this reset's copy
+    rather than reload the sale as if Redis had lost it (``saleinfo.cached_sale``, with
+    the failure timeline).
 
     Best effort: a Redis that does not take the mark does not stop the reset (it would
-    not take the new stock either: ``_redis_side`` says so). Resets of one sale run one
-    at a time over HTTP (``admin._one_reset_at_a_time``); two from a library caller at
-    once may lift each other's mark, which is the behaviour before it."""
+    not take the new stock either: ``_redis_side`` says so), and a mark left behind (its
+    DELETE failed, the worker killed) costs buyers who find no copy its TTL in 503s. A
+    reset that outlives the mark's TTL leaves the behaviour before it: a reload.
+    Resets of one sale run one at a time over HTTP (``admin._one_reset_at_a_time``);
+    two from a library caller at once may lift each other's mark."""
     key = SaleKeys(sku).reset_in_flight
-    with contextlib.suppress(RedisError):
-        redis.set(key, 1, px=RESET_IN_FLIGHT_MS)
     try:
+        with contextlib.suppress(RedisError):
+            redis.set(key, 1, px=RESET_IN_FLIGHT_MS)
         yield
     finally:
         with contextlib.suppress(RedisError):

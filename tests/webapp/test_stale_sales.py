@@ -222,3 +222,45 @@ def test_a_sqlite_writer_waits_for_the_file_less_than_half_a_lock_ttl(sqlite_url
         assert 0 < busy_ms <= app.config["LOCK_TTL_MS"] / 2, busy_ms
     finally:
         backends(app).close()
+
+
+def leave_a_mark(redis: Any, ttl_ms: int) -> None:
+    """A reset's in-flight mark that outlived it (``sales._in_flight``): its DELETE
+    failed with the Redis that failed its Redis side, or its worker was killed."""
+    redis.set(SaleKeys(SKU).reset_in_flight, 1, px=ttl_ms)
+
+
+@pytest.mark.parametrize("strategy", ["token", "atomic"])
+def test_a_mark_left_by_a_failed_reset_costs_its_ttl_not_the_sale(shop, monkeypatch,
+                                                                  strategy):
+    """A review of the mark's first form, which kept the stale copy while it lived:
+    the old sale's buyers took its units, were refused, and once it was sold out every
+    buyer heard 409 for good, the new sale's 2 units unsold. Now the copy goes as
+    before, and a buyer who finds none waits out the mark (503s), then reloads."""
+    monkeypatch.setattr(sales, "REDIS_SIDE_TRIES_S", 0.3)
+    client = shop.test_client()
+    reset(client, stock=10, strategy=strategy)
+    assert buy(client, "ann").status_code == 201
+    fail_reset_redis(monkeypatch, strategy, times=None)
+    failed = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                        json={"stock": 2, "strategy": strategy})
+    monkeypatch.undo()
+    assert failed.status_code == 503, failed.get_json()
+    leave_a_mark(backends(shop).redis, 2_000)
+    audit = sell_to_five_and_audit(client)
+    assert (audit["initial_stock"], audit["units_sold"], audit["remaining"],
+            audit["consistent"]) == (2, 2, 0, True), audit
+
+
+def test_a_mark_left_by_a_failed_reset_does_not_hold_up_the_next_reset(shop):
+    client, redis = shop.test_client(), backends(shop).redis
+    reset(client, stock=10, strategy="token")
+    redis.delete(SaleKeys(SKU).info)  # no copy, and a mark for 30 s
+    leave_a_mark(redis, 30_000)
+    started = time.monotonic()
+    reset(client, stock=2, strategy="token")
+    assert time.monotonic() - started < 2.0
+    assert not redis.exists(SaleKeys(SKU).reset_in_flight)
+    audit = sell_to_five_and_audit(client)
+    assert (audit["initial_stock"], audit["units_sold"], audit["consistent"]) == (
+        2, 2, True), audit
