@@ -74,6 +74,25 @@ def _report_gone_redis(served: ServedApp, reported: set[int]) -> None:
               "serve again to start a fresh one", file=sys.stderr, flush=True)
 
 
+def _unwritable_instance(instance: Path, database_given: bool) -> str | None:
+    """Why ``./instance/`` (the shop's log, and its SQLite database unless
+    ``DATABASE_URL`` is set) cannot be written, if it cannot; asked after a failed start
+    only, and leaving nothing behind (a probe file, removed). In a folder the user may
+    not write to, the start failed with "DATABASE_URL sqlite:////.../instance/...:
+    cannot use ..." when DATABASE_URL was not set, and "PermissionError: ..." when it
+    was (a CLI audit)."""
+    import tempfile
+
+    where = instance if instance.is_dir() else instance.parent
+    try:
+        with tempfile.TemporaryFile(dir=where):
+            return None
+    except OSError as exc:
+        what = "the shop's log" if database_given else "the shop's log and SQLite database"
+        return (f"cannot write {what} in {instance} ({exc.strerror or exc}): run it in a "
+                "folder you may write to")
+
+
 def main(args: argparse.Namespace) -> int:
     try:  # what the workers will read, checked before anything starts
         config = settings.served_from_env(str(Path.cwd() / "instance"))  # SQLite there
@@ -95,12 +114,15 @@ def main(args: argparse.Namespace) -> int:
                        log_path=log)
     try:
         served.start()  # stops what it started if it fails
-    except StartupError as exc:
-        print(f"seckill serve: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # an unreachable REDIS_URL or database, a missing driver
-        print(f"seckill serve: could not start: {type(exc).__name__}: "
-              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - one line, whatever it was
+        unwritable = _unwritable_instance(log.parent, bool(os.environ.get("DATABASE_URL")))
+        if unwritable is not None:  # not "DATABASE_URL ...", set or not (a CLI audit)
+            print(f"seckill serve: {unwritable}", file=sys.stderr)
+        elif isinstance(exc, StartupError):
+            print(f"seckill serve: {exc}", file=sys.stderr)
+        else:  # an unreachable REDIS_URL or database, a missing driver
+            print(f"seckill serve: could not start: {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
         return 1
     reported: set[int] = set()
     try:

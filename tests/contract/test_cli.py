@@ -729,6 +729,22 @@ def test_serve_with_a_sqlite_file_it_cannot_use_names_database_url(tmp_path, whe
     assert (tmp_path / "notes.txt").read_text() == "not a database, " * 100
 
 
+@pytest.mark.parametrize("database_given", [False, True], ids=["default-db", "DATABASE_URL"])
+def test_serve_in_a_folder_it_cannot_write_says_so_not_database_url(tmp_path, database_given):
+    # a read-only folder: "DATABASE_URL sqlite:////.../instance/seckill.sqlite: cannot
+    # use ..." with DATABASE_URL unset, "could not start: PermissionError: ..." with it
+    # set (a CLI audit). /proc: no user may make a folder there, root included
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    if database_given:
+        env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    proc = seckill("serve", "--port", str(free_port()), cwd=Path("/proc"), env=env, timeout=60)
+    assert proc.returncode == 1, proc
+    assert "cannot write the shop's log" in proc.stderr and "/proc/instance" in proc.stderr
+    assert ("SQLite" in proc.stderr) is not database_given, proc.stderr
+    assert "DATABASE_URL" not in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 @pytest.fixture
 def silent_server() -> Iterator[int]:
     """A port that accepts connections and never answers (a frozen host, a wrong port)."""
