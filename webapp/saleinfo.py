@@ -93,22 +93,26 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
     Not by leaving the copy (a review): a mark that outlived its reset (its DELETE
     failed with Redis, the worker killed) kept a stale copy whose buyers took its units
     and were refused, until it was sold out and answered 409 for good. A mark left now
-    costs its TTL in 503s at most, then the next buyer reloads.
+    costs buyers who find no copy a 503 after ``COPY_WAIT_S`` for its TTL, then the next
+    one reloads. The wait is outside the process's one-reload-at-a-time lock, and inside
+    it a mark is a 503 at once: waited in it, a left mark queued every buyer of the
+    process (and a reset's reload) behind one another's waits for its whole TTL (a
+    second review: 8 buyers answered at 3, 6 and 8 s, the reset after 7.5 s).
     """
+    keys = SaleKeys(sku)
     if cached is None:
-        cached = redis.hgetall(SaleKeys(sku).info)
+        cached = redis.hgetall(keys.info)
     if cached:
+        return parsed_sale(sku, cached)
+    if wait_for_reset and (cached := _resets_copy(redis, keys)):
         return parsed_sale(sku, cached)
     with _restoring():  # the buyers behind the first find the copy back
         for _ in range(RELOAD_TRIES):
-            cached = redis.hgetall(SaleKeys(sku).info)
+            cached = redis.hgetall(keys.info)
             if cached:
                 return parsed_sale(sku, cached)
-            if wait_for_reset and redis.exists(SaleKeys(sku).reset_in_flight):
-                cached = _copy_within(redis, sku, COPY_WAIT_S)  # the reset's
-                if cached:
-                    return parsed_sale(sku, cached)
-                continue
+            if wait_for_reset and redis.exists(keys.reset_in_flight):
+                raise _being_reset(sku)
             restored = _restore_stock(redis, sessions, load_sale(sessions, sku), fence,
                                       at_start)
             if restored is not None:
@@ -120,6 +124,27 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
             if cached:
                 return parsed_sale(sku, cached)
     raise Busy(f"the sale of {sku} is being reset or reloaded; try again", retry_after_s=1)
+
+
+def _resets_copy(redis: Any, keys: SaleKeys) -> dict[bytes, bytes]:
+    """The copy a reset in flight writes, once it is in Redis, waited for up to
+    ``COPY_WAIT_S``; empty if no reset is in flight (the caller reloads the sale), a
+    503 if it stays in flight that long."""
+    deadline = time.monotonic() + COPY_WAIT_S
+    while True:
+        pipe = redis.pipeline(transaction=False)
+        pipe.hgetall(keys.info)
+        pipe.exists(keys.reset_in_flight)
+        cached, in_flight = pipe.execute()
+        if cached or not in_flight:
+            return cached  # type: ignore[no-any-return]
+        if time.monotonic() >= deadline:
+            raise _being_reset(keys.sku)
+        time.sleep(0.02)  # gevent's, under gunicorn
+
+
+def _being_reset(sku: str) -> Busy:
+    return Busy(f"the sale of {sku} is being reset; try again", retry_after_s=1)
 
 
 #: reloads a buyer tries before 503 (each after another process's copy did not come)
