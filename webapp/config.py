@@ -171,13 +171,14 @@ def check_urls(config: dict[str, Any]) -> None:
     except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
         raise ConfigError(f"DATABASE_URL: {without_password(config['DATABASE_URL'])!r} "
                           f"is not a database URL ({exc})") from None
-    if url.get_backend_name() == "postgresql" and not (url.database or
-                                                        url.query.get("dbname")):
+    if url.get_backend_name() == "postgresql" and not (
+            url.database or url.query.get("dbname") or url.query.get("service")
+            or os.environ.get("PGDATABASE") or os.environ.get("PGSERVICE")):
         # libpq picks one: postgresql:// created the shop's tables in the database named
         # after the user, someone else's (a CLI audit)
         raise ConfigError(f"DATABASE_URL: {without_password(config['DATABASE_URL'])!r} "
-                          "names no database, and libpq would pick one (named after the "
-                          "user): name it (postgresql+psycopg://user@host:5432/seckill)")
+                          "names no database, and libpq would use the one named after the "
+                          "user: name it (postgresql+psycopg://user@host:5432/seckill)")
 
 
 def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
@@ -200,10 +201,11 @@ def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
                                   f"({exc})") from None
             parts = urllib.parse.urlsplit(url)
             path = parts.path.strip("/")
-            if url.startswith("unix:") and not path:
+            query = urllib.parse.parse_qs(parts.query)  # redis-py reads host=, path= too
+            if url.startswith("unix:") and not (path or query.get("path")):
                 raise ConfigError(f"{name}: {without_password(url)!r} names no socket: "
                                   "unix:///path/to/redis.sock")
-            if not url.startswith("unix:") and not parts.hostname:
+            if not url.startswith("unix:") and not (parts.hostname or query.get("host")):
                 # redis-py reads redis:// as localhost:6379, db 0: a CLI audit's shop
                 # seeded a Redis that was not its own, and the banner said "redis://"
                 raise ConfigError(f"{name}: {without_password(url)!r} names no host, and "

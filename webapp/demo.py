@@ -10,6 +10,7 @@ from sqlalchemy.orm import sessionmaker
 from lockcore import LockError
 
 from .extensions import make_engine
+from .problems import Busy
 from .saleinfo import Fence, cached_sale
 from .sales import create_product, reset_sale
 
@@ -29,7 +30,8 @@ PRODUCTS = [
 
 
 def seed(database_url: str, redis_url: str, *, reset: bool = False,
-         featured_strategy: str | None = None, fence: Fence | None = None) -> None:
+         featured_strategy: str | None = None, fence: Fence | None = None,
+         fresh_redis: bool = False) -> None:
     """Create the demo products that are missing and start their sales. A sale that
     exists keeps its orders and stock (``seckill serve`` restarted on the same database):
     its Redis copy is loaded from the database if Redis lacks it. ``reset`` restocks
@@ -38,6 +40,10 @@ def seed(database_url: str, redis_url: str, *, reset: bool = False,
     :param featured_strategy: the strategy of a new ``sku-1`` (``LOCK_STRATEGY``; ``token``).
     :param fence: raises a reloaded sale's fencing counter past its orders' tokens
         (``locks.raise_fence``); None: left as Redis has it.
+    :param fresh_redis: Redis was started empty for this shop (``seckill serve``'s
+        embedded one): loading the sales into it is news, not a loss (``cached_sale``'s
+        ``at_start``). A Redis given by URL that lacks a sale lost it (or another shop
+        on it is mid-reset: then the shop waits for that reset's copy).
     """
     engine = make_engine(database_url)
     client = redis.Redis.from_url(redis_url)
@@ -52,9 +58,8 @@ def seed(database_url: str, redis_url: str, *, reset: bool = False,
                 reset_sale(sessions, client, sku, stock=stock, strategy=strategy)
             else:  # a restart: the database is the truth (a fresh embedded Redis is empty)
                 try:
-                    cached_sale(client, sessions, sku, fence=fence, at_start=True,
-                                wait_for_reset=False)
-                except LockError as exc:  # left unloaded: its first buyer tries again
+                    cached_sale(client, sessions, sku, fence=fence, at_start=fresh_redis)
+                except (LockError, Busy) as exc:  # left unloaded: its first buyer tries again
                     logger.warning("%s not reloaded into Redis: %s", sku, exc)
         logger.info("demo catalogue ready: %s", ", ".join(p[0] for p in PRODUCTS))
     finally:

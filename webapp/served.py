@@ -496,7 +496,9 @@ class ServedApp:
                              "ZOOKEEPER_HOSTS": self.zookeeper_hosts})
         try:
             demo.seed(self.database_url, self.redis_url, featured_strategy=featured,
-                      fence=functools.partial(locks.raise_fence, backends, hold=False))
+                      fence=functools.partial(locks.raise_fence, backends, hold=False),
+                      fresh_redis=any(server.url == self.redis_url
+                                      for server in self.embedded))
         finally:
             backends.close()
 

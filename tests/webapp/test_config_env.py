@@ -161,6 +161,8 @@ def test_a_url_that_leaves_the_server_to_a_default_is_refused(monkeypatch, tmp_p
                                                               url, says):
     # redis:// is 127.0.0.1:6379 to redis-py and postgresql:// libpq's default database:
     # a CLI audit's `seckill serve` seeded both, someone else's, and printed "redis://"
+    monkeypatch.delenv("PGDATABASE", raising=False)
+    monkeypatch.delenv("PGSERVICE", raising=False)
     monkeypatch.setenv(name, url)
     with pytest.raises(config.ConfigError, match=says) as refused:
         config.served_from_env(str(tmp_path))
@@ -172,7 +174,18 @@ def test_a_url_that_leaves_the_server_to_a_default_is_refused(monkeypatch, tmp_p
     ("DATABASE_URL", "postgresql+psycopg://u@127.0.0.1:5432/shop"),
     ("DATABASE_URL", "postgresql:///shop"),
     ("DATABASE_URL", "postgresql://u@/?dbname=shop&host=/var/run/postgresql"),
+    ("DATABASE_URL", "postgresql+psycopg://u@h?service=shop"),
+    ("REDIS_URL", "redis://?host=127.0.0.1&port=6399"), ("REDIS_URL", "unix://?path=/tmp/r.sock"),
 ])
 def test_a_url_naming_its_server_is_taken(monkeypatch, tmp_path, name, url):
+    monkeypatch.delenv("PGDATABASE", raising=False)
+    monkeypatch.delenv("PGSERVICE", raising=False)
     monkeypatch.setenv(name, url)
+    config.served_from_env(str(tmp_path))
+
+
+def test_a_postgres_url_with_no_database_is_taken_when_libpq_is_told_one(monkeypatch,
+                                                                         tmp_path):
+    monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg://u@127.0.0.1:5432")
+    monkeypatch.setenv("PGDATABASE", "shop")
     config.served_from_env(str(tmp_path))

@@ -71,7 +71,7 @@ def test_a_restart_into_an_empty_redis_says_it_loaded_the_sales_not_that_redis_l
     fresh = RedisServer().start()
     try:
         with caplog.at_level(logging.INFO, logger="webapp"):
-            demo.seed(url, fresh.url)
+            demo.seed(url, fresh.url, fresh_redis=True)  # as seckill serve's own Redis
         warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert warned == [], warned
         loaded = [r.getMessage() for r in caplog.records if "loaded the sale of" in r.getMessage()]
@@ -85,3 +85,32 @@ def test_a_restart_into_an_empty_redis_says_it_loaded_the_sales_not_that_redis_l
         client.close()
     finally:
         fresh.cleanup()
+
+
+def test_a_restart_on_a_given_redis_that_lost_a_sale_still_warns(shop, redis_url,
+                                                                 redis_client, caplog):
+    """A Redis given by URL that lacks a sale lost it (a review: the start's quiet
+    load also hid a loss on a shared Redis)."""
+    import logging
+
+    url, sessions = shop
+    demo.seed(url, redis_url)
+    redis_client.delete("sale:{sku-2}:info")
+    with caplog.at_level(logging.WARNING, logger="webapp"):
+        demo.seed(url, redis_url)
+    assert "sku-2: Redis lost the sale" in caplog.text
+
+
+def test_a_restart_with_a_reset_mark_left_in_redis_starts(shop, redis_url, redis_client):
+    """A mark left by a reset that failed (``SaleKeys.reset_in_flight``) and no copy:
+    the start leaves that sale to its first buyer, as for a lock server that does not
+    answer, and starts (``Busy`` ended ``seckill serve``; a review)."""
+    import time
+
+    url, sessions = shop
+    demo.seed(url, redis_url)
+    redis_client.delete("sale:{sku-2}:info")
+    redis_client.set("sale:{sku-2}:reset_in_flight", 1, px=10_000)
+    started = time.monotonic()
+    demo.seed(url, redis_url)
+    assert time.monotonic() - started < 3.0
