@@ -97,8 +97,8 @@ def test_a_reload_that_finds_a_newer_generation_restored_leaves_it(client, app, 
     shop = backends(app)
     real = saleinfo.new_generation
 
-    def another_process_reloads_right_after(sessions, sale):
-        started = real(sessions, sale)
+    def another_process_reloads_right_after(sessions, sale, *args, **kwargs):
+        started = real(sessions, sale, *args, **kwargs)
         monkeypatch.setattr(saleinfo, "new_generation", real)
         saleinfo._restore_stock(shop.redis, shop.sessions,
                                 saleinfo.load_sale(shop.sessions, SKU))
