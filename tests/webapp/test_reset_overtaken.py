@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from tests.webapp.conftest import SKU, backends, buy
-from webapp import paths, sales
+from webapp import paths, saleinfo, sales
 from webapp.saleinfo import forget_stale_copy, load_sale
 
 
@@ -134,6 +134,7 @@ def test_a_buyer_who_finds_no_copy_while_a_reset_is_in_flight_waits_for_the_rese
     "Redis lost the sale" in the log, and for a lock strategy a hold-off of one lock TTL
     (an HTTP audit: 12 resets amid 60 buyers, 4 runs of 8). Now that buyer waits for the
     reset's copy, and buys in the reset's sale."""
+    monkeypatch.setattr(saleinfo, "COPY_WAIT_S", 5.0)  # a loaded machine's 0.3 s timer
     shop = backends(app)
     sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
     old = load_sale(shop.sessions, SKU)
