@@ -205,6 +205,9 @@ def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
             if url.startswith("unix:") and not (path or query.get("path")):
                 raise ConfigError(f"{name}: {without_password(url)!r} names no socket: "
                                   "unix:///path/to/redis.sock")
+            if not all(port.isdigit() for port in query.get("port", [])):
+                raise ConfigError(f"{name}: {without_password(url)!r}: port= must be a "
+                                  "number")
             if not url.startswith("unix:") and not (parts.hostname or query.get("host")):
                 # redis-py reads redis:// as localhost:6379, db 0: a CLI audit's shop
                 # seeded a Redis that was not its own, and the banner said "redis://"

@@ -63,6 +63,7 @@ every release does for a free connection (``poolfull.RELEASE_PATIENCE_S``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -129,6 +130,11 @@ def check_independent(clients: Sequence[Any]) -> None:
         if not isinstance(kwargs, dict):
             continue  # not a plain client (a stand-in): nothing to compare
         path, host, port = kwargs.get("path"), kwargs.get("host"), kwargs.get("port")
+        # as redis-py connects: no host is localhost, no port 6379, a query's port a
+        # string (redis://?host=h&port=6399 beside redis://h:6399 was two nodes; a review)
+        host, port = host or "localhost", port or 6379
+        with contextlib.suppress(TypeError, ValueError):
+            port = int(port)
         where = path or f"{host}:{port}"
         # a socket's path as the file it names: "/d/./u.sock" and "/d/u.sock" are one
         # server (accepted as two: two votes of three; a lockcore audit)

@@ -189,3 +189,23 @@ def test_a_postgres_url_with_no_database_is_taken_when_libpq_is_told_one(monkeyp
     monkeypatch.setenv("DATABASE_URL", "postgresql+psycopg://u@127.0.0.1:5432")
     monkeypatch.setenv("PGDATABASE", "shop")
     config.served_from_env(str(tmp_path))
+
+
+@pytest.mark.parametrize("urls", [
+    "redis://127.0.0.1:6399/0,redis://?host=127.0.0.1&port=6399,redis://127.0.0.1:6400/0",
+    "redis://127.0.0.1:6379/0,redis://?host=127.0.0.1,redis://127.0.0.1:6400/0",
+])
+def test_redlock_urls_naming_one_server_in_the_query_form_are_one_node(monkeypatch, tmp_path,
+                                                                       urls):
+    # a port in the query is a string to redis-py, and no port 6379: both passed as
+    # another node (a review)
+    monkeypatch.setenv("REDLOCK_URLS", urls)
+    with pytest.raises(config.ConfigError, match="REDLOCK_URLS: redlock needs independent"):
+        config.served_from_env(str(tmp_path))
+
+
+def test_a_redis_url_whose_query_port_is_no_number_is_refused(monkeypatch, tmp_path):
+    # passed the check, then a ValueError traceback at the first connection (a review)
+    monkeypatch.setenv("REDIS_URL", "redis://?host=127.0.0.1&port=abc")
+    with pytest.raises(config.ConfigError, match="port= must be a number"):
+        config.served_from_env(str(tmp_path))
