@@ -131,7 +131,21 @@ $("reset-form").addEventListener("submit", async (event) => {
 // AUDIT_GIVE_UP_MS the audit is given up and asked again.
 const AUDIT_LATE_MS = 3000;
 const AUDIT_GIVE_UP_MS = 15000;
-const NOT_ANSWERING = "The shop is not answering: the numbers shown may be out of date.";
+// the audit's question has no answer: the shop may answer others (a frozen Redis holds
+// the audit, not /healthz; "The shop is not answering" blamed the whole shop there)
+const NOT_ANSWERING = "The shop is not answering the audit: the numbers shown may be out " +
+  "of date.";
+
+// the audit has no answer: its last numbers stay, their verdict no longer green (it was
+// "true" in green through a Redis outage; a browser audit)
+function auditLate() {
+  say("audit-message", NOT_ANSWERING, "error");
+  const verdict = $("a-consistent");
+  if (verdict.classList.contains("good")) {
+    verdict.classList.remove("good");
+    verdict.classList.add("pending");
+  }
+}
 
 // how long the same units may stay "in checkout" before the page calls them lost: a
 // purchase's longest (the lock wait, the longest simulated work, the order write: the
@@ -197,7 +211,7 @@ async function refresh() {
     return;
   }
   const abort = new AbortController();
-  const late = setTimeout(() => say("audit-message", NOT_ANSWERING, "error"), AUDIT_LATE_MS);
+  const late = setTimeout(auditLate, AUDIT_LATE_MS);
   const giveUp = setTimeout(() => abort.abort(), AUDIT_GIVE_UP_MS);
   try {
     const response = await fetch(`/api/sales/${encodeURIComponent(sku)}/audit`,
@@ -236,7 +250,7 @@ async function refresh() {
   } catch (err) {
     // the server is away, or gave no answer in time: keep the last numbers, and say
     // they may be old
-    say("audit-message", NOT_ANSWERING, "error");
+    auditLate();
   } finally {
     clearTimeout(late);
     clearTimeout(giveUp);
