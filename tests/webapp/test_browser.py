@@ -982,9 +982,12 @@ def test_the_admin_page_says_so_when_its_audit_has_no_answer(page):
             expect(page.locator("#audit-message")).to_have_text("")
             with frozen_workers(app.pid):
                 expect(page.locator("#audit-message")).to_have_text(
-                    "The shop is not answering: the numbers shown may be out of date.",
-                    timeout=6_000)
+                    "The shop is not answering the audit: the numbers shown may be out of "
+                    "date.", timeout=6_000)
                 expect(page.locator("#a-consistent")).to_have_text("true")  # kept, marked
+                # and no longer green: "true" stayed green through a Redis outage
+                expect(page.locator("#a-consistent")).to_have_class(re.compile(r"\bpending\b"))
+                expect(page.locator("#a-consistent")).not_to_have_class(re.compile(r"\bgood\b"))
             expect(page.locator("#audit-message")).to_have_text("", timeout=10_000)
 
             server.pause()
@@ -1028,3 +1031,60 @@ def test_the_admin_page_asks_for_its_audit_less_often_in_a_hidden_tab(page):
         shown_at, before = time.monotonic(), len(asked)
         page.wait_for_timeout(3_000)  # at once, or after one in flight: not 5 s later
         assert len(asked) > before and asked[before] - shown_at < 2.0, asked
+
+
+def test_a_busy_answer_stays_through_a_reset_the_page_sees_and_then_goes(page):
+    """A purchase answered 503 "the sale ... was reset since this purchase looked it
+    up; try again", and the next poll, seeing the reset's new sale, cleared it within
+    half a second; one from a Redis outage stayed on after the shop was back (a browser
+    audit). A busy answer stays ``BUSY_NEWS_MS`` (8 s), then goes."""
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        expect(card.locator(".stock")).to_have_text("5")
+        said = "the sale of sku-1 was reset since this purchase looked it up; try again"
+        page.route("**/api/products/sku-1/purchase", lambda route: route.fulfill(
+            status=503, headers={"Retry-After": "1"},
+            json={"error": "busy", "detail": said}))
+        page.fill("#user-name", "dave")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_have_text(f"Not sold: {said} (in 1s).")
+        shown = page.evaluate("Date.now()")
+        reset_sale(app, "sku-1", stock=7, strategy="token")
+        expect(card.locator(".initial")).to_have_text("7")  # a poll saw the new sale
+        page.wait_for_timeout(600)
+        expect(card.locator(".message")).to_have_text(f"Not sold: {said} (in 1s).")
+        expect(card.locator(".message")).to_have_text("", timeout=12_000)
+        assert page.evaluate("Date.now()") - shown >= 7_500
+
+
+def test_a_reload_mid_purchase_keeps_the_name_and_the_purchase_its_key(page):
+    """A reload while a purchase had no answer lost the name typed and the purchase's
+    Idempotency-Key: the purchase had gone through, and buying again said "You already
+    have one" with no order number (a browser audit). The tab keeps both."""
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        made: list[int] = []
+
+        def made_then_lost(route):
+            made.append(route.fetch().status)  # the shop made the order; the tab reloads
+            route.abort()
+
+        page.route("**/purchase", made_then_lost)
+        page.fill("#user-name", "jack")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Network error")
+        assert made == [201]
+        page.unroute("**/purchase")
+        page.reload()
+        expect(page.locator("#user-name")).to_have_value("jack")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Confirmed! Order #")
+        expect(card.locator(".stock")).to_have_text("4")

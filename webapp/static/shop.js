@@ -15,13 +15,49 @@ function newKey() {
 
 // One Idempotency-Key per purchase, kept until the shop gives a final answer: a retry
 // after a lost reply (a network error, a proxy's 502) is the same purchase, and the
-// shop answers it with the order it made (200) instead of "already purchased".
-const pendingKeys = new Map();
+// shop answers it with the order it made (200) instead of "already purchased". Kept in
+// the tab's sessionStorage, with the name typed: a reload mid-purchase lost both, and
+// the purchase that went through was "You already have one" with no order number (a
+// browser audit).
+const PENDING_KEYS = "seckill.pendingKeys";
+const USER_NAME = "seckill.userName";
+
+function stored(name, fallback) {
+  try {
+    return JSON.parse(sessionStorage.getItem(name)) ?? fallback;
+  } catch (err) {  // storage off (a privacy setting), or not ours to read
+    return fallback;
+  }
+}
+
+function store(name, value) {
+  try {
+    sessionStorage.setItem(name, JSON.stringify(value));
+  } catch (err) {
+    // storage off or full: the page works as before, without it across reloads
+  }
+}
+
+function storedKeys() {  // [[sku + "\n" + user, key], ...], whatever else is there
+  const pairs = stored(PENDING_KEYS, []);
+  return Array.isArray(pairs) ? pairs.filter((pair) => Array.isArray(pair) &&
+    pair.length === 2 && pair.every((part) => typeof part === "string")) : [];
+}
+
+const pendingKeys = new Map(storedKeys());
 
 function keyFor(sku, user) {
   const id = `${sku}\n${user}`;
-  if (!pendingKeys.has(id)) pendingKeys.set(id, newKey());
+  if (!pendingKeys.has(id)) {
+    pendingKeys.set(id, newKey());
+    store(PENDING_KEYS, [...pendingKeys]);
+  }
   return pendingKeys.get(id);
+}
+
+function settled(sku, user) {
+  pendingKeys.delete(`${sku}\n${user}`);
+  store(PENDING_KEYS, [...pendingKeys]);
 }
 
 function card(sku) {
@@ -32,6 +68,26 @@ function show(el, text, kind) {
   const message = el.querySelector(".message");
   message.textContent = text;
   message.className = "message " + kind;
+  delete el.dataset.busyUntil;  // news of its own now
+}
+
+// A busy answer (503: a lock not free in time, a part of the shop down, a reset under
+// way) says "try again", and is news for a while, whatever the polls see meanwhile: a
+// reset the page noticed just after it cleared it within half a second, and one from
+// an outage stayed on after the shop was back (a browser audit). It goes after this.
+const BUSY_NEWS_MS = 8000;
+
+function showBusy(el, text) {
+  show(el, text, "warn");
+  const until = String(Date.now() + BUSY_NEWS_MS);
+  el.dataset.busyUntil = until;
+  setTimeout(() => {
+    if (el.dataset.busyUntil === until) show(el, "", "");
+  }, BUSY_NEWS_MS);
+}
+
+function busyNews(el) {
+  return Number(el.dataset.busyUntil || 0) > Date.now();
 }
 
 // A new sale (an admin reset) has a new sale_started_at: the card's message was about
@@ -115,7 +171,7 @@ function render(product) {
     const confirmed = el.querySelector(".message").classList.contains("ok");
     if (confirmed && orderGone(el.dataset.orderSale, product.sale_started_at, reset)) {
       show(el, TAKEN_BACK, "warn");
-    } else if (reset && !confirmed) {
+    } else if (reset && !confirmed && !busyNews(el)) {
       show(el, "", "");
     }
   }
@@ -205,8 +261,10 @@ async function health() {
       return;
     }
     const body = await response.json();
-    const text = `Not selling: ${body.detail || "a backend is down"}. Purchases ` +
-      "are refused until it is back; the stock shown may be out of date.";
+    // purchases wait for it (a lock's, Redis's own timeouts) and may still go through:
+    // "are refused until it is back" was not what a buyer then saw (a browser audit)
+    const text = `Not selling: ${body.detail || "a backend is down"}. Purchases wait ` +
+      "for it, and fail if it is not back in time; the stock shown may be out of date.";
     // the same alert rewritten at every check may be read out again each time
     if (banner.textContent !== text) banner.textContent = text;
     banner.hidden = false;
@@ -305,7 +363,7 @@ async function buy(el) {
     }
     // a 4xx or a 2xx is final; a 5xx (the shop's 503, a proxy's 502 or 504) may come
     // from a purchase that went through: the retry keeps its key, the same purchase
-    if (response.status < 500) pendingKeys.delete(`${sku}\n${user}`);
+    if (response.status < 500) settled(sku, user);
     const bought = response.status === 201 || response.status === 200;
     const standing = bought ? orderStanding(sku, body.sale_started_at) : "";
     delete el.dataset.orderSale;
@@ -334,8 +392,8 @@ async function buy(el) {
       // about 10 s); try again" was followed by "(in 10s)."; a browser audit): the page
       // adds only what is missing
       const when = /\bin about \d+ ?s\b/.test(why) ? "" : ` (in ${wait}s)`;
-      show(el, /try again/i.test(why) ? `${why}${when}.` : `${why} — try again in ${wait}s.`,
-           "warn");
+      showBusy(el, /try again/i.test(why) ? `${why}${when}.`
+        : `${why} — try again in ${wait}s.`);
     } else {
       // the shop names the field ("user_id contains characters that are not allowed"):
       // on this page it is the name the buyer typed
@@ -359,6 +417,11 @@ async function buy(el) {
     }
   }
 }
+
+const nameField = document.getElementById("user-name");
+const storedName = stored(USER_NAME, "");
+if (!nameField.value && typeof storedName === "string") nameField.value = storedName;
+nameField.addEventListener("input", () => store(USER_NAME, nameField.value));
 
 // Enter in the name field: on to the first Buy button that can still buy
 document.getElementById("user-name").addEventListener("keydown", (event) => {
