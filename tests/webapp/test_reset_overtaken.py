@@ -81,6 +81,27 @@ def test_an_earlier_resets_stock_written_after_a_later_resets_copy_does_not_stan
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (4, 3, True), audit
 
 
+def _a_reset_paused_after_its_commit(monkeypatch: pytest.MonkeyPatch, shop: Any,
+                                     strategy: str) -> tuple[threading.Thread, threading.Event]:
+    """A reset of the sale to 7 units, in a thread, paused between its database side
+    (committed on return) and its Redis side, which runs once the event is set."""
+    real_redis_side = sales._redis_side
+    committed, go_on = threading.Event(), threading.Event()
+
+    def redis_side(*args: Any, **kwargs: Any) -> None:
+        committed.set()
+        assert go_on.wait(10)
+        real_redis_side(*args, **kwargs)
+
+    monkeypatch.setattr(sales, "_redis_side", redis_side)
+    resetting = threading.Thread(target=sales.reset_sale,
+                                 args=(shop.sessions, shop.redis, SKU),
+                                 kwargs={"stock": 7, "strategy": strategy})
+    resetting.start()
+    assert committed.wait(10)
+    return resetting, go_on
+
+
 @pytest.mark.parametrize("strategy", ["atomic", "atomic-sharded", "sql"])
 def test_a_reload_between_a_resets_commit_and_its_redis_side_stands(
         client, app, monkeypatch, strategy):
@@ -97,20 +118,7 @@ def test_a_reload_between_a_resets_commit_and_its_redis_side_stands(
     shop = backends(app)
     sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
     old = load_sale(shop.sessions, SKU)
-    real_redis_side = sales._redis_side
-    committed, reloaded = threading.Event(), threading.Event()
-
-    def redis_side(*args: Any, **kwargs: Any) -> None:
-        committed.set()
-        assert reloaded.wait(10)
-        real_redis_side(*args, **kwargs)
-
-    monkeypatch.setattr(sales, "_redis_side", redis_side)
-    resetting = threading.Thread(target=sales.reset_sale,
-                                 args=(shop.sessions, shop.redis, SKU),
-                                 kwargs={"stock": 7, "strategy": strategy})
-    resetting.start()
-    assert committed.wait(10)
+    resetting, reloaded = _a_reset_paused_after_its_commit(monkeypatch, shop, strategy)
     shop.redis.delete(old.keys.reset_in_flight)
     forget_stale_copy(shop.redis, old)  # an old buyer's row was refused
     answer = buy(client, "ann")  # reloads the sale
@@ -138,20 +146,7 @@ def test_a_buyer_who_finds_no_copy_while_a_reset_is_in_flight_waits_for_the_rese
     shop = backends(app)
     sales.reset_sale(shop.sessions, shop.redis, SKU, stock=10, strategy=strategy)
     old = load_sale(shop.sessions, SKU)
-    real_redis_side = sales._redis_side
-    committed, go_on = threading.Event(), threading.Event()
-
-    def redis_side(*args: Any, **kwargs: Any) -> None:
-        committed.set()
-        assert go_on.wait(10)
-        real_redis_side(*args, **kwargs)
-
-    monkeypatch.setattr(sales, "_redis_side", redis_side)
-    resetting = threading.Thread(target=sales.reset_sale,
-                                 args=(shop.sessions, shop.redis, SKU),
-                                 kwargs={"stock": 7, "strategy": strategy})
-    resetting.start()
-    assert committed.wait(10)
+    resetting, go_on = _a_reset_paused_after_its_commit(monkeypatch, shop, strategy)
     new = load_sale(shop.sessions, SKU)
     forget_stale_copy(shop.redis, old)  # an old buyer's row was refused
     assert not shop.redis.exists(old.keys.info)

@@ -78,6 +78,22 @@ def fail_reset_redis(monkeypatch: Any, strategy: str, times: int | None) -> None
     monkeypatch.setattr(cls, "reset_redis", reset_redis)
 
 
+def a_reset_whose_redis_side_never_came(shop: Flask, monkeypatch: Any,
+                                        strategy: str) -> tuple[Any, Any]:
+    """A sale of 10 (ann bought one) reset to 2 over HTTP, its Redis side failing every
+    try: its database side is done, Redis keeps the old sale. The client, the 503."""
+    monkeypatch.setattr(sales, "REDIS_SIDE_TRIES_S", 0.3)
+    client = shop.test_client()
+    reset(client, stock=10, strategy=strategy)
+    assert buy(client, "ann").status_code == 201
+    fail_reset_redis(monkeypatch, strategy, times=None)
+    failed = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
+                        json={"stock": 2, "strategy": strategy})
+    monkeypatch.undo()
+    assert failed.status_code == 503, failed.get_json()
+    return client, failed
+
+
 @pytest.mark.parametrize("sold_out_before", [False, True], ids=["selling", "sold-out"])
 @pytest.mark.parametrize("strategy", ["token", "fair", "atomic", "sql"])
 def test_a_reset_whose_redis_side_failed_once_is_done_when_redis_is_back(
@@ -98,15 +114,7 @@ def test_a_reset_whose_redis_side_failed_once_is_done_when_redis_is_back(
 @pytest.mark.parametrize("strategy", ["token", "fair", "atomic", "sql"])
 def test_a_reset_whose_redis_side_never_came_says_so_and_the_old_sale_sells_nothing(
         shop, monkeypatch, strategy):
-    monkeypatch.setattr(sales, "REDIS_SIDE_TRIES_S", 0.3)
-    client = shop.test_client()
-    reset(client, stock=10, strategy=strategy)
-    assert buy(client, "ann").status_code == 201
-    fail_reset_redis(monkeypatch, strategy, times=None)
-    failed = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
-                        json={"stock": 2, "strategy": strategy})
-    monkeypatch.undo()
-    assert failed.status_code == 503, failed.get_json()
+    client, failed = a_reset_whose_redis_side_never_came(shop, monkeypatch, strategy)
     assert "reset in the database" in failed.get_json()["detail"]  # not "nothing done"
     # Redis still has the old sale (9 left): its first row is refused, its copy dropped
     audit = sell_to_five_and_audit(client)
@@ -237,15 +245,7 @@ def test_a_mark_left_by_a_failed_reset_costs_its_ttl_not_the_sale(shop, monkeypa
     the old sale's buyers took its units, were refused, and once it was sold out every
     buyer heard 409 for good, the new sale's 2 units unsold. Now the copy goes as
     before, and a buyer who finds none waits out the mark (503s), then reloads."""
-    monkeypatch.setattr(sales, "REDIS_SIDE_TRIES_S", 0.3)
-    client = shop.test_client()
-    reset(client, stock=10, strategy=strategy)
-    assert buy(client, "ann").status_code == 201
-    fail_reset_redis(monkeypatch, strategy, times=None)
-    failed = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
-                        json={"stock": 2, "strategy": strategy})
-    monkeypatch.undo()
-    assert failed.status_code == 503, failed.get_json()
+    client, _ = a_reset_whose_redis_side_never_came(shop, monkeypatch, strategy)
     leave_a_mark(backends(shop).redis, 2_000)
     audit = sell_to_five_and_audit(client)
     assert (audit["initial_stock"], audit["units_sold"], audit["remaining"],
