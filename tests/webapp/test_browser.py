@@ -989,6 +989,8 @@ def test_the_admin_page_says_so_when_its_audit_has_no_answer(page):
                 expect(page.locator("#a-consistent")).to_have_class(re.compile(r"\bpending\b"))
                 expect(page.locator("#a-consistent")).not_to_have_class(re.compile(r"\bgood\b"))
             expect(page.locator("#audit-message")).to_have_text("", timeout=10_000)
+            expect(page.locator("#a-consistent")).to_have_class(re.compile(r"\bgood\b"))
+            expect(page.locator("#a-consistent")).not_to_have_class(re.compile(r"\bpending\b"))
 
             server.pause()
             try:
@@ -1050,9 +1052,9 @@ def test_a_busy_answer_stays_through_a_reset_the_page_sees_and_then_goes(page):
             status=503, headers={"Retry-After": "1"},
             json={"error": "busy", "detail": said}))
         page.fill("#user-name", "dave")
+        shown = page.evaluate("Date.now()")  # before: the elapsed time only grows
         card.locator(".buy").click()
         expect(card.locator(".message")).to_have_text(f"Not sold: {said} (in 1s).")
-        shown = page.evaluate("Date.now()")
         reset_sale(app, "sku-1", stock=7, strategy="token")
         expect(card.locator(".initial")).to_have_text("7")  # a poll saw the new sale
         page.wait_for_timeout(600)
