@@ -202,19 +202,20 @@ def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
             parts = urllib.parse.urlsplit(url)
             path = parts.path.strip("/")
             query = urllib.parse.parse_qs(parts.query)  # redis-py reads host=, path= too
-            if url.startswith("unix:") and not (path or query.get("path")):
+            unix = url.startswith("unix:")
+            if unix and not (path or query.get("path")):
                 raise ConfigError(f"{name}: {without_password(url)!r} names no socket: "
                                   "unix:///path/to/redis.sock")
             if not all(port.isdigit() for port in query.get("port", [])):
                 raise ConfigError(f"{name}: {without_password(url)!r}: port= must be a "
                                   "number")
-            if not url.startswith("unix:") and not (parts.hostname or query.get("host")):
+            if not unix and not (parts.hostname or query.get("host")):
                 # redis-py reads redis:// as localhost:6379, db 0: a CLI audit's shop
                 # seeded a Redis that was not its own, and the banner said "redis://"
                 raise ConfigError(f"{name}: {without_password(url)!r} names no host, and "
                                   "redis-py would use 127.0.0.1:6379, whoever's Redis that "
                                   "is: write it out (redis://127.0.0.1:6379/0)")
-            if not url.startswith("unix:") and path and not path.isdigit():
+            if not unix and path and not path.isdigit():
                 # redis-py reads ".../abc" as db 0: a mistyped db number wrote into db 0
                 raise ConfigError(f"{name}: {without_password(url)!r}: the path must be a "
                                   f"database number (like /0), not {path!r}")

@@ -394,12 +394,13 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
         args=["" if sale.generation is None else sale.generation, remaining,
               "0" if elsewhere else "1", "" if hold_ms is None else hold_ms,
               *(part for item in sale_fields(sale).items() for part in item)])
-    if (shards_restored or written == 2) and at_start:
-        logger.info("loaded the sale of %s from the database into Redis: %d left",
-                    sale.sku, remaining)
-    elif shards_restored or written == 2:
-        logger.warning("restored the Redis stock of %s from the database: %d", sale.sku,
-                       remaining)
+    if shards_restored or written == 2:
+        if at_start:  # a shop's start loading its own new Redis: news, not a loss
+            logger.info("loaded the sale of %s from the database into Redis: %d left",
+                        sale.sku, remaining)
+        else:
+            logger.warning("restored the Redis stock of %s from the database: %d",
+                           sale.sku, remaining)
     if written and fence is not None and floor is not None:
         # Redis may have restarted again between the fence and the script, which then
         # wrote the copy into a Redis whose counter starts at 1 (a fault audit: tokens
