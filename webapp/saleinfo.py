@@ -466,6 +466,14 @@ def reloaded_started_at(current: datetime) -> datetime:
     return aware(current) + _MICROSECOND
 
 
+def counted_since(looked_up: int, current: int) -> bool:
+    """Whether generation ``current`` is ``looked_up``'s sale counted again since (a
+    reload's or a lock section's count: ``reloaded_started_at``), not a reset's: a later
+    generation in the same millisecond. A count changes no term of the sale (strategy,
+    limit, its buyers): a buyer who looked it up before buys in it."""
+    return looked_up < current and looked_up // 1000 == current // 1000
+
+
 @functools.lru_cache(maxsize=64)
 def shown_generation(generation_: int) -> str:
     """A sale generation as the API shows the sale (``sale_started_at``). Remembered: a

@@ -47,6 +47,10 @@ it looked up is gone: its per-buyer limit and its reservation went with it::
     guard:  the read fetches the sale's generation too; it is not the one bob looked
             up, so he leaves with 503 busy, takes nothing, and buys again in the new sale
 
+A count (above) starts a generation too, in the same millisecond as the reset's
+(``saleinfo.counted_since``): the same sale, its terms unchanged, and the buyers queued
+behind the counting section buy in it.
+
 **A give-back that outlives the lock.** A section whose row failed after its lock ran
 out gives its units back later, under the lock (``lease_renewed``). By then the stock
 may have been counted again from the database (a reload's first section, above), and
@@ -88,6 +92,7 @@ buyer's answer.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import Any, NamedTuple
@@ -149,9 +154,14 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
                    retry_after_s=1)
     if generation is not None and sale.generation is not None \
             and int(generation) != sale.generation:
-        # to the same strategy: the stock is the new sale's, the terms were the old one's
-        # (and, if its stock is not there yet, this is no lost Redis either)
-        raise _reset_since(sale)
+        if not saleinfo.counted_since(sale.generation, int(generation)):
+            # to the same strategy: the stock is the new sale's, the terms were the old
+            # one's (and, if its stock is not there yet, this is no lost Redis either)
+            raise _reset_since(sale)
+        # counted again since (the first section after a reload's hold-off): the same
+        # sale, and the buyers queued behind that section buy in it (they heard "reset
+        # since", 32-47 of a wave of 60: a deployment audit)
+        sale = dataclasses.replace(sale, generation=int(generation))
     if stock is None and strategy is not None:  # the key alone: reload the sale
         raise saleinfo.stock_key_lost(deps.redis, sale)
     if stock is None or strategy is None:
