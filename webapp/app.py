@@ -31,9 +31,14 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     if app.config["DATABASE_URL"] == settings.default_database_url(app.instance_path):
         os.makedirs(app.instance_path, exist_ok=True)  # only the default SQLite lives there
     if not app.config["SECKILL_ADMIN_TOKEN"]:
-        # never run the admin routes open; seckill serve always passes one in
+        # never run the admin routes open; seckill serve, and gunicorn with the shop's
+        # settings (``gunicorn_conf.on_starting``), always pass one in: this is a
+        # process of its own (``flask run``), and its token is printed, as the contract
+        # says, or nobody could use it
         app.config["SECKILL_ADMIN_TOKEN"] = secrets.token_urlsafe(24)
-        logger.warning("SECKILL_ADMIN_TOKEN unset: generated a random one for this process")
+        logger.warning("SECKILL_ADMIN_TOKEN unset: the admin token of this process is %s "
+                       "(another process makes another: set SECKILL_ADMIN_TOKEN for more "
+                       "than one)", app.config["SECKILL_ADMIN_TOKEN"])
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["seckill"] = Backends(app.config)
 

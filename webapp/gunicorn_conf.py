@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import sys
 
 from gunicorn import util
@@ -80,6 +81,18 @@ accesslog = None
 errorlog = "-"
 # no preload: each worker imports the app after gevent has patched it
 preload_app = False
+
+
+def on_starting(server):  # type: ignore[no-untyped-def]
+    """In the master, before any worker: with ``SECKILL_ADMIN_TOKEN`` unset, one token
+    for every worker, printed in the log (the contract: "generated and printed when
+    unset"). Each worker made a random one of its own and printed none: run as the
+    image's ``CMD`` or by hand, the admin API answered every token 401 (a deployment
+    audit). ``seckill serve`` always passes its own."""
+    if not os.environ.get("SECKILL_ADMIN_TOKEN"):
+        os.environ["SECKILL_ADMIN_TOKEN"] = secrets.token_urlsafe(24)  # the workers' too
+        server.log.warning("SECKILL_ADMIN_TOKEN unset: the admin token of this server's "
+                           "workers is %s", os.environ["SECKILL_ADMIN_TOKEN"])
 
 
 #: the garbage collector's youngest-generation threshold in a worker (CPython's is 700)
