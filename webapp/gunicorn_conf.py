@@ -83,12 +83,20 @@ errorlog = "-"
 preload_app = False
 
 
+#: the token docker-compose.yml falls back on (``${SECKILL_ADMIN_TOKEN:-...}``)
+COMPOSE_DEFAULT_TOKEN = "change-me-admin-token"
+
+
 def on_starting(server):  # type: ignore[no-untyped-def]
     """In the master, before any worker: with ``SECKILL_ADMIN_TOKEN`` unset, one token
     for every worker, printed in the log (the contract: "generated and printed when
     unset"). Each worker made a random one of its own and printed none: run as the
     image's ``CMD`` or by hand, the admin API answered every token 401 (a deployment
     audit). ``seckill serve`` always passes its own."""
+    if os.environ.get("SECKILL_ADMIN_TOKEN") == COMPOSE_DEFAULT_TOKEN:
+        server.log.warning("SECKILL_ADMIN_TOKEN is docker-compose.yml's default, "
+                           "%r: anyone who read the file can reset the sales; set your "
+                           "own", COMPOSE_DEFAULT_TOKEN)
     if not os.environ.get("SECKILL_ADMIN_TOKEN"):
         os.environ["SECKILL_ADMIN_TOKEN"] = secrets.token_urlsafe(24)  # the workers' too
         server.log.warning("SECKILL_ADMIN_TOKEN unset: the admin token of this server's "

@@ -67,3 +67,34 @@ class Throttle:
 
 #: the shop's per-request failures (``errors.py``, the undos retried later)
 PER_REQUEST = Throttle()
+
+
+class RepeatFilter(logging.Filter):
+    """A library's repeated line (the same level and message template) let through at
+    most once every ``every_s``, the next one saying how many were left out; a template
+    quiet for a whole interval starts over.
+
+    For kazoo's reconnect loop: with ZooKeeper down, a worker logged "Connection dropped:
+    socket connection error: Connection refused" about every 2 s for as long as it was
+    down, each worker, the shop's own throttled lines buried among them (a deployment
+    audit)."""
+
+    def __init__(self, every_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.every_s, self.clock = every_s, clock
+        self._kinds: dict[Hashable, _Kind] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = (record.levelno, str(record.msg))
+        now = self.clock()
+        seen = self._kinds.get(kind)
+        if seen is not None and now - seen.logged_at < self.every_s:
+            seen.left_out += 1
+            seen.seen_at = now
+            return False
+        if seen is not None and seen.left_out:
+            record.msg = f"{record.msg} (%d more like it left out since its last line, %.0f s ago)"
+            record.args = (*(record.args or ()), seen.left_out, now - seen.logged_at)
+        self._kinds[kind] = _Kind(logged_at=now, seen_at=now)
+        return True

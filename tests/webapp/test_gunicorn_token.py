@@ -73,3 +73,27 @@ def _answers(url: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_the_compose_files_default_token_is_warned_about(monkeypatch):
+    from pathlib import Path
+
+    from webapp import gunicorn_conf
+
+    compose = (Path(__file__).parents[2] / "docker-compose.yml").read_text()
+    assert f"${{SECKILL_ADMIN_TOKEN:-{gunicorn_conf.COMPOSE_DEFAULT_TOKEN}}}" in compose
+    said: list[str] = []
+
+    class Log:
+        def warning(self, msg: str, *args: object) -> None:
+            said.append(msg % args)
+
+    class Server:
+        log = Log()
+
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", gunicorn_conf.COMPOSE_DEFAULT_TOKEN)
+    gunicorn_conf.on_starting(Server())
+    assert len(said) == 1 and "set your own" in said[0], said
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "an-operators-own")
+    gunicorn_conf.on_starting(Server())
+    assert len(said) == 1, said

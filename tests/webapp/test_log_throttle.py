@@ -121,3 +121,26 @@ def test_a_burst_of_identical_failures_logs_one_line_not_one_a_request(
     assert len(logged) == 1, [r.getMessage() for r in logged]
     assert logged[0].getMessage().startswith(message)
     assert (logged[0].exc_info is not None) == (fault is not redis_down)
+
+
+def test_a_librarys_repeated_line_is_let_through_once_an_interval_with_the_count(clock,
+                                                                                caplog):
+    from webapp.logthrottle import RepeatFilter
+
+    library = logging.getLogger("tests.library")
+    repeats = RepeatFilter(every_s=60, clock=clock)
+    library.addFilter(repeats)
+    try:
+        with caplog.at_level("WARNING", logger="tests.library"):
+            for _ in range(5):
+                library.warning("Connection dropped: %s", "refused")
+                clock.now += 2
+            library.warning("Session has expired")  # another line: its own
+            clock.now += 60
+            library.warning("Connection dropped: %s", "refused")
+        said = [record.getMessage() for record in caplog.records]
+    finally:
+        library.removeFilter(repeats)
+    assert said == ["Connection dropped: refused", "Session has expired",
+                    "Connection dropped: refused (4 more like it left out since its last "
+                    "line, 70 s ago)"], said

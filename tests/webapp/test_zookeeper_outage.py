@@ -4,6 +4,7 @@ once ZooKeeper is back."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Any
@@ -181,3 +182,26 @@ def test_zookeeper_without_kazoo_is_a_400_naming_it(sqlite_url: str, redis_url: 
         assert "needs kazoo" in lacking["zookeeper"]
     finally:
         backends(app).close()
+
+
+def test_kazoos_reconnect_lines_are_logged_once_a_minute_not_every_two_seconds(
+        sqlite_url: str, redis_url: str, monkeypatch, caplog) -> None:
+    """With ZooKeeper down, kazoo's reconnect loop logged "Connection dropped: socket
+    connection error: Connection refused" about every 2 s in every worker, for as long as
+    it was down (a deployment audit)."""
+    from lockcore.embedded import free_port
+
+    monkeypatch.setattr(extensions, "ZK_FIRST_CONNECT_S", 0.5)
+    monkeypatch.setattr(extensions, "KAZOO_REPEATS", extensions.RepeatFilter())
+    app = make_app(sqlite_url, redis_url, ZOOKEEPER_HOSTS=f"127.0.0.1:{free_port()}")
+    b = backends(app)
+    try:
+        with caplog.at_level("WARNING", logger="kazoo.client"):
+            b.zookeeper  # noqa: B018 - starts the session, and kazoo's reconnect loop
+            time.sleep(6.5)  # reconnects at most 2 s apart: three or four tries
+        dropped = [r for r in caplog.records
+                   if r.name == "kazoo.client" and "Connection dropped" in r.getMessage()]
+        assert len(dropped) == 1, [r.getMessage() for r in dropped]
+    finally:
+        b.close()
+        logging.getLogger("kazoo.client").removeFilter(extensions.KAZOO_REPEATS)
