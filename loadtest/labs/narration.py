@@ -62,7 +62,15 @@ class Narrator:
     def _emit(self, line: str) -> None:
         self.lines.append(line)
         if not self.quiet:
-            print(line, file=self.stream or sys.stdout, flush=True)
+            try:
+                print(line, file=self.stream or sys.stdout, flush=True)
+            except BrokenPipeError:
+                # the reader stopped (``| head``): the main thread's next line ends the
+                # lab (exit 141, quietly); a line from another thread (the watchdog
+                # lab's on_lost callback) raised there instead, and lockcore printed a
+                # traceback for its failed callback (a labs audit)
+                if threading.current_thread() is threading.main_thread():
+                    raise
 
     def text(self) -> str:
         return "\n".join(self.lines)

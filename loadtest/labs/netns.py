@@ -62,6 +62,14 @@ def unsupported() -> str | None:
     if made.returncode != 0:
         return f"ip netns add refused: {made.stderr.strip()}"
     _ip("netns", "del", probe, check=False)
+    # the cable too: root without CAP_NET_ADMIN (a container's default) may add a
+    # namespace but no link, and the lab ended in a traceback (a labs audit)
+    host_end = f"skvh{os.getpid()}"
+    cable = _ip("link", "add", host_end, "type", "veth", "peer", "name",
+                f"skvn{os.getpid()}", check=False)
+    if cable.returncode != 0:
+        return f"ip link add (a veth cable) refused: {cable.stderr.strip()}"
+    _ip("link", "del", host_end, check=False)
     return None
 
 

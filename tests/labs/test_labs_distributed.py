@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from loadtest.labs import Narrator, Verdict, netns, run_lab
-from tests.support import need_network_namespaces, need_zookeeper
+from tests.support import need_network_namespaces, need_setpriv, need_zookeeper
 
 
 def run_quietly(name: str) -> tuple[Verdict, Narrator]:
@@ -192,3 +192,22 @@ def test_partition_lab_says_skipped_and_why_where_it_cannot_build_namespaces(
     assert verdict.demonstrated is False
     assert verdict.line == "SKIPPED: creating network namespaces needs root"
     assert verdict.facts["skipped"] == "creating network namespaces needs root"
+
+
+def test_partition_lab_says_skipped_as_root_without_cap_net_admin() -> None:
+    """Root without CAP_NET_ADMIN (a container's default) may add a namespace but no
+    veth: the lab ended in a traceback and "lab error" (a labs audit), not SKIPPED."""
+    import subprocess
+    import sys
+
+    need_network_namespaces("the partition lab, then again without CAP_NET_ADMIN")
+    need_setpriv("a process without CAP_NET_ADMIN")
+    lab = subprocess.run(
+        ["setpriv", "--inh-caps=-net_admin", "--bounding-set=-net_admin", "--",
+         sys.executable, "-c", "from webapp.cli import main; "
+         "raise SystemExit(main(['scenario', 'partition']))"],
+        capture_output=True, text=True, timeout=120)
+    assert lab.returncode == 1, (lab.stdout, lab.stderr)
+    assert "VERDICT: NOT DEMONSTRATED: SKIPPED: ip link add (a veth cable) refused: " \
+        in lab.stdout, lab.stdout
+    assert "Traceback" not in lab.stderr, lab.stderr

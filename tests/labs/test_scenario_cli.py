@@ -299,3 +299,35 @@ def test_a_broken_pipe_of_the_labs_own_is_a_lab_error_not_a_reader_gone() -> Non
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert "VERDICT: lab error, nothing demonstrated: BrokenPipeError" in done.stdout, \
         done.stdout
+
+
+def test_a_line_narrated_from_another_thread_into_a_closed_pipe_raises_nothing_there():
+    """The watchdog lab narrates from its ``on_lost`` callback, in lockcore's renewal
+    thread: ``seckill scenario watchdog | head -12`` raised BrokenPipeError there, and
+    lockcore printed the failed callback's traceback (a labs audit). Only the main
+    thread's next line ends the lab (141, quietly)."""
+    import threading
+
+    class Closed:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    narrator = Narrator(Closed())  # type: ignore[arg-type]
+    raised: list[BaseException] = []
+
+    def callback() -> None:
+        try:
+            narrator("on_lost('stock:sku-1'): no renewal reached the backend")
+        except BaseException as exc:  # noqa: BLE001 - what the test looks for
+            raised.append(exc)
+
+    thread = threading.Thread(target=callback)
+    thread.start()
+    thread.join(10)
+    assert raised == []
+    with pytest.raises(BrokenPipeError):
+        narrator("VERDICT: ...")  # the main thread: the lab ends here
+    assert len(narrator.lines) == 2
