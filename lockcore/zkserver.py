@@ -87,7 +87,8 @@ def classpath() -> str:
     server_jar = JAR_DIR / "zookeeper.jar"
     if java is None or not server_jar.exists():
         raise ZooKeeperMissing(
-            f"ZooKeeper needs java on PATH and {server_jar} (Debian: apt-get install zookeeper)")
+            f"ZooKeeper needs java on PATH and {server_jar} (Debian: apt-get install "
+            "zookeeper; ZOOKEEPER_JARS names another folder of its jars)")
     jars = [server_jar]
     for binding in ("slf4j-simple.jar", "slf4j-nop.jar"):
         if (JAR_DIR / binding).exists():

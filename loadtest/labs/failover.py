@@ -77,7 +77,8 @@ def wait_for_link(replica: RedisServer, *, up: bool, timeout: float = 15.0) -> N
 def fail_over(narrator: Narrator, primary: RedisServer, replica: RedisServer) -> redis.Redis:
     """Kill the primary (SIGKILL: a crash) and promote the replica, as Sentinel would."""
     primary.kill()
-    narrator("primary crashes (SIGKILL pid gone); the replica is promoted: REPLICAOF NO ONE")
+    narrator("primary crashes (SIGKILL: its process is gone); the replica is promoted: "
+             "REPLICAOF NO ONE")
     promoted = client_for(replica)
     promoted.replicaof("NO", "ONE")
     return promoted
