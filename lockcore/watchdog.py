@@ -82,9 +82,30 @@ class Watchdog:
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    def _first_wait(self) -> float:
+        """How long before the first renewal: an interval, unless the acquire's ttl
+        started earlier than that allows (its send time is the deadline's start), then
+        sooner, at once if the deadline has passed: a renewal that succeeds proves the
+        key was ours all along.
+
+        **Failure timeline** (a lockcore audit: ``token`` with ``wait="notify"``, ttl
+        600 ms, 3 of 3)::
+
+            B:     sends BLPOP + claim (``_tried_at``), blocks up to 1 s
+            A:     releases 700 ms later; B's claim runs: B holds, ttl 600 ms
+            B:     the watchdog's deadline (send time + ttl) passed 100 ms ago; its first
+                   renewal, one interval on, is out when the deadline thread looks: lost
+            B:     renewals stop, the key expires mid-section, a rival takes it
+            fixed: the first renewal goes at once; the deadline thread's first look is
+                   half an interval later, by when it has succeeded"""
+        left = self._deadline - self._clock.monotonic()
+        return max(0.0, min(self.interval, left - self.interval))
+
     def _run(self) -> None:
         clock = self._clock
-        while not self._stop.wait(self.interval):
+        wait = self._first_wait()
+        while not self._stop.wait(wait):
+            wait = self.interval
             lock = self._lock_ref()
             if lock is None or lock.token is None or lock.lost:
                 return

@@ -261,3 +261,30 @@ def test_the_first_deadline_runs_from_when_the_acquire_was_sent():
         server.pause()  # every renewal from here on fails
         clock.now = sent_at + TTL_MS / 1000 + 0.01  # a ttl since the SET was sent
         assert lost.wait(5), "the first deadline counted from the late reply"
+
+
+@pytest.mark.parametrize("strategy", ["token", "fair", "multi"])
+def test_a_lock_taken_after_a_notify_wait_is_renewed_not_called_lost(redis_client,
+                                                                      strategy):
+    """A notify waiter's acquire is sent with its BLPOP (``_tried_at``) and runs when
+    the BLPOP wakes, up to a second later; the first deadline (send time + ttl) had
+    passed when the watchdog started, its first renewal was out when the deadline thread
+    looked, and the lock was called lost: renewals stopped, the key expired mid-section
+    and a rival took it (a lockcore audit: token 3 of 3, fair and multi 1-2 of 3)."""
+    holder = lockcore.create(strategy, redis_client, "notify-wd", ttl_ms=5_000)
+    waiter = lockcore.create(strategy, redis_client, "notify-wd", ttl_ms=600,
+                             watchdog=True, wait="notify")
+    rival = lockcore.create(strategy, redis_client, "notify-wd", ttl_ms=5_000)
+    assert holder.acquire(blocking=False)
+    releasing = threading.Timer(2.5, holder.release)  # the waiter re-sends its BLPOP each 1 s
+    releasing.start()
+    try:
+        assert waiter.acquire(timeout=5)
+        try:
+            time.sleep(1.2)  # two ttls of work: the watchdog renews
+            assert not waiter.lost, waiter._lost_reason
+            assert rival.acquire(blocking=False) is False
+        finally:
+            waiter.release()
+    finally:
+        releasing.join()
