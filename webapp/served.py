@@ -39,7 +39,7 @@ from lockcore.lifeline import tied_to_parent
 from lockcore.zkserver import any_answers
 
 from . import config as settings
-from . import db, demo, locks, servelock
+from . import db, demo, locks, redisclaim, servelock
 from .extensions import Backends
 
 #: started and not yet stopped; stopped at interpreter exit if the owner forgot
@@ -535,6 +535,7 @@ class ServedApp:
             self.port = free_port_on(self.host)  # free where gunicorn binds, not just on 127.0.0.1
         if self.database_url is None:  # a scratch file of our own: nothing to reach
             self.database_url = f"sqlite:///{self.workdir / 'seckill.sqlite'}"
+        self._claim_redis()  # before the seed writes its sales there
         with db.migration_lock(self.database_url):  # another serve may be starting too
             db.upgrade(self.database_url)
             if self.seed:
@@ -567,6 +568,24 @@ class ServedApp:
                                          stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, cwd=self.workdir)
         self._wait_healthy()
+
+    def _claim_redis(self) -> None:
+        """A Redis given to this shop (not one it started) holds the sales of its
+        database alone: another live shop there selling from another database refuses
+        this one (``redisclaim``)."""
+        import redis
+
+        assert self.redis_url is not None and self.database_url is not None
+        if any(server.url == self.redis_url for server in self.embedded):
+            return
+        try:
+            self._stack.enter_context(redisclaim.claimed(
+                self.redis_url, redisclaim.database_identity(self.database_url)))
+        except servelock.DatabaseInUse as exc:
+            raise StartupError(str(exc)) from None
+        except redis.RedisError as exc:
+            raise StartupError(f"REDIS_URL {settings.without_password(self.redis_url)}: "
+                               f"{_first_line(exc)}") from None
 
     def _wait_healthy(self) -> None:
         """Until our gunicorn answers ``/healthz`` with 200. An answer without our
