@@ -30,7 +30,7 @@ from typing import Any
 from locust import FastHttpUser, events, run_single_user, task
 from locust.env import Environment
 
-from loadtest import arrivals, inflight, verdict
+from loadtest import arrivals, inflight, locust_csv, verdict
 from loadtest.locust_options import add_seckill_options
 from loadtest.spike import SpikeBarrier
 
@@ -64,6 +64,24 @@ def _save_log(environment: Environment, **_: Any) -> None:
         arrivals.write_arrivals(path, _log)
         logger.info("%d purchase attempts logged to %s", len(_log), path)
     _log.clear()
+
+
+_environment: list[Environment] = []  # the run's, for ``quit`` (which is not given it)
+
+
+@events.init.add_listener
+def _keep_environment(environment: Environment, **_: Any) -> None:
+    _environment[:] = [environment]
+
+
+@events.quit.add_listener
+def _save_final_stats(exit_code: int, **_: Any) -> None:
+    if not _environment:
+        return
+    environment = _environment[0]
+    path = getattr(environment.parsed_options, "seckill_final_stats", "")
+    if path:
+        locust_csv.write_final(path, environment.stats)
 
 
 class Buyer(FastHttpUser):

@@ -77,7 +77,8 @@ def locust_command(plan: Plan, host: str, prefix: Path, arrivals_log: Path) -> l
             "--seckill-mode", plan.mode, "--seckill-sku", plan.sku,
             "--seckill-stock", str(plan.stock if plan.mode == "flash" else 0),
             "--seckill-busy-retries", str(plan.busy_retries),
-            "--seckill-arrivals", str(arrivals_log), "--seckill-noop-path", NOOP_PATH]
+            "--seckill-arrivals", str(arrivals_log), "--seckill-noop-path", NOOP_PATH,
+            "--seckill-final-stats", str(locust_csv.final_path(prefix))]
 
 
 def run_locust(command: list[str], log_path: Path, timeout: float) -> int:
@@ -111,6 +112,7 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
                             round_no=round_no)
     prefix, log = raw_dir / result.label, raw_dir / f"{result.label}_arrivals.jsonl"
     log.unlink(missing_ok=True)
+    locust_csv.final_path(prefix).unlink(missing_ok=True)  # a run before into this folder
     started = time.monotonic()
     if plan.mode not in NOOP_MODES:
         shop.reset_sale(plan.sku, plan.stock, name, plan.work_ms)
@@ -127,8 +129,9 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     tried = arrivals.read_arrivals(log)
     result.outcomes = arrivals.outcome_counts(tried)
     # Locust's stats count a purchase in the same step as the buyer logs it (no switch
-    # between them), and its CSV may lag a second behind: fewer lines than its count
-    # means the log lost some, and an order told 201 among them would not be seen lost
+    # between them; its CSV may lag a second behind, its final stats do not): fewer
+    # lines than its count means the log lost some, and an order told 201 among them
+    # would not be seen lost
     logged = _LOGGED_AS.get(plan.mode)
     counted = stats[logged].requests if logged in stats else 0
     if len(tried) < counted:
@@ -191,8 +194,8 @@ def _read_locust(result: StrategyResult, prefix: Path,
     history = locust_csv.read_history(prefix)
     result.throughput = locust_csv.throughput(history)
     if plan.mode != "flash":  # a sustained phase's steady window, as its purchases/s:
-        # Locust's whole-run average counts the ramp (and its CSV misses the last
-        # second), so req/s came out below purchases/s in the same row
+        # Locust's whole-run average counts the ramp, so req/s came out below
+        # purchases/s in the same row
         result.rps = sustained.requests_per_s(history, total.rps)
     return stats
 

@@ -104,6 +104,16 @@ def test_sustained_mode_measures_purchases_per_second_beside_a_no_op_baseline(tm
     out = capsys.readouterr().out
     assert "atomic #2" in out and "atomic: median" in out and "over 2 rounds" in out
     assert (tmp_path / "raw" / "atomic #2_arrivals.jsonl").exists()
+    # Locust's stats as it quit, not its --csv file, which lags up to a second: every
+    # purchase it counted is a line of the arrival log (a 4 s phase's CSV counted 4,200
+    # of 5,434; a showdown audit)
+    from loadtest import locust_csv
+
+    for label, name in [("atomic #2", "/api/products/[sku]/purchase"),
+                        ("no-op baseline", "/api/noop")]:
+        counted = locust_csv.read_stats(tmp_path / "raw" / label)[name].requests
+        lines = (tmp_path / "raw" / f"{label}_arrivals.jsonl").read_text().count("\n")
+        assert counted == lines, (label, counted, lines)
 
 
 def test_rounds_are_refused_without_sustained(tmp_path, capsys):
