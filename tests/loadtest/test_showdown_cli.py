@@ -282,6 +282,25 @@ def test_results_it_cannot_write_are_one_line_after_the_run(tmp_path, capsys):
     assert code == 1 and "seckill showdown: error: could not write /dev/full" in err
 
 
+def test_a_json_file_its_folder_refuses_is_refused_before_the_run(monkeypatch, capsys):
+    """As root every folder's mode bits let us in: ``--json /sys/kernel/x.json`` ran the
+    whole showdown and was refused only then, exit 1 as if a strategy had failed (a
+    showdown audit). The file is made, and removed, before anything starts."""
+    import os
+
+    from loadtest import showdown as module
+
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("no sysfs here: nothing refuses a new file by itself")
+    started = []
+    monkeypatch.setattr(module, "_run", lambda *args: started.append(args) or 0)
+    code = main(["showdown", "--json", "/sys/kernel/seckill-results.json"])
+    err = capsys.readouterr().err
+    assert code == 2 and not started, err
+    assert err.startswith("seckill showdown: error: --json /sys/kernel/seckill-results.json: "), err
+    assert not os.path.exists("/sys/kernel/seckill-results.json")
+
+
 def test_workers_and_lock_timeout_with_url_are_refused_not_ignored(capsys):
     # both set the shop the showdown serves; with --url they were silently dropped
     for flag, value in (("--workers", "3"), ("--lock-timeout", "5")):
