@@ -116,6 +116,15 @@ def _shop_url(text: str) -> str:
     if parts.query or parts.fragment:  # the paths are appended: "?x=1/api/..." broke
         raise argparse.ArgumentTypeError(f"give the shop's root URL, without a query or "
                                          f"fragment: {text!r} (like http://127.0.0.1:8000)")
+    if parts.username is not None or parts.password is not None:
+        # urllib took "user:password@host" for the host name ("Name or service not
+        # known", the password printed; a showdown audit), and the admin calls send
+        # their own Authorization header: no room for a proxy's Basic one
+        shown = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        raise argparse.ArgumentTypeError(
+            f"a user or password in the URL is not supported (the admin calls send the "
+            f"token in the Authorization header): give the shop's own address, like "
+            f"{shown}")
     return text
 
 
