@@ -186,6 +186,8 @@ class DistributedLock(ABC):
                              "Redis Cluster hash tag and land in different slots")
         if ttl_ms is not None:
             ttl_ms = whole_ttl_ms(ttl_ms)
+        # -1 waits for ever here as in ``acquire`` (refused here only: a lockcore audit)
+        timeout = acquire_arguments(True, timeout)[1]
         check_timeout(timeout)
         if not isinstance(watchdog, bool):  # "false" is truthy: it switched the watchdog on
             raise TypeError(f"watchdog must be True or False, not {watchdog!r}")

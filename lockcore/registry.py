@@ -72,8 +72,9 @@ def create(strategy: str, backend: Any, resource: Any, **options: Any) -> Distri
         or a hosts string for ``zookeeper``; ignored (may be None) for ``local``.
     :param resource: the name to lock; a list of names for ``multi``.
     :param options: ``ttl_ms``, ``wait`` ("poll", "backoff", "notify"), ``poll_ms``,
-        ``watchdog``, ``on_lost``, ``timeout`` (for ``with``), ``clock``, and
-        strategy-specific ones documented on each class.
+        ``max_poll_ms`` (backoff's cap), ``watchdog``, ``on_lost``, ``timeout`` (for
+        ``with``; None or -1: no limit), ``clock``, and strategy-specific ones documented
+        on each class.
     """
     cls = lock_class(strategy)
     try:

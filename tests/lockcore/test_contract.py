@@ -249,7 +249,7 @@ BAD_OPTIONS = {
     "poll_ms-str": {"poll_ms": "5"},
     "max_poll_ms-inf": {"max_poll_ms": float("inf")},
     "ttl_ms-past-redis": {"ttl_ms": 2**63},
-    "timeout-negative": {"timeout": -1},
+    "timeout-negative": {"timeout": -2},  # -1 is no limit, as in acquire
     "timeout-nan": {"timeout": float("nan")},
     "timeout-str": {"timeout": "x"},
     # 1e300 passed create, then overflowed a sleep or reached Redis
@@ -449,6 +449,15 @@ def test_acquire_takes_the_conventions_users_bring(pair):
     lock.release()
     assert other.acquire(blocking=None, timeout=-1)
     other.release()
+
+
+def test_create_takes_timeout_minus_one_as_acquire_does(make_lock):
+    # refused by create ("timeout must be None ... not -1") while acquire took it for no
+    # limit: a `with` lock was the one place -1 did not work (a lockcore audit)
+    lock = make_lock("token", "minus-one", timeout=-1)
+    assert lock.default_timeout is None
+    with lock:
+        assert lock.held()
 
 
 @pytest.mark.parametrize("strategy", ["token", "fair", "getset", "redlock", "multi"])
