@@ -36,17 +36,18 @@ def unwritable_file(path: Path, *, make_parent: bool = False) -> str | None:
         return f"{path} is a directory, not a file"
     if path.exists() and not os.access(path, os.W_OK):
         return f"{path} is not writable"
-    if not path.exists():
+    target = Path(os.path.realpath(path))  # a dangling link's file, made through it
+    if not target.exists():
         # made and removed: what the folder's mode bits do not say (root is let in by
         # them everywhere, and a read-only mount or /sys refused the file only after
         # the whole run; a showdown audit)
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            target.unlink()
         except FileExistsError:  # made meanwhile by someone else: theirs to keep
             return None
         except OSError as exc:
             return exc.strerror or str(exc)
-        path.unlink()
     return None
 
 

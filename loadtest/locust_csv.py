@@ -105,7 +105,8 @@ def read_history(prefix: str | Path, name: str = AGGREGATED) -> list[HistoryPoin
                 points[t] = HistoryPoint(t, int(row["User Count"]),
                                          int(row["Total Request Count"]))
     final = _read_final(prefix) if name == AGGREGATED else None
-    if final is not None and points and final["last"]["timestamp"] >= max(points):
+    # only a later second: in the CSV's last one it would count up to two seconds' worth
+    if final is not None and points and final["last"]["timestamp"] > max(points):
         # the count as Locust quit, which the CSV had not got yet (its users: the last
         # row's; they were being stopped)
         t = int(final["last"]["timestamp"])

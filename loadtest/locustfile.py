@@ -29,6 +29,7 @@ from typing import Any
 
 from locust import FastHttpUser, events, run_single_user, task
 from locust.env import Environment
+from locust.runners import WorkerRunner
 
 from loadtest import arrivals, inflight, locust_csv, verdict
 from loadtest.locust_options import add_seckill_options
@@ -80,7 +81,8 @@ def _save_final_stats(exit_code: int, **_: Any) -> None:
         return
     environment = _environment[0]
     path = getattr(environment.parsed_options, "seckill_final_stats", "")
-    if path:
+    if path and not isinstance(environment.runner, WorkerRunner):  # the master's: the
+        # whole run's (a worker's would write its own part over it)
         locust_csv.write_final(path, environment.stats)
 
 

@@ -110,21 +110,22 @@ def strategy_list(text: str) -> list[str]:
 
 def _shop_url(text: str) -> str:
     parts = urllib.parse.urlsplit(text)
+    if "@" in text:
+        # urllib took "user:password@host" for the host name ("Name or service not
+        # known", the password printed; a showdown audit), and the admin calls send
+        # their own Authorization header: no room for a proxy's Basic one. Asked first,
+        # and never quoting the URL (a password with "/" or "?" in it splits it early)
+        host = text.rpartition("@")[2]
+        raise argparse.ArgumentTypeError(
+            "a user or password in the URL is not supported (the admin calls send the "
+            "token in the Authorization header): give the shop's own address, like "
+            f"{parts.scheme or 'http'}://{host}")
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(f"not an http(s) URL: {text!r} "
                                          "(like http://127.0.0.1:8000)")
     if parts.query or parts.fragment:  # the paths are appended: "?x=1/api/..." broke
         raise argparse.ArgumentTypeError(f"give the shop's root URL, without a query or "
                                          f"fragment: {text!r} (like http://127.0.0.1:8000)")
-    if parts.username is not None or parts.password is not None:
-        # urllib took "user:password@host" for the host name ("Name or service not
-        # known", the password printed; a showdown audit), and the admin calls send
-        # their own Authorization header: no room for a proxy's Basic one
-        shown = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-        raise argparse.ArgumentTypeError(
-            f"a user or password in the URL is not supported (the admin calls send the "
-            f"token in the Authorization header): give the shop's own address, like "
-            f"{shown}")
     return text
 
 
