@@ -28,7 +28,7 @@ from .keys import SaleKeys
 from .lockedpath import LockedPath
 from .problems import Busy, InvalidRequest, Unauthorized, UnknownSku
 from .retrylater import UnsettledLock, release_or_settle_later
-from .saleinfo import cached_sale, load_sale
+from .saleinfo import NotReloaded, cached_sale, load_sale
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,17 @@ def _wait_out_holders_redis_forgot(backends: Backends, sku: str) -> None:
     So the reset reloads the sale as a buyer would, which starts the hold-off of one
     lock TTL (``restore_sale.lua``: no section sells meanwhile), and waits out what is
     left of it before it takes the lock. Nothing to wait for when Redis has the sale."""
-    cached_sale(backends.redis, backends.sessions, sku, wait_for_reset=False,
-                fence=functools.partial(locks.raise_fence, backends))
+    try:
+        cached_sale(backends.redis, backends.sessions, sku, wait_for_reset=False,
+                    fence=functools.partial(locks.raise_fence, backends))
+    except NotReloaded:
+        # Redis holds a generation the database never had (it was restored from an
+        # older backup; a shop of another database wrote there): no reload can stand,
+        # and the reset, the one way out, answered 503 with every buyer (a showdown
+        # audit). It writes a newer generation over it; a hold-off another process's
+        # reload started is still waited out below
+        logger.warning("reset of %s: Redis holds the sale in a generation the database "
+                       "does not know; resetting over it", sku)
     left_ms = backends.redis.pttl(SaleKeys(sku).holdoff)
     if left_ms > 0:
         logger.warning("reset of %s: Redis lost the sale; waiting %.1fs for a lock holder "

@@ -126,7 +126,15 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
             cached = _copy_within(redis, sku, COPY_WAIT_S)
             if cached:
                 return parsed_sale(sku, cached)
-    raise Busy(f"the sale of {sku} is being reset or reloaded; try again", retry_after_s=1)
+    raise NotReloaded(f"the sale of {sku} is being reset or reloaded; try again",
+                      retry_after_s=1)
+
+
+class NotReloaded(Busy):
+    """``cached_sale`` found no copy and could not reload one: another reload or reset
+    stands in Redis (a moment ahead), or keys of a generation the database never had
+    (a database restored from a backup older than Redis's keys) refuse every reload.
+    A reset goes on over it (``admin.reset``)."""
 
 
 def _resets_copy(redis: Any, keys: SaleKeys) -> dict[bytes, bytes]:
