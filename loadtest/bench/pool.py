@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import queue
 import signal
 import threading
@@ -105,6 +106,25 @@ def _stops_held_back() -> Iterator[None]:
             signal.raise_signal(came[0])  # its own handler, now: raises here, or ends us
 
 
+def _tracker_deaf_to_hangups() -> None:
+    """Start ``multiprocessing``'s resource tracker (the queues' semaphores register
+    with it) with SIGHUP blocked, which it keeps: it ignores SIGINT and SIGTERM already,
+    but a hangup (a closed terminal: SIGHUP to the whole process group) killed it, and
+    the bench, stopping, printed its "died unexpectedly, relaunching" warning and a
+    ``KeyError`` traceback per semaphore, 15 of them (a bench audit). Blocked in this
+    thread only, for the spawn: a hangup meanwhile still reaches us."""
+    from multiprocessing import resource_tracker
+
+    if not hasattr(signal, "pthread_sigmask"):
+        resource_tracker.ensure_running()
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+
+
 class WorkerPool:
     def __init__(self, processes: int, start_method: str = START_METHODS[0]) -> None:
         if processes < 1:
@@ -112,10 +132,15 @@ class WorkerPool:
         if start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}")
         self.start_method = start_method
+        _tracker_deaf_to_hangups()
         ctx = multiprocessing.get_context(start_method)
         self.results: Any = ctx.Queue()
         self.commands: list[Any] = [ctx.Queue() for _ in range(processes)]
-        self.processes = [ctx.Process(target=worker.serve, args=(i, q, self.results),
+        # killed with us, however we die (a SIGKILLed bench left them running, blocked
+        # on their pipes; a bench audit); a fork server's are its children, not ours
+        parent = None if start_method == "forkserver" else os.getpid()
+        self.processes = [ctx.Process(target=worker.serve,
+                                      args=(i, q, self.results, parent),
                                       name=f"bench-worker-{i}", daemon=True)
                           for i, q in enumerate(self.commands)]
         try:

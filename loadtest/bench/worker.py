@@ -22,6 +22,8 @@ from typing import Any
 
 import redis
 
+from lockcore.lifeline import die_with_parent
+
 from .contenders import Connections, by_name
 from .counting import ROUND_TRIPS, counting_client
 
@@ -65,8 +67,11 @@ class _Stopped(Exception):
     """The parent sent the stop while this worker waited for its window."""
 
 
-def serve(index: int, commands: Queue[Any], results: Queue[Any]) -> None:
-    """Run specs from ``commands`` until it yields None."""
+def serve(index: int, commands: Queue[Any], results: Queue[Any],
+          parent_pid: int | None = None) -> None:
+    """Run specs from ``commands`` until it yields None; killed with the process that
+    started it (``parent_pid``, None for a fork server's worker)."""
+    die_with_parent(parent_pid)
     # Ctrl-C reaches the whole process group: the parent stops us (pool.py), and a
     # KeyboardInterrupt traceback from each of eight workers would only be noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
