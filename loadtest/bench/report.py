@@ -118,12 +118,16 @@ def render(outcome: dict[str, Any]) -> str:
     c = outcome["config"]
     lines = [f"seckill bench  {m['date']}  {m['cpu']} x{m['cores']}  Python {m['python']}  "
              f"Redis {m['redis']}  load {m['loadavg_before']} -> {m['loadavg_after']}",
-             f"contended: {c['processes']} processes x {c['duration']}s on one lock, "
+             f"contended: {c['processes']} process{'es' if c['processes'] != 1 else ''} "
+             f"x {c['duration']}s on one lock, "
              f"critical section GET+DECR; solo: 1 process x {c['uncontended']}s; "
              f"{c['rounds']} round(s); workers started by {c.get('start_method', 'spawn')}"
              f"{LAYOUTS.get(m.get('worker_layout', ''), '')}",
              "",
              table(outcome["results"]), ""]
+    if m.get("zookeeper") == "external":  # its CPU is another machine's, or not ours
+        lines.insert(2, f"ZooKeeper: ZOOKEEPER_HOSTS={m.get('zookeeper_hosts', '?')}, not "
+                        "started here: the zookeeper rows' cpu us/acq leave its CPU out")
     for t in outcome["targets"]:
         verdict = {True: "met ", False: "MISS", None: "n/a "}[t["met"]]
         value = "not measured here" if t["value"] is None else t["value"]

@@ -84,6 +84,9 @@ def run(config: BenchConfig) -> dict[str, Any]:
                                samples[c.name, "contended"]) for c in runnable]
     machine = _machine(version, load_before, started)
     machine["worker_layout"] = worker_layout(config.start_method)
+    if "zookeeper" in backends:  # ours (its CPU counted), or ZOOKEEPER_HOSTS' (not)
+        machine["zookeeper"] = "embedded" if backends.get("zookeeper_pid") else "external"
+        machine["zookeeper_hosts"] = backends["zookeeper"]
     return {"machine": machine, "config": asdict(config), "results": results,
             "skipped": skipped}
 

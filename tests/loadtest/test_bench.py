@@ -532,3 +532,36 @@ def test_a_hangup_to_the_process_group_stops_the_bench_without_tracebacks():
     # (a "leaked semaphore" warning of the tracker's own may still come, as after a
     # Ctrl-C: README's known limitations)
     assert "Traceback" not in err and "died unexpectedly" not in err, err
+
+
+def test_a_run_where_every_contender_asked_for_was_skipped_fails(monkeypatch, capsys):
+    # an empty table, seven "n/a" targets and exit 0 read as a run that measured them
+    # (a bench audit)
+    from lockcore.embedded import free_port
+
+    pytest.importorskip("kazoo")
+    monkeypatch.setenv("ZOOKEEPER_HOSTS", f"127.0.0.1:{free_port()}")
+    code = main(build_parser().parse_args(["bench", "--quick", "--only", "kazoo"]))
+    out, err = capsys.readouterr()
+    assert code == 1, (out, err)
+    assert "skipped kazoo: ZOOKEEPER_HOSTS=" in out
+    assert "nothing measured: every contender asked for was skipped" in err
+
+
+def test_the_header_says_when_zookeepers_cpu_is_left_out():
+    # with ZOOKEEPER_HOSTS the zookeeper rows' cpu us/acq leave out the server's CPU,
+    # 66 us per acquisition where the bench's own JVM counted 2,900-4,000 us, and
+    # nothing said so (a bench audit)
+    from loadtest.bench.report import render
+
+    outcome = {"machine": {"date": "d", "cpu": "c", "cores": 2, "python": "3.11",
+                           "redis": "7", "loadavg_before": 0, "loadavg_after": 0,
+                           "zookeeper": "external", "zookeeper_hosts": "zk:2181"},
+               "config": {"processes": 1, "duration": 1.0, "uncontended": 0.3,
+                          "rounds": 1},
+               "results": [], "targets": [], "skipped": []}
+    text = render(outcome)
+    assert "1 process x 1.0s" in text
+    assert "ZooKeeper: ZOOKEEPER_HOSTS=zk:2181, not started here" in text
+    outcome["machine"]["zookeeper"] = "embedded"
+    assert "ZOOKEEPER_HOSTS" not in render(outcome)
