@@ -23,11 +23,10 @@ from typing import Any
 import redis
 
 from lockcore.lifeline import die_with_parent
+from webapp.logthrottle import RepeatFilter
 
 from .contenders import Connections, by_name
 from .counting import ROUND_TRIPS, counting_client
-
-logger = logging.getLogger(__name__)
 
 
 class WorkerConnections(Connections):
@@ -78,6 +77,9 @@ def serve(index: int, commands: Queue[Any], results: Queue[Any],
     # A worker still waiting when the window closes times out on purpose; lockcore's
     # "gave up" warning would only be noise on the benchmark's terminal.
     logging.getLogger("lockcore").setLevel(logging.ERROR)
+    # kazoo's reconnect loop logs a line a second while ZooKeeper is down (57 in one
+    # run; a bench audit): once a minute, with the count
+    logging.getLogger("kazoo.client").addFilter(RepeatFilter())
     connections: dict[str, WorkerConnections] = {}
     while (spec := commands.get()) is not None:
         key = repr(sorted(spec["backends"].items()))
@@ -87,7 +89,8 @@ def serve(index: int, commands: Queue[Any], results: Queue[Any],
         except _Stopped:  # the parent stops us where the window would have come
             break
         except Exception as exc:  # reported to the parent, which records it per contender
-            logger.exception("worker %d failed on %s", index, spec["contender"])
+            # and prints it under the table: a traceback per worker here only repeated
+            # it (a bench audit: three of them for a ZooKeeper killed mid-run)
             results.put({"worker": index, "error": f"{type(exc).__name__}: {exc}"})
     for conns in connections.values():
         conns.close()
