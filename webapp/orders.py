@@ -281,16 +281,6 @@ def _written_rows(sessions: sessionmaker[Session], sale_id: int,
     return found
 
 
-def find_landed(sessions: sessionmaker[Session], sale: Any, request: Any) -> Order | None:
-    """The request's row if the database has it; None if not, or if it cannot tell
-    (for a path whose stock is the database, ``sql``: nothing waits on the answer)."""
-    try:
-        return _written_rows(sessions, sale.id, [(request.user_id, request.quantity,
-                                                  request.idempotency_key)])[0]
-    except Exception:  # noqa: BLE001 - the write's own error stands
-        return None
-
-
 def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id: str,
                      quantity: int, idempotency_key: str | None, generation: int | None,
                      stock_keys: tuple[str, str] | None = None,
@@ -317,9 +307,11 @@ def landed_after_all(sessions: sessionmaker[Session], redis: Any, sale: Any, use
 def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
                  wanted: list[tuple[str, int, str | None]], generation: int | None,
                  stock_keys: tuple[str, str] | None = None,
-                 relock: Relock | None = None) -> list[Any]:
+                 relock: Relock | None = None, database_stock: bool = False) -> list[Any]:
     """``landed_after_all`` for several purchases of one sale in one query: for each,
-    its order, None (not written), or an ``OrderInDoubt`` (queued for later)."""
+    its order, None (not written), or an ``OrderInDoubt`` (queued for later).
+    ``database_stock``: the database is the stock (``sql``): a row found missing later
+    has no units to give back."""
     started = time.monotonic()
     try:
         return list(_written_rows(sessions, sale.id, wanted))
@@ -336,10 +328,12 @@ def landed_batch(sessions: sessionmaker[Session], redis: Any, sale: Any,
     outcomes: list[Any] = []
     for user_id, quantity, key in wanted:
         logger.warning("order of %r for %s may be written: the database could not tell "
-                       "(%r); its %d unit(s) stay taken until it can", user_id, sale.sku,
-                       failure, quantity)
+                       "(%r); %s until it can", user_id, sale.sku, failure,
+                       "the buyer stays reserved" if database_stock
+                       else f"its {quantity} unit(s) stay taken")
         IN_DOUBT.add(_InDoubt(sessions, redis, sale.sku, sale.id, user_id, quantity,
-                              key, _generation_of(sale, generation), stock_keys, relock))
+                              key, _generation_of(sale, generation), stock_keys, relock,
+                              database_stock=database_stock))
         outcomes.append(OrderInDoubt(sale.sku))
     return outcomes
 
@@ -401,6 +395,8 @@ class _InDoubt:
     #: look for in the database, and the buyer's reservation went with its 503 (it may
     #: have bought since), where an order in doubt kept it (``give_back_under_lock``)
     failed: bool = False
+    #: the database is the stock (``sql``): a row not written took nothing to give back
+    database_stock: bool = False
     #: this entry's name, in the marker that makes its give-back happen once
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -422,8 +418,15 @@ def _settle(entry: _InDoubt) -> bool:
                 (entry.user_id, entry.quantity, entry.idempotency_key)]) != [None]:
             logger.warning("the order in doubt of %r for %s was written", entry.user_id,
                            entry.sku)
+            if entry.database_stock:  # its Redis copy, which the purchase never mirrored
+                from .paths import mirror_database_stock  # paths imports this module
+
+                mirror_database_stock(entry.redis, entry.sessions, entry.sale_id,
+                                      SaleKeys(entry.sku))
             return True
-        if entry.relock is None:
+        if entry.database_stock:  # not written: nothing was taken, the copy is right
+            given = NOTHING_TAKEN
+        elif entry.relock is None:
             given = _give_back_once(entry)
         else:
             lock = entry.relock.lock()
@@ -445,8 +448,11 @@ def _settle(entry: _InDoubt) -> bool:
     return True
 
 
+#: a settle's "given" for a sale whose stock is the database: nothing was taken
+NOTHING_TAKEN = 2
 #: what ``give_back_once.lua`` answered, for the settle's log line
 _GIVEN = {1: "%d unit(s) back", 0: "%d unit(s) were back already",
+          NOTHING_TAKEN: "the database is the stock: its %d unit(s) were never taken",
           -1: "the sale was reset, or its stock counted from the database, since: its "
               "%d unit(s) were the old generation's",
           -2: "its stock key is gone: the sale's reload counts the %d unit(s)"}

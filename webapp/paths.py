@@ -22,8 +22,9 @@ import lockcore
 from . import scripts
 from .deadlines import LATE, LOST_REPLY, deadline, too_late
 from .groupcommit import stock_after
-from .orders import find_landed, give_back, insert_grouped, maybe_written, record_order
-from .problems import InvalidRequest, SaleReset, SoldOut, not_enough
+from .keys import SaleKeys
+from .orders import give_back, insert_grouped, landed_batch, maybe_written, record_order
+from .problems import InvalidRequest, OrderInDoubt, SaleReset, SoldOut, not_enough
 from .saleinfo import generation, sale_fields, stock_key_lost
 from .services import Checkout, PurchaseRequest, SaleInfo, over_the_limit, undo_take
 from .statements import SALE_STOCK_AND_GENERATION
@@ -248,13 +249,7 @@ class SqlPath(StockPath):
         self._mirror(redis, sessions, sale)  # what the database says now, its generation
 
     def _mirror(self, redis: Any, sessions: Any, sale: SaleInfo) -> None:
-        with sessions() as session:
-            row = session.execute(SALE_STOCK_AND_GENERATION, {"b_sale_id": sale.id}).first()
-        if row is None:  # the sale is gone
-            return
-        remaining, started_at = row
-        scripts.script(redis, "mirror_stock")(keys=_mirror_keys(sale),
-                                              args=[remaining, generation(started_at)])
+        mirror_database_stock(redis, sessions, sale.id, sale.keys)
 
     def purchase(self, deps: Checkout, sale: SaleInfo, request: PurchaseRequest) -> Any:
         # the work happens before the transaction: under gevent a SQLite transaction
@@ -269,9 +264,19 @@ class SqlPath(StockPath):
             self._mirror(deps.redis, deps.sessions, sale)
             raise
         except Exception as exc:  # the COMMIT's reply lost: the row may be there all the same
-            order = find_landed(deps.sessions, sale, request) if maybe_written(exc) else None
-            if order is None:  # the database is the stock: nothing to give back
+            if not maybe_written(exc):
                 raise
+            # its row, not written (nothing to give back: the database is the stock), or
+            # in doubt: the database could not tell. That was a plain "unavailable, try
+            # again" 503 while the row was there: the buyer, retrying, heard 409
+            # sold_out and never learned of the order (a PostgreSQL audit: 4 of ~300)
+            order = landed_batch(deps.sessions, deps.redis, sale, [
+                (request.user_id, request.quantity, request.idempotency_key)],
+                sale.generation, database_stock=True)[0]
+            if order is None:
+                raise
+            if isinstance(order, OrderInDoubt):  # the buyer stays reserved: settled later
+                raise order from exc
         # The order is committed: from here on nothing may turn it into a 503 ("nothing
         # was bought"). The copy is kept in step best-effort; a miss (Redis down or slow)
         # leaves it above the database until the next purchase mirrors it.
@@ -288,7 +293,7 @@ class SqlPath(StockPath):
         if after is None:
             self._mirror(deps.redis, deps.sessions, sale)
             return
-        keys = _mirror_keys(sale)
+        keys = _mirror_keys(sale.keys)
         args = [after[0], generation(after[1])]
         if deps.script_pipeline is not None:  # shared with concurrent purchases' scripts
             deps.script_pipeline.run("mirror_stock", keys, args)
@@ -296,10 +301,23 @@ class SqlPath(StockPath):
             scripts.script(deps.redis, "mirror_stock")(keys=keys, args=args)
 
 
-def _mirror_keys(sale: SaleInfo) -> list[str]:
-    """``mirror_stock.lua``'s keys for ``sale``: the copy, its generation, the sold-out
+def mirror_database_stock(redis: Any, sessions: Any, sale_id: int, keys: SaleKeys) -> None:
+    """An ``sql`` sale's Redis copy of its stock as the database says now, with its
+    generation (``mirror_stock.lua``); also after an order in doubt is settled
+    (``orders._settle``): the purchase that wrote it never mirrored."""
+    with sessions() as session:
+        row = session.execute(SALE_STOCK_AND_GENERATION, {"b_sale_id": sale_id}).first()
+    if row is None:  # the sale is gone
+        return
+    remaining, started_at = row
+    scripts.script(redis, "mirror_stock")(keys=_mirror_keys(keys),
+                                          args=[remaining, generation(started_at)])
+
+
+def _mirror_keys(keys: SaleKeys) -> list[str]:
+    """``mirror_stock.lua``'s keys for a sale: the copy, its generation, the sold-out
     flag, and the hash copy whose generation a late write must not go under."""
-    return [sale.keys.stock, sale.keys.stock_gen, sale.keys.soldout, sale.keys.info]
+    return [keys.stock, keys.stock_gen, keys.soldout, keys.info]
 
 
 def _standing_generation(pipe: Any, sale: SaleInfo) -> int | None:

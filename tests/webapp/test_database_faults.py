@@ -228,6 +228,40 @@ def test_an_sql_order_whose_reply_was_lost_is_the_buyers_order(deps, monkeypatch
     assert books(deps) == (1, 49, 49, True)
 
 
+@pytest.mark.parametrize("written", [True, False], ids=["written", "not-written"])
+def test_an_sql_order_the_database_cannot_explain_is_in_doubt_and_settled(deps, monkeypatch,
+                                                                          written):
+    """Its reply lost and the database unable to say whether the row is there: the sql
+    path answered a plain 503 "the database is unavailable, try again", while the row
+    was there; the buyer, retrying, heard 409 sold_out and never learned of the order (a
+    PostgreSQL audit: 4 of ~300 under a flapping link). Now it is in doubt: 503 saying
+    so, the buyer kept reserved, and settled once the database can tell."""
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=50, strategy="sql")
+    real = groupcommit.ConditionalOrderWriter._transaction
+
+    def lossy(self: Any, batch: Any) -> Any:
+        if written:
+            real(self, batch)
+        raise lost_reply()
+
+    monkeypatch.setattr(groupcommit.ConditionalOrderWriter, "_transaction", lossy)
+    database_cannot_tell(monkeypatch)
+    with pytest.raises(OrderInDoubt):
+        checkout(deps, PurchaseRequest(SKU, "ann"))
+    assert orders.IN_DOUBT
+    monkeypatch.undo()
+    settle_now()
+    assert not orders.IN_DOUBT
+    if written:
+        assert books(deps) == (1, 49, 49, True)
+        with pytest.raises(AlreadyPurchased):  # it is her order, and she hears so
+            checkout(deps, PurchaseRequest(SKU, "ann"))
+    else:  # nothing taken, nothing given back; her reservation went: she buys
+        assert books(deps) == (0, 50, 50, True)
+        assert checkout(deps, PurchaseRequest(SKU, "ann")).created
+        assert books(deps) == (1, 49, 49, True)
+
+
 @pytest.mark.parametrize("database_answers", [True, False], ids=["found", "in-doubt"])
 def test_a_combined_sections_lost_reply_keeps_its_written_orders(
         deps, monkeypatch, database_answers):
