@@ -75,6 +75,33 @@ def _silence_timer(seconds: float) -> tuple[_Unanswered, Any] | None:
     return silent, timer
 
 
+def _from(error: BaseException | None, silent: BaseException | None) -> bool:
+    """Whether ``error`` is the timer's ``silent``, or came of it: SQLAlchemy, cleaning
+    up the connection the timer interrupted (a ``pool_pre_ping`` mid-query), may raise
+    an error of its own, whose context is the timer's (a PostgreSQL audit: a silent
+    database answered 503 "the database refused the request", ``ProgrammingError``)."""
+    seen = 0
+    while error is not None and seen < 10:
+        if error is silent:
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
+#: a read a request waits on (the buyer's earlier order, a product for a view), at most
+#: this long from a database that says nothing, in a gevent worker: none bounded them,
+#: and keyed purchases and product views waited out a 45 s silence (a PostgreSQL audit)
+READ_S = 5.0
+
+
+@contextlib.contextmanager
+def reading(bind: Any) -> Iterator[None]:
+    """``answered_within(READ_S)`` for a read on ``bind`` (an engine, or None)."""
+    name = getattr(getattr(bind, "dialect", None), "name", "sqlite")
+    with answered_within(READ_S, remote(name)):
+        yield
+
+
 @contextlib.contextmanager
 def answered_within(seconds: float, remote: bool) -> Iterator[None]:
     """Run the block's waits on a remote database (``remote``) for ``seconds`` at most
@@ -87,8 +114,8 @@ def answered_within(seconds: float, remote: bool) -> Iterator[None]:
     silent, timer = started
     try:
         yield
-    except _Unanswered as exc:
-        if exc is not silent:
+    except BaseException as exc:
+        if not _from(exc, silent):
             raise
         raise NoAnswer(None, None, TimeoutError(_silence(seconds))) from None
     finally:
@@ -154,7 +181,7 @@ class committing(Generic[T]):  # noqa: N801 - used like the context manager it w
             self._stop()
 
     def _ours(self, error: BaseException | None) -> bool:
-        return error is not None and error is self._silent
+        return self._silent is not None and _from(error, self._silent)
 
     @staticmethod
     def _no_answer() -> NoAnswer:

@@ -21,6 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from .commits import reading
 from .keys import SaleKeys
 from .models import Order, Product, Sale, shown_sale_start
 from .paths import path_for
@@ -76,7 +77,7 @@ def _view(product: Product, sale: Sale, stock: int | None) -> dict[str, Any]:
 
 
 def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str, Any]]:
-    with sessions() as session:
+    with reading(sessions.kw.get("bind")), sessions() as session:
         rows = session.execute(select(Product, Sale).join(Sale, Sale.sku == Product.sku)
                                .order_by(Product.sku)).all()
         views, down = [], False
@@ -90,7 +91,7 @@ def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str,
 
 
 def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, Any]:
-    with sessions() as session:
+    with reading(sessions.kw.get("bind")), sessions() as session:
         row = session.execute(select(Product, Sale).join(Sale, Sale.sku == Product.sku)
                               .where(Product.sku == sku)).first()
         if row is None:

@@ -281,3 +281,50 @@ def test_a_commit_stuck_past_its_deadline_is_settled_by_what_it_did_not_by_a_gue
         buyers = shop.call("GET", f"/api/admin/sales/{sku}/buyers",
                            headers={"Authorization": f"Bearer {shop.admin_token}"})
         assert buyers.json["buyers"] == ["stuck"]
+
+
+def test_keyed_purchases_and_product_views_are_bounded_while_the_database_is_silent(
+        database):
+    """A buyer's Idempotency-Key is looked up in the database before the write, and the
+    product views read it too: neither was bounded, and on a silent database (a paused
+    proxy) keyed purchases (every storefront purchase) and product views waited out the
+    whole 45 s silence (a PostgreSQL audit). Each read has ``commits.READ_S`` now."""
+    from webapp.commits import READ_S
+    from webapp.shop import ORDER_WRITE_WORST_S
+
+    sku = "qa-pg-mute-reads"
+    with _behind_a_proxy(database, sku) as (proxy, shop):
+        shop.reset(sku, 10, "atomic")
+        assert shop.buy("before", sku, key="key-before").status == 201  # pooled
+        assert shop.call("GET", "/api/products").status == 200
+        answers: dict[str, tuple[int, float]] = {}
+
+        def ask(name: str, method: str, path: str, body: Any = None,
+                headers: dict[str, str] | None = None) -> None:
+            started = time.monotonic()
+            answer = shop.call(method, path, body, headers=headers or {}, timeout=60)
+            answers[name] = (answer.status, time.monotonic() - started)
+
+        proxy.silent.set()
+        askers = [
+            threading.Thread(target=ask, args=(
+                f"keyed-{n}", "POST", f"/api/products/{sku}/purchase",
+                {"user_id": f"keyed-{n}"}, {"Idempotency-Key": f"key-{n}"}))
+            for n in range(2)] + [
+            threading.Thread(target=ask, args=("products", "GET", "/api/products")),
+            threading.Thread(target=ask, args=("product", "GET", f"/api/products/{sku}"))]
+        for thread in askers:
+            thread.start()
+        silent_until = time.monotonic() + 30
+        while len(answers) < len(askers) and time.monotonic() < silent_until:
+            time.sleep(0.1)
+        proxy.silent.clear()
+        for thread in askers:
+            thread.join(60)
+        assert len(answers) == len(askers), answers
+        longest = max(wait for _, wait in answers.values())
+        assert longest <= max(ORDER_WRITE_WORST_S, READ_S) + 2, answers
+        deadline = time.monotonic() + 20
+        while not shop.audit(sku)["consistent"] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        shop.assert_books_balance(sku)
