@@ -73,6 +73,9 @@ def healthz() -> tuple[Response, int]:
             if connection.dialect.name == "postgresql":  # one that cannot take an order
                 if connection.execute(READ_ONLY).scalar() == "on":
                     status["database"] = "down: read-only"
+                    # its setting came with it when it opened: the next probe asks a
+                    # new one, which sees the database flipped back (a PostgreSQL audit)
+                    connection.invalidate()
             else:
                 connection.execute(sql("SELECT 1"))
     except Exception as exc:

@@ -107,7 +107,23 @@ def make_engine(url: str) -> Engine:
         keep_deadlines(engine, PG_STATEMENT_TIMEOUT_MS if "options" in serving else None)
         durable = "synchronous_commit" not in str(parsed.query.get("options", ""))
         event.listen(engine, "connect", functools.partial(_session_settings, durable=durable))
+        event.listen(engine, "handle_error", _read_only_renews_the_pool)
     return engine
+
+
+def _read_only_renews_the_pool(context: Any) -> None:
+    """A statement refused for a read-only transaction: the pool's connections are
+    dropped, as after a lost connection, and the next are opened afresh. A database set
+    read-only (``ALTER DATABASE ... SET default_transaction_read_only``) gives the
+    setting to each connection when it opens: flipped back, the pooled ones kept it, and
+    every purchase was 503 "refused" and ``/healthz`` "read-only" for as long as they
+    lived, 80 s and more (a PostgreSQL audit). A hot standby promoted is the same."""
+    if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_SQLSTATE:
+        context.is_disconnect = True
+
+
+#: PostgreSQL's read_only_sql_transaction
+READ_ONLY_SQLSTATE = "25006"
 
 
 #: ISO output for a database whose ``DateStyle`` is another (the input order is kept);
