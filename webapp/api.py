@@ -144,6 +144,7 @@ def purchase(sku: str) -> tuple[Response, int]:
     deps = Checkout(sessions=backends.sessions, redis=backends.redis,
                     lock_for=functools.partial(locks.lock_for, backends),
                     lock_timeout_s=backends.config["LOCK_TIMEOUT_S"],
+                    lock_budget_s=backends.config["LOCK_TIMEOUT_S"],
                     lock_slots=backends.purchase_slots,
                     combined_slots=backends.combined_slots,
                     script_pipeline=backends.script_pipeline,

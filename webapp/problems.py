@@ -78,7 +78,8 @@ def silent_servers(lock: Any) -> str | None:
 REASON_KEPT_S = 30.0
 
 
-def lock_not_taken(sku: str, lock: Any, timeout_s: float) -> Busy:
+def lock_not_taken(sku: str, lock: Any, timeout_s: float,
+                   budget_s: float | None = None) -> Busy:
     """The 503 of a stock lock not acquired within ``timeout_s``. It says so when the
     lock's servers kept it, not other buyers: it said "not free" with every RedLock node
     down (a README audit). ``lock`` is the purchase's handle: a cohort's asks why its
@@ -89,11 +90,12 @@ def lock_not_taken(sku: str, lock: Any, timeout_s: float) -> Busy:
         why = asked(time.monotonic() - max(timeout_s, REASON_KEPT_S))
     else:
         why = silent_servers(lock)
-    # what was left of the lock timeout, rounded ("within 0.0599835s" read oddly, and a
-    # whole 10 s less a slot's milliseconds "within 9.99s"); none left: the buyer's wait
-    # for its own earlier purchase took it ("within 0s")
-    digits = 1 if timeout_s >= 1 else 2
-    within = f"within {round(timeout_s, digits):g}s" if timeout_s >= 0.01 else "in time"
+    # the buyer's whole lock timeout (``budget_s``; else what was left of it), rounded
+    # ("within 0.0599835s" read oddly, and a whole 10 s less a slot's milliseconds
+    # "within 9.99s"); none: the buyer's wait for its own earlier purchase took it
+    told = timeout_s if budget_s is None else budget_s
+    digits = 1 if told >= 1 else 2
+    within = f"within {round(told, digits):g}s" if told >= 0.01 else "in time"
     if why:
         return Busy(f"the stock lock for {sku} could not be taken {within}: {why}",
                     retry_after_s=1)

@@ -314,4 +314,4 @@ def lock_timed_out(deps: Checkout, sale: SaleInfo, lock: Any) -> ShopError:
     sold_out, resetting, held_off = flags
     if sold_out and not resetting and not held_off:
         return not_enough(sale.sku, 0)
-    return lock_not_taken(sale.sku, lock, deps.lock_timeout_s)
+    return lock_not_taken(sale.sku, lock, deps.lock_timeout_s, deps.lock_budget_s)

@@ -103,6 +103,10 @@ class Checkout:
     #: (sale, user_id) -> an unacquired lockcore lock (or anything with its interface)
     lock_for: Callable[[SaleInfo, str], Any]
     lock_timeout_s: float = 5.0
+    #: the whole ``LOCK_TIMEOUT_S``, which ``less_time`` leaves as it is: what a buyer
+    #: who ran out of it is told it was (the rest of it, "within 0.02s", read as if
+    #: the buyer had waited 0.02 s, after 10 s; a PostgreSQL audit). None: lock_timeout_s
+    lock_budget_s: float | None = None
     #: bounds the buyers of one worker queueing for a lock (a BoundedSemaphore); None: no bound
     lock_slots: Any = None
     #: the same for a combined lock's buyers (``combining.py``); None: ``lock_slots``

@@ -123,6 +123,15 @@ def test_the_lock_timeout_left_is_said_rounded(left_s, said):
         f"the stock lock for sku-1 was not free {said}"
 
 
+def test_a_buyer_whose_slot_wait_took_most_of_the_timeout_hears_the_whole_of_it():
+    # told "not free within 0.02s" after 10 s: the rest of the timeout, not the wait (a
+    # PostgreSQL audit)
+    from webapp.problems import lock_not_taken
+
+    assert lock_not_taken("sku-1", object(), 0.02, 10.0).args[0] == \
+        "the stock lock for sku-1 was not free within 10s"
+
+
 def test_a_sale_whose_nodes_refuse_their_database_can_still_be_reset(
         sqlite_url, redis_url, redis_client, redlock_cluster):
     """Every node refuses the database index (``/99``): no buyer can hold the lock, and
