@@ -118,11 +118,11 @@ def _tracker_deaf_to_hangups() -> None:
     if not hasattr(signal, "pthread_sigmask"):
         resource_tracker.ensure_running()
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     try:
         resource_tracker.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+    finally:  # as it was (blocked already: it stays so)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class WorkerPool:
@@ -137,10 +137,15 @@ class WorkerPool:
         self.results: Any = ctx.Queue()
         self.commands: list[Any] = [ctx.Queue() for _ in range(processes)]
         # killed with us, however we die (a SIGKILLed bench left them running, blocked
-        # on their pipes; a bench audit); a fork server's are its children, not ours
-        parent = None if start_method == "forkserver" else os.getpid()
+        # on their pipes; a bench audit); a fork server's are its children, not ours.
+        # Tied to the thread that starts them: only from the main thread, which outlives
+        # them (a review)
+        via_server = start_method == "forkserver"
+        parent = (None if via_server
+                  or threading.current_thread() is not threading.main_thread()
+                  else os.getpid())
         self.processes = [ctx.Process(target=worker.serve,
-                                      args=(i, q, self.results, parent),
+                                      args=(i, q, self.results, parent, via_server),
                                       name=f"bench-worker-{i}", daemon=True)
                           for i, q in enumerate(self.commands)]
         try:

@@ -67,10 +67,15 @@ class _Stopped(Exception):
 
 
 def serve(index: int, commands: Queue[Any], results: Queue[Any],
-          parent_pid: int | None = None) -> None:
+          parent_pid: int | None = None, via_server: bool = False) -> None:
     """Run specs from ``commands`` until it yields None; killed with the process that
-    started it (``parent_pid``, None for a fork server's worker)."""
-    die_with_parent(parent_pid)
+    started it (``parent_pid``; None: not tied), or (``via_server``) with the fork
+    server that forked it, which ends with the bench."""
+    if via_server:
+        die_with_parent(None)
+        _let_the_fork_server_go()
+    elif parent_pid is not None:
+        die_with_parent(parent_pid)
     # Ctrl-C reaches the whole process group: the parent stops us (pool.py), and a
     # KeyboardInterrupt traceback from each of eight workers would only be noise.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -94,6 +99,21 @@ def serve(index: int, commands: Queue[Any], results: Queue[Any],
             results.put({"worker": index, "error": f"{type(exc).__name__}: {exc}"})
     for conns in connections.values():
         conns.close()
+
+
+def _let_the_fork_server_go() -> None:
+    """Close this worker's copy of the fork server's "alive" pipe: the server exits when
+    every copy is closed, the bench's included, and only then does this worker get the
+    death signal it is tied to the server with. Kept open, a SIGKILLed bench left the
+    server and its workers running (a review)."""
+    import os
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:
+        os.close(alive)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
 
 
 def run(index: int, spec: dict[str, Any], conns: WorkerConnections,
