@@ -76,11 +76,10 @@ def reset_sale(sku: str) -> Response:
     work_ms = validation.integer(body, "work_ms", low=0, high=MAX_WORK_MS, default=0)
     limit = validation.integer(body, "limit", low=1, high=MAX_LIMIT, default=sales.NO_LIMIT)
     with _one_reset_at_a_time(backends, sku):
-        foreign = _wait_out_holders_redis_forgot(backends, sku)
+        _wait_out_holders_redis_forgot(backends, sku)
         with _current_lock(backends, sku):
             reset = sales.reset_sale(backends.sessions, backends.redis, sku, stock=stock,
-                                     strategy=strategy, work_ms=work_ms, limit=limit,
-                                     past=foreign)
+                                     strategy=strategy, work_ms=work_ms, limit=limit)
     return jsonify(reset)
 
 
@@ -104,7 +103,7 @@ def sale_buyers(sku: str) -> Response:
     return jsonify({"buyers": page, "next": page[-1] if len(page) == BUYERS_PAGE else None})
 
 
-def _wait_out_holders_redis_forgot(backends: Backends, sku: str) -> int | None:
+def _wait_out_holders_redis_forgot(backends: Backends, sku: str) -> None:
     """Redis lost the sale (a restart without persistence), and with it the lock of a
     holder that may still be in its section: its stock and order are written when its
     work is done. The reset took the lock at once in the empty Redis, and that holder's
@@ -115,8 +114,8 @@ def _wait_out_holders_redis_forgot(backends: Backends, sku: str) -> int | None:
     lock TTL (``restore_sale.lua``: no section sells meanwhile), and waits out what is
     left of it before it takes the lock. Nothing to wait for when Redis has the sale.
 
-    Returns the generation Redis holds that no reload could stand over, if so: the
-    reset starts its own past it."""
+    If no reload can stand over what Redis holds, the sale's keys there are deleted
+    before the reset (after any hold-off), which then writes its own."""
     foreign = None
     try:
         cached_sale(backends.redis, backends.sessions, sku, wait_for_reset=False,
@@ -125,28 +124,20 @@ def _wait_out_holders_redis_forgot(backends: Backends, sku: str) -> int | None:
         # Redis holds a generation no reload stands over (the database was restored
         # from an older backup; a shop of another database, or one whose clock runs
         # ahead, wrote there): every buyer and the reset, the one way out, answered
-        # 503 for good (a showdown audit). The reset starts a generation past it; a
-        # hold-off another process's reload started is still waited out below
-        foreign = _standing_generation(backends.redis, sku)
-        logger.warning("reset of %s: Redis holds the sale in generation %s, which no "
-                       "reload of the database's stands over; resetting past it", sku,
-                       foreign)
+        # 503 for good (a showdown audit). Its keys go, after a hold-off another
+        # process's reload started, and the reset writes its own: not a generation
+        # past that one, which may be years ahead, or not a number (a review)
+        foreign = backends.redis.get(SaleKeys(sku).stock_gen)
+        logger.warning("reset of %s: Redis holds the sale in generation %r, which no "
+                       "reload of the database's stands over; its keys are deleted",
+                       sku, foreign)
     left_ms = backends.redis.pttl(SaleKeys(sku).holdoff)
     if left_ms > 0:
         logger.warning("reset of %s: Redis lost the sale; waiting %.1fs for a lock holder "
                        "from before to finish", sku, left_ms / 1000)
         time.sleep(left_ms / 1000)  # gevent's, under gunicorn: other requests go on
-    return foreign
-
-
-def _standing_generation(redis: Any, sku: str) -> int | None:
-    """The newest generation of ``sku``'s sale in Redis (its stock's, its copy's)."""
-    keys = SaleKeys(sku)
-    pipe = redis.pipeline(transaction=False)
-    pipe.get(keys.stock_gen)
-    pipe.hget(keys.info, "generation")
-    found = [int(value) for value in pipe.execute() if value is not None]
-    return max(found) if found else None
+    if foreign is not None:
+        backends.redis.delete(*SaleKeys(sku).all())
 
 
 @contextlib.contextmanager

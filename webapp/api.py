@@ -12,7 +12,7 @@ from sqlalchemy import text as sql
 from . import locks, sales, validation
 from .batching import gevent_patched
 from .config import SERVE_ID_HEADER
-from .extensions import Backends, get_backends
+from .extensions import Backends, get_backends, read_only_renewal_due
 from .openapi import document
 from .problems import UnknownSku
 from .saleinfo import cached_sale
@@ -73,9 +73,11 @@ def healthz() -> tuple[Response, int]:
             if connection.dialect.name == "postgresql":  # one that cannot take an order
                 if connection.execute(READ_ONLY).scalar() == "on":
                     status["database"] = "down: read-only"
-                    # its setting came with it when it opened: the next probe asks a
-                    # new one, which sees the database flipped back (a PostgreSQL audit)
+                    # the setting came with the pool's connections when they opened:
+                    # new ones see the database flipped back (a PostgreSQL audit)
                     connection.invalidate()
+                    if read_only_renewal_due():
+                        backends.engine.dispose()
             else:
                 connection.execute(sql("SELECT 1"))
     except Exception as exc:

@@ -90,8 +90,10 @@ def _from(error: BaseException | None, silent: BaseException | None) -> bool:
 
 #: a read a request waits on (the buyer's earlier order, a product for a view), at most
 #: this long from a database that says nothing, in a gevent worker: none bounded them,
-#: and keyed purchases and product views waited out a 45 s silence (a PostgreSQL audit)
-READ_S = 5.0
+#: and keyed purchases and product views waited out a 45 s silence (a PostgreSQL audit).
+#: The wait for a pooled connection is in it: as long as that one's (``POOL_TIMEOUT_S``),
+#: so a busy pool is no "did not answer" sooner than before (a review)
+READ_S = 10.0
 
 
 @contextlib.contextmanager

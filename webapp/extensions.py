@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from typing import Any
 
 from flask import current_app
@@ -117,13 +118,32 @@ def _read_only_renews_the_pool(context: Any) -> None:
     read-only (``ALTER DATABASE ... SET default_transaction_read_only``) gives the
     setting to each connection when it opens: flipped back, the pooled ones kept it, and
     every purchase was 503 "refused" and ``/healthz`` "read-only" for as long as they
-    lived, 80 s and more (a PostgreSQL audit). A hot standby promoted is the same."""
-    if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_SQLSTATE:
+    lived, 80 s and more (a PostgreSQL audit). A hot standby promoted is the same.
+
+    At most once every ``READ_ONLY_RENEW_S``: each refusal dropped the pool, and a
+    database read-only for good cost a new connection per request (a review)."""
+    error = context.original_exception
+    code = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)  # psycopg2
+    if code == READ_ONLY_SQLSTATE and read_only_renewal_due():
         context.is_disconnect = True
+
+
+def read_only_renewal_due() -> bool:
+    """Whether the pool may be renewed for a read-only database now (at most once every
+    ``READ_ONLY_RENEW_S``, this process's refusals and ``/healthz`` together)."""
+    now = time.monotonic()
+    if now - _read_only_renewed[0] < READ_ONLY_RENEW_S:
+        return False
+    _read_only_renewed[0] = now
+    return True
 
 
 #: PostgreSQL's read_only_sql_transaction
 READ_ONLY_SQLSTATE = "25006"
+#: how often a read-only refusal may drop the pool's connections
+READ_ONLY_RENEW_S = 1.0
+#: when it last did (this process's)
+_read_only_renewed = [float("-inf")]
 
 
 #: ISO output for a database whose ``DateStyle`` is another (the input order is kept);

@@ -422,7 +422,7 @@ def _settle(entry: _InDoubt) -> bool:
                 from .paths import mirror_database_stock  # paths imports this module
 
                 mirror_database_stock(entry.redis, entry.sessions, entry.sale_id,
-                                      SaleKeys(entry.sku))
+                                      SaleKeys(entry.sku), only_sql=True)
             return True
         if entry.database_stock:  # not written: nothing was taken, the copy is right
             given = NOTHING_TAKEN

@@ -17,12 +17,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy import select
+
 import lockcore
 
 from . import scripts
+from .commits import reading
 from .deadlines import LATE, LOST_REPLY, deadline, too_late
 from .groupcommit import stock_after
 from .keys import SaleKeys
+from .models import Sale
 from .orders import give_back, insert_grouped, landed_batch, maybe_written, record_order
 from .problems import InvalidRequest, OrderInDoubt, SaleReset, SoldOut, not_enough
 from .saleinfo import generation, sale_fields, stock_key_lost
@@ -301,13 +305,18 @@ class SqlPath(StockPath):
             scripts.script(deps.redis, "mirror_stock")(keys=keys, args=args)
 
 
-def mirror_database_stock(redis: Any, sessions: Any, sale_id: int, keys: SaleKeys) -> None:
+def mirror_database_stock(redis: Any, sessions: Any, sale_id: int, keys: SaleKeys,
+                          only_sql: bool = False) -> None:
     """An ``sql`` sale's Redis copy of its stock as the database says now, with its
     generation (``mirror_stock.lua``); also after an order in doubt is settled
-    (``orders._settle``): the purchase that wrote it never mirrored."""
-    with sessions() as session:
+    (``orders._settle``: ``only_sql``, the sale may have been reset to another strategy
+    since, whose Redis stock is its own; a review): the purchase that wrote it never
+    mirrored."""
+    with reading(sessions.kw.get("bind")), sessions() as session:
         row = session.execute(SALE_STOCK_AND_GENERATION, {"b_sale_id": sale_id}).first()
-    if row is None:  # the sale is gone
+        strategy = session.scalar(select(Sale.strategy).where(Sale.id == sale_id)) \
+            if only_sql else "sql"
+    if row is None or strategy != "sql":  # the sale is gone, or sold another way now
         return
     remaining, started_at = row
     scripts.script(redis, "mirror_stock")(keys=_mirror_keys(keys),

@@ -27,7 +27,6 @@ from .models import Order, Product, Sale, shown_sale_start
 from .paths import path_for
 from .problems import Busy, UnknownSku
 from .saleinfo import SaleInfo, generation, next_started_at
-from .saleinfo import started_at as started_at_of
 from .validation import plausible_sku
 
 logger = logging.getLogger(__name__)
@@ -101,11 +100,8 @@ def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[s
 
 
 def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: int,
-               strategy: str, work_ms: int = 0, limit: int = NO_LIMIT,
-               past: int | None = None) -> dict[str, Any]:
+               strategy: str, work_ms: int = 0, limit: int = NO_LIMIT) -> dict[str, Any]:
     """Delete the sale's orders, set its stock and strategy, load the stock into Redis.
-    ``past``: a generation Redis holds that the new sale's must come after (one the
-    database never had: ``admin._wait_out_holders_redis_forgot``).
 
     The sale's row is locked first (``FOR UPDATE``; SQLite runs one writer at a time
     anyway): every purchase's transaction updates that row before it inserts its order,
@@ -152,10 +148,7 @@ def reset_sale(sessions: sessionmaker[Session], redis: Any, sku: str, *, stock: 
             session.execute(delete(Order).where(Order.sale_id == sale.id))
             sale.initial_stock = sale.remaining = stock
             sale.strategy, sale.work_ms, sale.per_user_limit = strategy, work_ms, limit
-            current = sale.started_at
-            if past is not None and (current is None or generation(current) < past):
-                current = started_at_of(past)
-            sale.started_at = next_started_at(current)  # after a reload's, too
+            sale.started_at = next_started_at(sale.started_at)  # after a reload's, too
             info, started = _info(sale), generation(sale.started_at)
         _redis_side(path, redis, sessions, info, stock, started)
     logger.info("sale %s reset: stock %d, strategy %s, work %d ms", sku, stock, strategy, work_ms)
