@@ -192,6 +192,22 @@ def _behind_a_proxy(database, sku: str) -> Iterator[tuple[SilentProxy, Any]]:
         yield proxy, shop
 
 
+def _while_silent(proxy: SilentProxy, threads: list[threading.Thread],
+                  answers: dict[str, Any], most_s: float) -> None:
+    """Run ``threads`` (each puts its answer into ``answers``) with the database silent
+    until all have answered or ``most_s`` passed, then let it speak and join them."""
+    proxy.silent.set()
+    for thread in threads:
+        thread.start()
+    silent_until = time.monotonic() + most_s
+    while len(answers) < len(threads) and time.monotonic() < silent_until:
+        time.sleep(0.1)
+    proxy.silent.clear()
+    for thread in threads:
+        thread.join(60)
+    assert len(answers) == len(threads), answers
+
+
 def _proxied(url: str, proxy: SilentProxy) -> str:
     port = urlsplit(PG_ADMIN_URL).port or 5432
     proxied = url.replace(f":{port}/", f":{proxy.port}/")
@@ -223,17 +239,8 @@ def test_buyers_hear_within_the_write_budget_from_a_database_that_says_nothing(
             waits[user] = (answer.status, time.monotonic() - started,
                            (answer.json or {}).get("error", ""))
 
-        proxy.silent.set()
         buyers = [threading.Thread(target=buyer, args=(f"mute-{n}",)) for n in range(4)]
-        for thread in buyers:
-            thread.start()
-        silent_until = time.monotonic() + 20
-        while len(waits) < len(buyers) and time.monotonic() < silent_until:
-            time.sleep(0.1)
-        proxy.silent.clear()
-        for thread in buyers:
-            thread.join(60)
-        assert len(waits) == len(buyers)
+        _while_silent(proxy, buyers, waits, 20)
         longest = max(wait for _, wait, _ in waits.values())
         assert longest <= ORDER_WRITE_WORST_S + 1.5, waits
         assert {(status, error) for status, _, error in waits.values()} == {
@@ -305,7 +312,6 @@ def test_keyed_purchases_and_product_views_are_bounded_while_the_database_is_sil
             answer = shop.call(method, path, body, headers=headers or {}, timeout=60)
             answers[name] = (answer.status, time.monotonic() - started)
 
-        proxy.silent.set()
         askers = [
             threading.Thread(target=ask, args=(
                 f"keyed-{n}", "POST", f"/api/products/{sku}/purchase",
@@ -313,15 +319,7 @@ def test_keyed_purchases_and_product_views_are_bounded_while_the_database_is_sil
             for n in range(2)] + [
             threading.Thread(target=ask, args=("products", "GET", "/api/products")),
             threading.Thread(target=ask, args=("product", "GET", f"/api/products/{sku}"))]
-        for thread in askers:
-            thread.start()
-        silent_until = time.monotonic() + 30
-        while len(answers) < len(askers) and time.monotonic() < silent_until:
-            time.sleep(0.1)
-        proxy.silent.clear()
-        for thread in askers:
-            thread.join(60)
-        assert len(answers) == len(askers), answers
+        _while_silent(proxy, askers, answers, 30)
         longest = max(wait for _, wait in answers.values())
         assert longest <= max(ORDER_WRITE_WORST_S, READ_S) + 2, answers
         deadline = time.monotonic() + 20

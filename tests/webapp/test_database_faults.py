@@ -52,15 +52,17 @@ def nothing_in_doubt() -> Iterator[None]:
     orders.IN_DOUBT.next_drain = 0.0
 
 
-def commit_then_lose_the_reply(monkeypatch: pytest.MonkeyPatch, *, commits: bool) -> None:
-    real = groupcommit.OrderWriter._transaction
+def commit_then_lose_the_reply(monkeypatch: pytest.MonkeyPatch, *, commits: bool,
+                               writer: Any = groupcommit.OrderWriter) -> None:
+    """``writer``'s transactions (committed, or not) end with their COMMIT's reply lost."""
+    real = writer._transaction
 
     def lossy(self: Any, batch: Any) -> Any:
         if commits:
             real(self, batch)
         raise lost_reply()
 
-    monkeypatch.setattr(groupcommit.OrderWriter, "_transaction", lossy)
+    monkeypatch.setattr(writer, "_transaction", lossy)
 
 
 def database_cannot_tell(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,14 +246,8 @@ def test_an_sql_order_the_database_cannot_explain_is_in_doubt_and_settled(deps, 
     PostgreSQL audit: 4 of ~300 under a flapping link). Now it is in doubt: 503 saying
     so, the buyer kept reserved, and settled once the database can tell."""
     sales.reset_sale(deps.sessions, deps.redis, SKU, stock=50, strategy="sql")
-    real = groupcommit.ConditionalOrderWriter._transaction
-
-    def lossy(self: Any, batch: Any) -> Any:
-        if written:
-            real(self, batch)
-        raise lost_reply()
-
-    monkeypatch.setattr(groupcommit.ConditionalOrderWriter, "_transaction", lossy)
+    commit_then_lose_the_reply(monkeypatch, commits=written,
+                               writer=groupcommit.ConditionalOrderWriter)
     database_cannot_tell(monkeypatch)
     with pytest.raises(OrderInDoubt):
         checkout(deps, PurchaseRequest(SKU, "ann"))
