@@ -133,8 +133,9 @@ def cached_sale(redis: Any, sessions: sessionmaker[Session], sku: str,
 class NotReloaded(Busy):
     """``cached_sale`` found no copy and could not reload one: another reload or reset
     stands in Redis (a moment ahead), or keys of a generation the database never had
-    (a database restored from a backup older than Redis's keys) refuse every reload.
-    A reset goes on over it (``admin.reset``)."""
+    (a database restored from a backup older than Redis's keys, a shop whose clock runs
+    ahead) refuse every reload. A reset goes on over it, deleting the sale's keys
+    (``admin._wait_out_holders_redis_forgot``)."""
 
 
 def _resets_copy(redis: Any, keys: SaleKeys) -> dict[bytes, bytes]:
