@@ -11,7 +11,7 @@ answered 503 "being reset or reloaded" until the serve was stopped (a showdown a
 So a shop given a Redis (not one it started) keeps one connection to it open while it
 runs, named ``seckill-shop-<database>-<pid>`` (``CLIENT SETNAME``), where ``<database>``
 identifies the database it sells from: the file (and host) of SQLite, PostgreSQL's
-database and its server's start time. Starting, it names itself first, then reads
+database and its cluster's ``system_identifier``. Starting, it names itself first, then reads
 ``CLIENT LIST``: a live shop on the same Redis database number (the ``db`` of its
 connection) selling from another database refuses this one, naming it. Shops of one
 database share a Redis, as docs/deployment.md's several hosts do. Two shops started at
