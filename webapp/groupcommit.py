@@ -149,8 +149,11 @@ class OrderWriter(Batcher[OrderWrite]):
                 for pending in batch:
                     self._alone(pending)
                 return
-            for pending in batch:
-                pending.error = own_copy(exc)
+            for pending in batch:  # a row the batch refused keeps its own answer: it
+                # was never inserted (sold out: told "may have been written" when the
+                # COMMIT's reply was lost; a review)
+                if pending.error is None:
+                    pending.error = own_copy(exc)
             return
         _give_ids(written)
 

@@ -268,6 +268,25 @@ def test_an_sql_order_the_database_cannot_explain_is_in_doubt_and_settled(deps, 
         assert books(deps) == (1, 49, 49, True)
 
 
+def test_a_buyer_a_lost_batch_refused_as_sold_out_hears_sold_out(deps, monkeypatch):
+    """Two ``sql`` orders in one batch for the last unit, the COMMIT's reply lost: the
+    second was refused inside the batch (no stock, never inserted), and was told the
+    batch's error, "may or may not have been written" when the database could not tell,
+    its buyer kept reserved until the settle (a review)."""
+    from webapp.problems import SoldOut
+    from webapp.services import load_sale
+
+    sales.reset_sale(deps.sessions, deps.redis, SKU, stock=1, strategy="sql")
+    commit_then_lose_the_reply(monkeypatch, commits=True,
+                               writer=groupcommit.ConditionalOrderWriter)
+    sale = load_sale(deps.sessions, SKU)
+    writes = [(*orders.new_order(sale, user, 1, None, None), sale.generation)
+              for user in ("ann", "bob")]
+    done = groupcommit.ConditionalOrderWriter(deps.sessions).write_now(writes)
+    assert isinstance(done[0].error, CommitLost), done[0].error  # ann's: may be written
+    assert isinstance(done[1].error, SoldOut), done[1].error  # bob's: its own answer
+
+
 @pytest.mark.parametrize("database_answers", [True, False], ids=["found", "in-doubt"])
 def test_a_combined_sections_lost_reply_keeps_its_written_orders(
         deps, monkeypatch, database_answers):
