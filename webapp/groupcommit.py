@@ -62,7 +62,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .batching import SERVED, Batcher, Pending, own_copy
-from .commits import committing, remote
+from .commits import CommitLost, committing, remote
 from .models import Order, PlacedOrder
 from .problems import SaleMovedOn, SoldOut, not_enough
 from .rowinsert import RowInsert
@@ -149,11 +149,9 @@ class OrderWriter(Batcher[OrderWrite]):
                 for pending in batch:
                     self._alone(pending)
                 return
-            for pending in batch:  # a row the batch refused keeps its own answer: it
-                # was never inserted (sold out: told "may have been written" when the
-                # COMMIT's reply was lost; a review)
-                if pending.error is None:
-                    pending.error = own_copy(exc)
+            for pending in batch:
+                pending.error = (own_copy(exc) if pending.error is None
+                                 else _never_inserted(exc))
             return
         _give_ids(written)
 
@@ -267,6 +265,17 @@ class ConditionalOrderWriter(OrderWriter):
                 self._uncommitted[row["sale_id"]] = (left[0], left[1])
                 taken.append(pending)
         return taken
+
+
+def _never_inserted(error: BaseException) -> BaseException:
+    """The answer of a row its batch refused (no stock left, a sale moved on) when the
+    batch's transaction then failed: not its refusal, which may have counted a unit an
+    earlier row took and the failure gave back, and not "may have been written" (a
+    ``CommitLost``, after a lost COMMIT reply: a review found such a buyer told so and
+    kept reserved until the settle): the failure, as one that wrote nothing."""
+    if isinstance(error, CommitLost):
+        return OperationalError(error.statement, error.params, error.orig)
+    return own_copy(error)
 
 
 def refused_by_the_database(error: BaseException) -> bool:
