@@ -49,6 +49,17 @@ class _Silent(BaseException):
     own timeout: SQLAlchemy then discards the connection it interrupted)."""
 
 
+def _silenced(error: BaseException | None) -> bool:
+    """Whether ``error`` came of ``/healthz``'s own time limit (``_Silent``)."""
+    for _ in range(10):
+        if error is None:
+            return False
+        if isinstance(error, _Silent):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _within(seconds: float) -> Any:
     """A time limit on the greenlet's waits under gunicorn's gevent workers (the shop
     as served); none elsewhere (a test client, a sync worker)."""
@@ -81,7 +92,11 @@ def healthz() -> tuple[Response, int]:
             else:
                 connection.execute(sql("SELECT 1"))
     except Exception as exc:
-        status["database"] = f"down: {type(exc).__name__}"
+        # SQLAlchemy, cleaning up the connection the timer interrupted (its pre-ping),
+        # may raise an error of its own over it ("down: ProgrammingError" for a database
+        # that said nothing: a PostgreSQL audit, and a fresh-clone run)
+        status["database"] = (f"down: no answer in {HEALTH_DATABASE_S:g} s"
+                              if _silenced(exc) else f"down: {type(exc).__name__}")
     except _Silent:  # the connection it interrupted is discarded, not pooled
         status["database"] = f"down: no answer in {HEALTH_DATABASE_S:g} s"
     down = [part for part, state in status.items() if state != "ok"]

@@ -383,8 +383,11 @@ def _signalled(args: list[str], signum: int, enough: int,
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
-        # multiprocessing's resource tracker leaves when it sees its parent's pipe close
-        grace = time.monotonic() + 5
+        # multiprocessing's resource tracker leaves when it sees its parent's pipe close;
+        # gunicorn, told TERM by the kernel, stops its workers within graceful_timeout
+        # (5 s) and their last undo tries (2 s): 5 s was short on a loaded machine (a
+        # fresh-clone run saw gunicorn still stopping)
+        grace = time.monotonic() + 12
         while [pid for pid in started if running(pid)] and time.monotonic() < grace:
             time.sleep(0.1)
         survivors = {pid: cmdline(pid) for pid in started if running(pid)}  # judged below

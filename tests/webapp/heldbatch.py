@@ -39,10 +39,11 @@ def run_behind_a_held_batch(monkeypatch: Any, batcher: Any, served_by: str,
     first.start()
     assert entered.wait(10)
     rest = [threading.Thread(target=one, args=(key,)) for key in keys[1:]]
-    for thread in rest:
-        thread.start()
-    while len(batcher._queue) < len(rest):  # every other call is queued behind the first
-        threading.Event().wait(0.01)
+    for queued, thread in enumerate(rest, start=1):
+        thread.start()  # queued in the order given: started together, a loaded machine
+        # queued them in another (a fresh-clone run: "ann" behind "cy", sold out)
+        while len(batcher._queue) < queued:
+            threading.Event().wait(0.005)
     release.set()
     for thread in [first, *rest]:
         thread.join(10)

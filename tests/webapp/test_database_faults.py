@@ -688,3 +688,23 @@ def test_a_database_not_in_utf8_answers_every_buyer_and_keeps_the_books(
                 b.close()
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{own}" WITH (FORCE)')
+
+
+def test_healthz_takes_an_error_raised_over_its_own_time_limit_for_no_answer():
+    """SQLAlchemy, cleaning up the connection ``/healthz``'s time limit interrupted (its
+    pre-ping, mid-query), raised ``ProgrammingError`` over it: the probe said "down:
+    ProgrammingError" of a database that had said nothing (a PostgreSQL audit, and a
+    fresh-clone run's ``test_healthz_names_a_database_that_stopped_answering``)."""
+    from sqlalchemy.exc import ProgrammingError
+
+    from webapp import api
+
+    try:
+        try:
+            raise api._Silent()
+        except api._Silent:
+            raise ProgrammingError("ROLLBACK", {}, Exception("another command")) from None
+    except ProgrammingError as raised:
+        over_the_limit = raised
+    assert api._silenced(over_the_limit)  # its context is the limit's, `from None` or not
+    assert not api._silenced(ProgrammingError("SELECT 1", {}, Exception("refused")))
