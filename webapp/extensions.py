@@ -30,7 +30,7 @@ from . import config as settings
 from .batching import gevent_patched
 from .cohort import Cohorts
 from .db import PG_STATEMENT_TIMEOUT_MS, connect_args, sqlite_file_layout
-from .logthrottle import RepeatFilter
+from .logthrottle import quiet_kazoo
 from .pipelining import ScriptPipeline
 from .problems import Busy
 from .takenorders import write_taken
@@ -324,18 +324,6 @@ class Backends:
         engine = self.__dict__.get("engine")
         if engine is not None:
             engine.dispose()
-
-
-#: kazoo's own lines, each kind at most once a minute (``logthrottle.RepeatFilter``)
-KAZOO_REPEATS = RepeatFilter()
-
-
-def quiet_kazoo() -> None:
-    """kazoo's reconnect loop logs through the ``kazoo.client`` logger: its repeats go
-    through ``KAZOO_REPEATS`` (installed once per process)."""
-    kazoo_log = logging.getLogger("kazoo.client")
-    if KAZOO_REPEATS not in kazoo_log.filters:
-        kazoo_log.addFilter(KAZOO_REPEATS)
 
 
 def get_backends() -> Backends:

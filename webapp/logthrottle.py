@@ -41,29 +41,44 @@ class Throttle:
         self.every_s, self.clock = every_s, clock
         self._kinds: dict[Hashable, _Kind] = {}
 
-    def log(self, logger: logging.Logger, level: int, kind: Hashable, msg: str, *args: Any,
-            exc_info: BaseException | bool | None = None) -> None:
-        """``logger.log(level, msg, *args, exc_info=exc_info)`` unless ``kind`` was
-        logged less than ``every_s`` ago; its traceback only if ``kind`` is new, or has
-        been quiet for ``every_s``."""
+    def admit(self, kind: Hashable) -> tuple[int, float, bool] | None:
+        """None if ``kind`` was let through less than ``every_s`` ago (counted as left
+        out). Else how many were left out since its last line, that line's age, and
+        whether it is still going on (seen within ``every_s``): new, ``(0, 0.0, False)``."""
         now = self.clock()
         seen = self._kinds.get(kind)
         if seen is not None and now - seen.logged_at < self.every_s:
             seen.left_out += 1
             seen.seen_at = now
+            return None
+        self._kinds[kind] = _Kind(logged_at=now, seen_at=now)
+        if seen is None:
+            return 0, 0.0, False
+        return seen.left_out, now - seen.logged_at, now - seen.seen_at < self.every_s
+
+    def log(self, logger: logging.Logger, level: int, kind: Hashable, msg: str, *args: Any,
+            exc_info: BaseException | bool | None = None) -> None:
+        """``logger.log(level, msg, *args, exc_info=exc_info)`` unless ``kind`` was
+        logged less than ``every_s`` ago; its traceback only if ``kind`` is new, or has
+        been quiet for ``every_s``."""
+        admitted = self.admit(kind)
+        if admitted is None:
             return
-        if seen is not None and seen.left_out:
-            msg += " (%d more like it left out since its last line, %.0f s ago)"
-            args = (*args, seen.left_out, now - seen.logged_at)
-        if seen is not None and now - seen.seen_at < self.every_s:
+        left_out, since, going_on = admitted
+        if left_out:
+            msg += LEFT_OUT
+            args = (*args, left_out, since)
+        if going_on:
             exc_info = None  # still going on: its traceback is in an earlier line
         logger.log(level, msg, *args, exc_info=exc_info)
-        self._kinds[kind] = _Kind(logged_at=now, seen_at=now)
 
     def forget(self) -> None:
         """Every kind is new again (for tests)."""
         self._kinds.clear()
 
+
+#: what a line let through says of the ones left out before it
+LEFT_OUT = " (%d more like it left out since its last line, %.0f s ago)"
 
 #: the shop's per-request failures (``errors.py``, the undos retried later)
 PER_REQUEST = Throttle()
@@ -82,19 +97,27 @@ class RepeatFilter(logging.Filter):
     def __init__(self, every_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
-        self.every_s, self.clock = every_s, clock
-        self._kinds: dict[Hashable, _Kind] = {}
+        self._throttle = Throttle(every_s, clock)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        kind = (record.levelno, str(record.msg))
-        now = self.clock()
-        seen = self._kinds.get(kind)
-        if seen is not None and now - seen.logged_at < self.every_s:
-            seen.left_out += 1
-            seen.seen_at = now
+        admitted = self._throttle.admit((record.levelno, str(record.msg)))
+        if admitted is None:
             return False
-        if seen is not None and seen.left_out:
-            record.msg = f"{record.msg} (%d more like it left out since its last line, %.0f s ago)"
-            record.args = (*(record.args or ()), seen.left_out, now - seen.logged_at)
-        self._kinds[kind] = _Kind(logged_at=now, seen_at=now)
+        left_out, since, _ = admitted
+        if left_out:
+            record.msg = f"{record.msg}{LEFT_OUT}"
+            record.args = (*(record.args or ()), left_out, since)
         return True
+
+
+#: kazoo's own lines, each kind at most once a minute
+KAZOO_REPEATS = RepeatFilter()
+
+
+def quiet_kazoo() -> None:
+    """kazoo's reconnect loop logs through the ``kazoo.client`` logger: its repeats go
+    through ``KAZOO_REPEATS`` (installed once per process: the shop's workers, the
+    bench's)."""
+    kazoo_log = logging.getLogger("kazoo.client")
+    if KAZOO_REPEATS not in kazoo_log.filters:
+        kazoo_log.addFilter(KAZOO_REPEATS)

@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from lockcore.lifeline import die_with_parent
-from webapp.logthrottle import RepeatFilter
+from webapp.logthrottle import quiet_kazoo
 
 from .contenders import Connections, by_name
 from .counting import ROUND_TRIPS, counting_client
@@ -84,7 +84,7 @@ def serve(index: int, commands: Queue[Any], results: Queue[Any],
     logging.getLogger("lockcore").setLevel(logging.ERROR)
     # kazoo's reconnect loop logs a line a second while ZooKeeper is down (57 in one
     # run; a bench audit): once a minute, with the count
-    logging.getLogger("kazoo.client").addFilter(RepeatFilter())
+    quiet_kazoo()
     connections: dict[str, WorkerConnections] = {}
     while (spec := commands.get()) is not None:
         key = repr(sorted(spec["backends"].items()))

@@ -13,7 +13,7 @@ import pytest
 
 from lockcore.strategies.zookeeper import RELEASE_WAIT_S
 from lockcore.zkserver import ZooKeeperServer
-from webapp import admin, extensions, locks, sales
+from webapp import admin, extensions, locks, logthrottle, sales
 from webapp.keys import SaleKeys
 from webapp.serve import ServedApp
 
@@ -194,7 +194,7 @@ def test_kazoos_reconnect_lines_are_logged_once_a_minute_not_every_two_seconds(
     monkeypatch.setattr(extensions, "ZK_FIRST_CONNECT_S", 0.5)
     # a filter of its own: an earlier test's saw "Connection dropped" lately, and would
     # let none through (a review: this test failed after the first one of the file)
-    monkeypatch.setattr(extensions, "KAZOO_REPEATS", extensions.RepeatFilter())
+    monkeypatch.setattr(logthrottle, "KAZOO_REPEATS", logthrottle.RepeatFilter())
     monkeypatch.setattr(logging.getLogger("kazoo.client"), "filters", [])
     app = make_app(sqlite_url, redis_url, ZOOKEEPER_HOSTS=f"127.0.0.1:{free_port()}")
     b = backends(app)
