@@ -11,6 +11,7 @@ from sqlalchemy import text as sql
 
 from . import locks, sales, validation
 from .batching import gevent_patched
+from .commits import came_of
 from .config import SERVE_ID_HEADER
 from .extensions import Backends, get_backends, read_only_renewal_due
 from .openapi import document
@@ -51,13 +52,7 @@ class _Silent(BaseException):
 
 def _silenced(error: BaseException | None) -> bool:
     """Whether ``error`` came of ``/healthz``'s own time limit (``_Silent``)."""
-    for _ in range(10):
-        if error is None:
-            return False
-        if isinstance(error, _Silent):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
+    return came_of(error, lambda found: isinstance(found, _Silent))
 
 
 def _within(seconds: float) -> Any:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -75,17 +75,24 @@ def _silence_timer(seconds: float) -> tuple[_Unanswered, Any] | None:
     return silent, timer
 
 
-def _from(error: BaseException | None, silent: BaseException | None) -> bool:
-    """Whether ``error`` is the timer's ``silent``, or came of it: SQLAlchemy, cleaning
-    up the connection the timer interrupted (a ``pool_pre_ping`` mid-query), may raise
-    an error of its own, whose context is the timer's (a PostgreSQL audit: a silent
-    database answered 503 "the database refused the request", ``ProgrammingError``)."""
-    seen = 0
-    while error is not None and seen < 10:
-        if error is silent:
+def came_of(error: BaseException | None, match: Callable[[BaseException], bool]) -> bool:
+    r"""Whether ``error``, or an error it was raised over (its cause or context, ten
+    deep at most), ``match``\ es: a time limit's exception. SQLAlchemy, cleaning up the
+    connection the limit interrupted (a ``pool_pre_ping`` mid-query), may raise an error
+    of its own over it (a PostgreSQL audit: a silent database answered 503 "the database
+    refused the request", ``ProgrammingError``; ``/healthz`` said so too)."""
+    for _ in range(10):
+        if error is None:
+            return False
+        if match(error):
             return True
-        error, seen = error.__cause__ or error.__context__, seen + 1
+        error = error.__cause__ or error.__context__
     return False
+
+
+def _from(error: BaseException | None, silent: BaseException | None) -> bool:
+    """Whether ``error`` is the timer's ``silent``, or came of it (``came_of``)."""
+    return came_of(error, lambda found: found is silent)
 
 
 #: a read a request waits on (the buyer's earlier order, a product for a view), at most
