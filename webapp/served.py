@@ -427,6 +427,11 @@ class ServedApp:
         self._log_start = 0
         self._stack = contextlib.ExitStack()
 
+    @property
+    def redis_is_ours(self) -> bool:
+        """Whether the shop's Redis is one this shop started (no ``REDIS_URL`` given)."""
+        return any(server.url == self.redis_url for server in self.embedded)
+
     def gone_redis(self) -> list[RedisServer]:
         """The embedded Redis servers whose process has exited (killed, out of memory)."""
         return [r for r in self.embedded if r.proc is not None and r.proc.poll() is not None]
@@ -497,8 +502,7 @@ class ServedApp:
         try:
             demo.seed(self.database_url, self.redis_url, featured_strategy=featured,
                       fence=functools.partial(locks.raise_fence, backends, hold=False),
-                      fresh_redis=any(server.url == self.redis_url
-                                      for server in self.embedded))
+                      fresh_redis=self.redis_is_ours)
         finally:
             backends.close()
 
@@ -576,7 +580,7 @@ class ServedApp:
         import redis
 
         assert self.redis_url is not None and self.database_url is not None
-        if any(server.url == self.redis_url for server in self.embedded):
+        if self.redis_is_ours:
             return
         try:
             self._stack.enter_context(redisclaim.claimed(
