@@ -17,8 +17,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
-
 import lockcore
 
 from . import scripts
@@ -26,12 +24,11 @@ from .commits import reading
 from .deadlines import LATE, LOST_REPLY, deadline, too_late
 from .groupcommit import stock_after
 from .keys import SaleKeys
-from .models import Sale
 from .orders import give_back, insert_grouped, landed_batch, maybe_written, record_order
 from .problems import InvalidRequest, OrderInDoubt, SaleReset, SoldOut, not_enough
 from .saleinfo import generation, sale_fields, stock_key_lost
 from .services import Checkout, PurchaseRequest, SaleInfo, over_the_limit, undo_take
-from .statements import SALE_STOCK_AND_GENERATION
+from .statements import SALE_STOCK_GENERATION_STRATEGY
 
 logger = logging.getLogger(__name__)
 
@@ -313,12 +310,12 @@ def mirror_database_stock(redis: Any, sessions: Any, sale_id: int, keys: SaleKey
     since, whose Redis stock is its own; a review): the purchase that wrote it never
     mirrored."""
     with reading(sessions.kw.get("bind")), sessions() as session:
-        row = session.execute(SALE_STOCK_AND_GENERATION, {"b_sale_id": sale_id}).first()
-        strategy = session.scalar(select(Sale.strategy).where(Sale.id == sale_id)) \
-            if only_sql else "sql"
-    if row is None or strategy != "sql":  # the sale is gone, or sold another way now
+        row = session.execute(SALE_STOCK_GENERATION_STRATEGY, {"b_sale_id": sale_id}).first()
+    if row is None:  # the sale is gone
         return
-    remaining, started_at = row
+    remaining, started_at, strategy = row
+    if only_sql and strategy != "sql":  # sold another way now
+        return
     scripts.script(redis, "mirror_stock")(keys=_mirror_keys(keys),
                                           args=[remaining, generation(started_at)])
 

@@ -34,6 +34,8 @@ TAKE_UNITS_IF_LEFT_OF_GENERATION_RETURNING = TAKE_UNITS_IF_LEFT_OF_GENERATION.re
 #: what the database has left of a sale, and its generation
 SALE_STOCK_AND_GENERATION = select(Sale.remaining, Sale.started_at).where(
     Sale.id == bindparam("b_sale_id"))
+#: the same, with the strategy the sale is sold by now
+SALE_STOCK_GENERATION_STRATEGY = SALE_STOCK_AND_GENERATION.add_columns(Sale.strategy)
 #: insert order rows; each comes back with what identifies it, (sale_id, user_id) being
 #: UNIQUE, so a multi-row INSERT need not return its rows in parameter order (asking
 #: for that order makes SQLAlchemy send SQLite one INSERT per row)
