@@ -104,9 +104,9 @@ READ_S = 10.0
 
 
 @contextlib.contextmanager
-def reading(bind: Any) -> Iterator[None]:
-    """``answered_within(READ_S)`` for a read on ``bind`` (an engine, or None)."""
-    name = getattr(getattr(bind, "dialect", None), "name", "sqlite")
+def reading(sessions: Any) -> Iterator[None]:
+    """``answered_within(READ_S)`` for a read through ``sessions`` (a sessionmaker)."""
+    name = getattr(getattr(sessions.kw.get("bind"), "dialect", None), "name", "sqlite")
     with answered_within(READ_S, remote(name)):
         yield
 

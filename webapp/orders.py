@@ -66,7 +66,7 @@ def find_order_or_key(sessions: sessionmaker[Session], sale_id: int, user_id: st
                       key: str) -> tuple[Order | None, Order | None]:
     """The user's order in this sale, and the order ``key`` made (either may be None;
     both are the same order for a replayed purchase). One query."""
-    with reading(sessions.kw.get("bind")), sessions() as session:
+    with reading(sessions), sessions() as session:
         rows = session.scalars(select(Order).where(
             or_(and_(Order.sale_id == sale_id, Order.user_id == user_id),
                 Order.idempotency_key == key))).all()
@@ -77,14 +77,14 @@ def find_order_or_key(sessions: sessionmaker[Session], sale_id: int, user_id: st
 
 def has_order(sessions: sessionmaker[Session], sku: str, user_id: str) -> bool:
     """Whether ``user_id`` has an order in the current sale of ``sku``."""
-    with reading(sessions.kw.get("bind")), sessions() as session:
+    with reading(sessions), sessions() as session:
         return session.scalar(
             select(Order.id).join(Sale, Sale.id == Order.sale_id)
             .where(Sale.sku == sku, Order.user_id == user_id).limit(1)) is not None
 
 
 def _find_by_key(sessions: sessionmaker[Session], key: str) -> Order | None:
-    with reading(sessions.kw.get("bind")), sessions() as session:
+    with reading(sessions), sessions() as session:
         return session.scalars(select(Order).where(Order.idempotency_key == key)).first()
 
 

@@ -309,7 +309,7 @@ def mirror_database_stock(redis: Any, sessions: Any, sale_id: int, keys: SaleKey
     (``orders._settle``: ``only_sql``, the sale may have been reset to another strategy
     since, whose Redis stock is its own; a review): the purchase that wrote it never
     mirrored."""
-    with reading(sessions.kw.get("bind")), sessions() as session:
+    with reading(sessions), sessions() as session:
         row = session.execute(SALE_STOCK_GENERATION_STRATEGY, {"b_sale_id": sale_id}).first()
     if row is None:  # the sale is gone
         return

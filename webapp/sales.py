@@ -77,7 +77,7 @@ def _view(product: Product, sale: Sale, stock: int | None) -> dict[str, Any]:
 
 
 def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str, Any]]:
-    with reading(sessions.kw.get("bind")), sessions() as session:
+    with reading(sessions), sessions() as session:
         rows = session.execute(select(Product, Sale).join(Sale, Sale.sku == Product.sku)
                                .order_by(Product.sku)).all()
         views, down = [], False
@@ -91,7 +91,7 @@ def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str,
 
 
 def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, Any]:
-    with reading(sessions.kw.get("bind")), sessions() as session:
+    with reading(sessions), sessions() as session:
         row = session.execute(select(Product, Sale).join(Sale, Sale.sku == Product.sku)
                               .where(Product.sku == sku)).first()
         if row is None:
