@@ -28,6 +28,8 @@ from .problems import Busy
 
 #: what a purchase script answers when it ran past its deadline (it changed nothing)
 LATE = -5
+#: what ``set_stock.lua`` answers when the sale is another generation now (ditto)
+RESET_SINCE = -3
 #: the deadline comes this long before the client gives up (at most half its timeout)
 MARGIN_S = 1.0
 
@@ -76,9 +78,12 @@ def too_late() -> Busy:
     return Busy("Redis answered too late; nothing was bought, try again", retry_after_s=1)
 
 
-def set_stock(client: Any, key: str, units: int) -> None:
+def set_stock(client: Any, key: str, units: int, *, generation: int | None = None,
+              generation_key: str = "") -> None:
     """The locked section's write of the stock it computed (``set_stock.lua``): a plain
-    SET, unless Redis runs it after the deadline (then 503, nothing written).
+    SET, unless Redis runs it after the deadline (then 503, nothing written), or the
+    sale at ``generation_key`` is no longer the ``generation`` the section read (503
+    "reset since": a section of an unsafe lock is not held off by a reset).
 
     **Failure timeline** the second try prevents (a helper's proxy dropping the reply)::
 
@@ -93,13 +98,18 @@ def set_stock(client: Any, key: str, units: int) -> None:
     alone came late (a unit short, as above). Reading the stock back cannot tell it
     apart once the lock may have expired meanwhile and another holder written."""
     write = scripts.script(client, "set_stock")
-    args = [units, deadline(client)]  # the same deadline both times: never a later SET
+    keys = [key, generation_key] if generation_key and generation is not None else [key]
+    # the same deadline both times: never a later SET
+    args = [units, deadline(client), "" if generation is None else generation]
     try:
-        answer = write(keys=[key], args=args)
+        answer = write(keys=keys, args=args)
     except RedisConnectionError:
-        answer = write(keys=[key], args=args)
+        answer = write(keys=keys, args=args)
     if answer == LATE:
         raise too_late()
+    if answer == RESET_SINCE:
+        raise Busy("the sale was reset while this purchase was in flight; nothing was "
+                   "bought, try again", retry_after_s=1)
 
 
 def reserve(client: Any, buyers_key: str, user_id: str, reservations_key: str = "",

@@ -84,7 +84,8 @@ class LockedPath(StockPath):
                     flag_sold_out(deps.redis, sale, generation)
                 raise not_enough(sale.sku, stock)
             self._work(deps, sale)
-            set_stock(deps.redis, sale.keys.stock, stock - request.quantity)
+            set_stock(deps.redis, sale.keys.stock, stock - request.quantity,
+                      generation=generation, generation_key=sale.keys.stock_gen)
             return record_order(deps.sessions, deps.redis, sale, request.user_id,
                                 request.quantity, lock.fencing_token, request.idempotency_key,
                                 generation=generation,

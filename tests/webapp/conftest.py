@@ -131,9 +131,9 @@ def lock_held_at_stock_writes(monkeypatch: pytest.MonkeyPatch, redis_client: Any
     held_at_write: list[bool] = []
     real_set_stock = module.set_stock
 
-    def watched_set_stock(client: Any, key: str, units: int) -> Any:
+    def watched_set_stock(client: Any, key: str, units: int, **kwargs: Any) -> Any:
         held_at_write.append(bool(redis_client.exists(lock_key)))
-        return real_set_stock(client, key, units)
+        return real_set_stock(client, key, units, **kwargs)
 
     monkeypatch.setattr(module, "set_stock", watched_set_stock)
     return held_at_write

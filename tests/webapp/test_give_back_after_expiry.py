@@ -44,11 +44,11 @@ def test_a_give_back_after_the_lock_ran_out_is_not_overwritten_by_the_next_holde
     stall_then_fail(monkeypatch, combine, "ann", until_bob_read)  # the database stalls
     real_set_stock = module.set_stock
 
-    def set_stock(client: Any, key: str, units: int) -> Any:
+    def set_stock(client: Any, key: str, units: int, **kwargs: Any) -> Any:
         if threading.current_thread().name == "bob":  # read, not yet written
             bob_read.set()
             assert ann_done.wait(10)
-        return real_set_stock(client, key, units)
+        return real_set_stock(client, key, units, **kwargs)
 
     monkeypatch.setattr(module, "set_stock", set_stock)
     answers: dict[str, int] = {}
