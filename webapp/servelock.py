@@ -9,8 +9,9 @@ RedLock nodes (``redlock`` sold 20 of 10 units that way). So:
 * a shop that starts any of its servers itself (no ``REDIS_URL``, or no
   ``REDLOCK_URLS``) claims its database alone;
 * shops given all of them (the several-hosts layout of docs/deployment.md) share it,
-  but only with shops given the same ones: the claim carries a fingerprint of
-  ``REDIS_URL``, ``REDLOCK_URLS`` and ``ZOOKEEPER_HOSTS``, and a different one is refused.
+  but only with shops given the same ones: the claim carries a fingerprint of the
+  servers ``REDIS_URL``, ``REDLOCK_URLS`` and ``ZOOKEEPER_HOSTS`` reach (not of how they
+  are spelled), and a different one is refused.
 
 SQLite: an ``flock`` on ``<database>.serving`` beside the file (the real one, a symlink
 resolved), exclusive or shared, with a JSON record in it (who holds it alone, or the
@@ -29,8 +30,11 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import ipaddress
 import json
 import os
+import platform
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,9 +66,63 @@ class Servers:
         return self.redis_url is None or self.redlock_urls is None
 
     def fingerprint(self) -> str:
-        text = json.dumps([self.redis_url, sorted(self.redlock_urls or []),
-                           self.zookeeper_hosts or ""])
+        """The servers, however their URLs are spelled: ``localhost`` and ``127.0.0.1``,
+        ``/0`` or no database number, with or without a password, name one server. The
+        text of the URLs was compared: a second host of the same shop given
+        ``redis://localhost:6379`` beside one given ``redis://127.0.0.1:6379/0`` was
+        refused, "other lock servers" (a multi-host audit). A loopback address is this
+        machine's: hosts that each reach a Redis of their own at ``127.0.0.1`` differ."""
+        text = json.dumps([_redis_server(self.redis_url) if self.redis_url else None,
+                           sorted(_redis_server(url) for url in self.redlock_urls or []),
+                           _zookeeper_servers(self.zookeeper_hosts or "")])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _address(host: str) -> str:
+    """``host`` as an address (IPv4 first, as redis-py connects), with this machine's
+    name for a loopback one; the name itself when it does not resolve."""
+    host = host.strip().strip("[]").lower()
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return host
+    addresses = sorted({str(info[4][0]) for info in found},
+                       key=lambda a: (":" in a, a))  # IPv4 before IPv6
+    if not addresses:
+        return host
+    address = addresses[0]
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(address).is_loopback:
+            return f"loopback@{platform.node()}"
+    return address
+
+
+def _redis_server(url: str) -> str:
+    """Which Redis server and database number ``url`` reaches (``redis.connection.parse_url``
+    reads it as the shop's clients do)."""
+    from redis.connection import parse_url
+
+    try:
+        kwargs = parse_url(url)
+    except ValueError:
+        return url
+    number = int(kwargs.get("db") or 0)
+    if kwargs.get("path"):  # unix:// : the socket file of this machine
+        return f"unix:{platform.node()}:{os.path.realpath(kwargs['path'])}/{number}"
+    host = _address(str(kwargs.get("host") or "localhost"))
+    return f"{host}:{int(kwargs.get('port') or 6379)}/{number}"
+
+
+def _zookeeper_servers(hosts: str) -> list[str]:
+    """A kazoo hosts string's servers, in order, and its chroot (``h1:2181,h2/shop``)."""
+    servers, slash, chroot = hosts.partition("/")
+    found = []
+    for server in filter(None, (part.strip() for part in servers.split(","))):
+        host, colon, port = server.rpartition(":")
+        if not colon or "]" in port:  # no port (an IPv6 address alone is bracketed)
+            host, port = server, "2181"
+        found.append(f"{_address(host)}:{port}")
+    return sorted(found) + ([f"/{chroot.strip('/')}"] if slash and chroot.strip("/") else [])
 
 
 def _embedded_why(where: str, pid: str) -> str:

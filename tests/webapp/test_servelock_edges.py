@@ -54,3 +54,32 @@ def test_a_claim_that_never_finishes_being_set_up_is_given_up(tmp_path):
     thread.join(10)
     os.close(fd)
     assert outcome and isinstance(outcome[0], DatabaseInUse), "still waiting after 10 s"
+
+
+@pytest.mark.parametrize("spelling", [
+    "redis://localhost:1/0", "redis://127.0.0.1:1", "redis://:secret@LOCALHOST:1/0",
+    "redis://127.0.0.1:1/?db=0"])
+def test_the_same_redis_spelled_another_way_is_the_same_server(tmp_path, spelling):
+    # a multi-host audit: a second host given ``localhost``, or no ``/0``, was refused,
+    # "other lock servers": the fingerprint hashed the URLs' text
+    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    with claimed(url, Servers(REDIS, NODES, "127.0.0.1:2181,localhost:2182")), \
+            claimed(url, Servers(spelling, [n.replace("127.0.0.1", "localhost") for n in NODES],
+                                 "localhost:2182,127.0.0.1:2181")):
+        pass
+    with claimed(url, Servers(REDIS, NODES)):
+        with pytest.raises(DatabaseInUse, match="other lock servers"):
+            with claimed(url, Servers("redis://127.0.0.1:1/1", NODES)):
+                pass
+
+
+def test_each_hosts_own_redis_on_loopback_is_another_server(tmp_path, monkeypatch):
+    # the same text, other machines: each host's 127.0.0.1 is its own
+    import platform
+
+    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
+    with claimed(url, Servers(REDIS, NODES)):
+        monkeypatch.setattr(platform, "node", lambda: "another-host")
+        with pytest.raises(DatabaseInUse, match="other lock servers"):
+            with claimed(url, Servers(REDIS, NODES)):
+                pass
