@@ -103,6 +103,58 @@ def on_starting(server):  # type: ignore[no-untyped-def]
                            "workers is %s", os.environ["SECKILL_ADMIN_TOKEN"])
 
 
+#: the process holding the shop's claims (``webapp/claimholder.py``), for ``on_exit``
+_claim_holder = None
+#: how long the claims may take to check (two servers, each up to a connect timeout)
+CLAIM_WAIT_S = 30.0
+
+
+def when_ready(server):  # type: ignore[no-untyped-def]
+    """The master, its sockets bound, before any worker: claim the shop's database and
+    Redis, as ``seckill serve`` does before it starts gunicorn (``webapp/claimholder.py``).
+    Another shop's claim in the way: gunicorn does not start (``RuntimeError``: its
+    "Error: ..." and exit 1). ``seckill serve`` holds them itself (``SECKILL_SERVE_ID``)."""
+    global _claim_holder
+    import select
+    import subprocess
+
+    if os.environ.get("SECKILL_SERVE_ID"):
+        return
+    holder = subprocess.Popen([sys.executable, "-m", "webapp.claimholder"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout is not None
+    ready, _, _ = select.select([holder.stdout], [], [], CLAIM_WAIT_S)
+    said = holder.stdout.readline().decode(errors="replace").strip() if ready else ""
+    if said.startswith("held"):
+        _claim_holder = holder
+        if ", unchecked " in said:
+            server.log.warning("not checked for another shop's claim, not answering: %s",
+                               said.split(", unchecked ", 1)[1])
+        return
+    holder.kill()
+    holder.wait()
+    if said.startswith("refused "):
+        raise RuntimeError(said[len("refused "):])
+    raise RuntimeError(f"the shop's claims (webapp/claimholder.py) said {said!r}"
+                       if said else f"the shop's claims were not checked in {CLAIM_WAIT_S:.0f} s")
+
+
+def on_exit(server):  # type: ignore[no-untyped-def]
+    """The claims go with the master (the holder also dies with it, if killed)."""
+    import subprocess
+
+    holder = _claim_holder
+    if holder is None:
+        return
+    assert holder.stdin is not None
+    holder.stdin.close()  # its claims let go of in order (a PostgreSQL session's too)
+    try:
+        holder.wait(5)
+    except subprocess.TimeoutExpired:
+        holder.kill()
+        holder.wait()
+
+
 #: the garbage collector's youngest-generation threshold in a worker (CPython's is 700)
 GC_GEN0_THRESHOLD = int(os.environ.get("SECKILL_GC_GEN0_THRESHOLD", "50000"))
 
