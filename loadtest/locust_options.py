@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .cliargs import at_least
+
+#: shown in Locust's web UI form (the rest are the showdown's plumbing)
+IN_WEB_UI = ("seckill_sku", "seckill_mode", "seckill_stock", "seckill_busy_retries",
+             "seckill_noop_path")
+
 
 def add_seckill_options(parser: Any) -> None:
     """Locust's ``init_command_line_parser`` hook: our options, each with an env var."""
@@ -19,7 +25,8 @@ def add_seckill_options(parser: Any) -> None:
                        help="units on sale; an order past it is a failure (0: don't check)")
     group.add_argument("--seckill-start-at", env_var="SECKILL_START_AT", type=float, default=0,
                        help="epoch seconds to release buyers (0: when spawning completes)")
-    group.add_argument("--seckill-busy-retries", env_var="SECKILL_BUSY_RETRIES", type=int,
+    group.add_argument("--seckill-busy-retries", env_var="SECKILL_BUSY_RETRIES",
+                       type=at_least(0),  # -5 was taken: no buyer bought (a Locust audit)
                        default=1, help="retries after 503 busy (Retry-After, capped at 1 s)")
     group.add_argument("--seckill-arrivals", env_var="SECKILL_ARRIVALS", default="",
                        help="append one JSON line per purchase attempt to this file")
@@ -33,3 +40,9 @@ def add_seckill_options(parser: Any) -> None:
     # the database, no baseline at all
     group.add_argument("--seckill-noop-path", env_var="SECKILL_NOOP_PATH", default="/api/noop",
                        help="the no-op modes' endpoint (default /api/noop)")
+    # Locust's own ``add_argument`` marks an option for its web UI; a group's does not:
+    # the form had none of ours, and a naive run there checked no stock (a Locust audit)
+    for action in parser._actions:
+        if action.dest in IN_WEB_UI:
+            action.include_in_web_ui = True
+            action.is_secret = action.is_required = action.is_multiple = False

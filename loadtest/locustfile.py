@@ -90,6 +90,14 @@ class Buyer(FastHttpUser):
     network_timeout = verdict.ANSWER_TIMEOUT_S
     connection_timeout = verdict.ANSWER_TIMEOUT_S
 
+    def __init__(self, environment: Environment) -> None:
+        # ``seckill serve`` prints its URL with a trailing slash: pasted into ``--host``,
+        # every request went to ``//api/...``, which the client refuses (a traceback per
+        # try, thousands a second, and no request sent: a Locust audit)
+        if self.host:
+            self.host = self.host.rstrip("/")
+        super().__init__(environment)
+
     def wait_time(self) -> float:
         # a flash-sale buyer buys once, then idles until the run ends
         return 3600.0 if self.finished else 0.0
@@ -98,7 +106,7 @@ class Buyer(FastHttpUser):
         options = self.environment.parsed_options
         self.sku: str = getattr(options, "seckill_sku", "sku-1")
         self.mode: str = getattr(options, "seckill_mode", "flash")
-        self.retries: int = getattr(options, "seckill_busy_retries", 1)
+        self.retries: int = max(0, getattr(options, "seckill_busy_retries", 1))
         self.noop_path: str = getattr(options, "seckill_noop_path", "/api/noop")
         self.user_id = _new_buyer_id()
         self.finished = False

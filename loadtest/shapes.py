@@ -38,6 +38,14 @@ class FlashSaleShape(LoadTestShape):
         self._last_count = -1
         self._quiet_since = time.monotonic()
 
+    def reset_time(self) -> None:
+        """A new run (Locust calls it at each start): its quiet is counted afresh. The
+        web UI's second swarm ended at once, "every buyer browsed and nothing moved", on
+        the first run's counts, which Locust clears after the first tick (a Locust audit)."""
+        super().reset_time()
+        self._last_count = -1
+        self._quiet_since = time.monotonic()
+
     def tick(self) -> tuple[int, float] | None:
         options = self.runner.environment.parsed_options if self.runner else None
         users = int(getattr(options, "num_users", None) or 1)

@@ -53,7 +53,7 @@ def test_an_order_past_the_stock_is_flagged_as_an_oversell():
     tally = verdict.OrderTally(stock=2)
     assert tally.record(1).failure is None
     assert tally.record(1).failure is None
-    assert tally.record(1).failure == "order beyond the stock: unit 3 of 2"
+    assert tally.record(1).failure == "order beyond the stock of 2"
 
 
 def test_an_unknown_stock_never_flags_an_oversell():
