@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.webapp.conftest import SKU, buy, reset
+from tests.webapp.conftest import SKU, backends, buy, reset
 from webapp import scripts
 from webapp.deadlines import MARGIN_S, deadline
 
@@ -64,14 +64,22 @@ def test_a_lost_reply_to_the_locked_stock_write_loses_no_unit(client, monkeypatc
     assert (audit["remaining"], audit["orders"], audit["consistent"]) == (6, 1, True), audit
 
 
-def lose_the_pipelined_reply(monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[str]:
+def lose_the_pipelined_reply(monkeypatch: pytest.MonkeyPatch, error: Exception,
+                             shop_redis: Any) -> list[str]:
     """The first batch of pipelined purchase scripts runs in Redis, then its replies are
-    lost with the connection (so the batch's leader writes no order rows either)."""
+    lost with the connection (so the batch's leader writes no order rows either). The
+    scripts are loaded first: in a fresh Redis (the first test of an xdist worker) the
+    first batch met NOSCRIPT, ran nothing, and its caller loaded the script and sent it
+    again outside the pipeline: the buyer heard 201."""
+    from pathlib import Path
+
     from webapp import batching
     from webapp.pipelining import ScriptPipeline
 
     real = ScriptPipeline._round_trip
     lost: list[str] = []
+    for lua in Path(scripts.__file__).parent.glob("*.lua"):
+        shop_redis.script_load(scripts.source(lua.stem))
 
     def lossy(self: Any, batch: Any) -> None:
         real(self, batch)
@@ -93,7 +101,8 @@ def test_a_purchase_whose_first_script_lost_its_reply_undoes_it(
     # the buyer stayed reserved (409 already_purchased on every retry, with no order)
     # and an atomic sale kept her unit
     reset(client, stock=7, strategy=strategy)
-    lost = (lose_the_pipelined_reply(monkeypatch, error) if key is None
+    shop_redis = backends(client.application).redis
+    lost = (lose_the_pipelined_reply(monkeypatch, error, shop_redis) if key is None
             else drop_the_first_reply_of(monkeypatch, "reserve", error))
     answer = buy(client, "alice", key=key)
     assert lost and answer.status_code == 503, answer.get_json()
