@@ -217,14 +217,25 @@ def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_c
     if not plausible_sku(sku):
         raise ValueError(f"sku {sku!r} cannot be reached through the API: 1-64 printable "
                          "characters, not only dots")
-    with sessions.begin() as session:
-        if session.get(Product, sku) is not None:
-            return False
-        session.add(Product(sku=sku, name=name, price_cents=price_cents,
-                            description=description))
-        session.flush()
-        session.add(Sale(sku=sku, initial_stock=stock, remaining=stock, strategy=strategy,
-                         work_ms=0, per_user_limit=NO_LIMIT))
+    from sqlalchemy.exc import IntegrityError
+
+    try:
+        with sessions.begin() as session:
+            if session.get(Product, sku) is not None:
+                return False
+            session.add(Product(sku=sku, name=name, price_cents=price_cents,
+                                description=description))
+            session.flush()
+            session.add(Sale(sku=sku, initial_stock=stock, remaining=stock,
+                             strategy=strategy, work_ms=0, per_user_limit=NO_LIMIT))
+    except IntegrityError:
+        # added meanwhile by another seeder (two hosts' migrate-and-seed lines at once:
+        # one ended in a traceback, "Key (sku)=(sku-1) already exists"; a multi-host
+        # audit): the product is there, as asked
+        with sessions() as session:
+            if session.get(Product, sku) is None:
+                raise
+        return False
     return True
 
 
