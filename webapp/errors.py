@@ -25,7 +25,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from lockcore import LockError
 
 from .logthrottle import PER_REQUEST
-from .problems import Busy, ShopError, Unauthorized
+from .problems import Busy, ShopError, Unauthorized, UnknownSku
 from .validation import too_long_body
 
 logger = logging.getLogger(__name__)
@@ -85,8 +85,39 @@ def lock_trouble(exc: LockError) -> tuple[Response, int]:
     return _unavailable("the lock service", exc)
 
 
+#: the routes naming a sku, as (method, path): a sku holding a ``/`` (sent as ``%2F``,
+#: which the server decodes before routing) matched none of them
+_SKU_ROUTES = [("POST", re.compile(r"/api/products/(.+)/purchase")),
+               ("GET", re.compile(r"/api/products/(.+)")),
+               ("GET", re.compile(r"/api/sales/(.+)/audit")),
+               ("GET", re.compile(r"/api/admin/sales/(.+)/buyers")),
+               ("PUT", re.compile(r"/api/admin/sales/(.+)"))]
+
+
+def _slashed_sku() -> str | None:
+    """The sku of a request to a sku's route whose sku holds a ``/``: no product's can
+    (``validation.plausible_sku``). It was a plain 404 ``not_found``, "The requested URL
+    was not found on the server...", which the admin page showed for the product
+    ``sku/1`` (a storefront audit)."""
+    method = "GET" if request.method == "HEAD" else request.method
+    for route_method, route in _SKU_ROUTES:
+        found = route.fullmatch(request.path)
+        if found and route_method == method and "/" in found.group(1):
+            return found.group(1)
+    return None
+
+
 @bp.app_errorhandler(HTTPException)
 def http_error(exc: HTTPException) -> tuple[Response, int]:
+    if exc.code == 404 and (sku := _slashed_sku()) is not None:
+        if request.path.startswith("/api/admin/"):  # the token first, as for any sku
+            from .admin import _require_token
+
+            try:
+                _require_token()
+            except Unauthorized as refused:
+                return shop_error(refused)
+        return shop_error(UnknownSku("no product with that sku"))
     code = re.sub(r"[^a-z0-9]+", "_", (exc.name or "error").lower()).strip("_")
     detail = exc.description or code
     if isinstance(exc, RequestEntityTooLarge) and detail == RequestEntityTooLarge.description:

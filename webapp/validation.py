@@ -223,5 +223,7 @@ def plausible_sku(sku: str) -> bool:
     resolves before sending (``/api/products/../purchase`` went to ``/api/purchase``),
     so products ``.`` and ``..`` were made and listed, and no page could buy them or
     audit them (a browser audit). ``...`` would reach the shop, and goes with them:
-    one rule, easy to say."""
-    return 0 < len(sku) <= 64 and sku.strip(".") != "" and is_clean_text(sku)
+    one rule, easy to say. Nor can a sku with a ``/``: sent as ``%2F``, the server
+    decodes it before routing, and no route matches."""
+    return (0 < len(sku) <= 64 and sku.strip(".") != "" and "/" not in sku
+            and is_clean_text(sku))
