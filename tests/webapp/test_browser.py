@@ -1090,3 +1090,26 @@ def test_a_reload_mid_purchase_keeps_the_name_and_the_purchase_its_key(page):
         card.locator(".buy").click()
         expect(card.locator(".message")).to_contain_text("Confirmed! Order #")
         expect(card.locator(".stock")).to_have_text("4")
+
+
+def test_the_page_takes_back_a_network_error_and_says_a_sale_is_on_again(page):
+    """"Network error" stayed on the card after the shop was back; a sale that reopened
+    (a reset) was never said, the live region keeping "sold out" (a storefront audit)."""
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=1, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        expect(card.locator(".stock")).to_have_text("1")
+        page.route("**/purchase", lambda route: route.abort())
+        page.fill("#user-name", "kim")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Network error")
+        expect(card.locator(".message")).to_have_text("", timeout=10_000)  # polls get through
+        page.unroute("**/purchase")
+        name = card.locator("h2").inner_text()
+        reset_sale(app, "sku-1", stock=0, strategy="token")
+        expect(page.locator("#announce")).to_have_text(f"{name} is sold out.")
+        reset_sale(app, "sku-1", stock=3, strategy="token")
+        expect(page.locator("#announce")).to_have_text(f"{name} is on sale again: 3 left.")

@@ -69,6 +69,7 @@ function show(el, text, kind) {
   message.textContent = text;
   message.className = "message " + kind;
   delete el.dataset.busyUntil;  // news of its own now
+  delete el.dataset.offlineNews;
 }
 
 // A busy answer (503: a lock not free in time, a part of the shop down, a reset under
@@ -151,6 +152,11 @@ function render(product) {
   const soldOut = product.stock <= 0;
   // a screen reader hears the cards' purchase answers, not the numbers: say a sell-out
   if (soldOut && lastStock.get(product.sku) > 0) announce(`${product.name} is sold out.`);
+  // and its return (a reset, units given back): the region kept "sold out" while the
+  // button read "Buy now" again (a storefront audit)
+  if (!soldOut && lastStock.get(product.sku) <= 0) {
+    announce(`${product.name} is on sale again: ${product.stock} left.`);
+  }
   lastStock.set(product.sku, product.stock);
   el.classList.toggle("sold-out", soldOut);
   const button = el.querySelector(".buy");
@@ -159,6 +165,9 @@ function render(product) {
   // (a lock path's section finishes first and answers 201; the reset then deletes it)
   if (reset && button.dataset.busy) el.dataset.resetWhileBuying = "1";
   if (!button.dataset.busy) {
+    // "Network error" stayed on the card after the shop was back, until the next
+    // purchase or reset (a storefront audit): a poll got through, so is the network
+    if (el.dataset.offlineNews) show(el, "", "");
     const focused = document.activeElement === button;
     button.disabled = soldOut;
     // a disabled button loses the keyboard's focus (to <body>): on to the name field
@@ -405,6 +414,7 @@ async function buy(el) {
       show(el, `No answer in ${PURCHASE_TIMEOUT_MS / 1000}s — try again: it is the same purchase, never a second one.`, "error");
     } else {
       show(el, "Network error — try again.", "error");
+      el.dataset.offlineNews = "1";  // the next poll that gets through takes it back
     }
   } finally {
     clearTimeout(timer);
