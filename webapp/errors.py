@@ -94,8 +94,8 @@ _SKU_ROUTES = [("POST", re.compile(r"/api/products/(.+)/purchase")),
                ("PUT", re.compile(r"/api/admin/sales/(.+)"))]
 
 
-def _slashed_sku() -> str | None:
-    """The sku of a request to a sku's route whose sku holds a ``/``: no product's can
+def _slashed_sku() -> bool:
+    """Whether this request is to a sku's route with a sku holding a ``/``: no product's can
     (``validation.plausible_sku``). It was a plain 404 ``not_found``, "The requested URL
     was not found on the server...", which the admin page showed for the product
     ``sku/1`` (a storefront audit)."""
@@ -103,13 +103,13 @@ def _slashed_sku() -> str | None:
     for route_method, route in _SKU_ROUTES:
         found = route.fullmatch(request.path)
         if found and route_method == method and "/" in found.group(1):
-            return found.group(1)
-    return None
+            return True
+    return False
 
 
 @bp.app_errorhandler(HTTPException)
 def http_error(exc: HTTPException) -> tuple[Response, int]:
-    if exc.code == 404 and (sku := _slashed_sku()) is not None:
+    if exc.code == 404 and _slashed_sku():
         if request.path.startswith("/api/admin/"):  # the token first, as for any sku
             from .admin import _require_token
 
