@@ -383,6 +383,11 @@ def from_env(instance_path: str) -> dict[str, Any]:
         # auto-pipelining (webapp/pipelining.py): the first script of every purchase
         # waiting at the same moment in a worker goes to Redis in one round trip
         "REDIS_AUTOPIPELINE": _flag("SECKILL_REDIS_AUTOPIPELINE", "1"),
+        # units in checkout this long with nothing moving are a crashed purchase's: the
+        # sale is reloaded from the database (webapp/checkoutwatch.py); unset: a
+        # purchase's longest wait (the page's "no answer") and 15 s more
+        "CHECKOUT_STALE_S": (_number("SECKILL_CHECKOUT_STALE_S", "1", most=86_400)
+                             if os.environ.get("SECKILL_CHECKOUT_STALE_S") else None),
         "MAX_USER_ID_LENGTH": 64,
         # a purchase is a few dozen bytes; anything far larger is refused with 413
         "MAX_CONTENT_LENGTH": 64 * 1024,

@@ -186,10 +186,12 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
-    # the undos a backend was down for (webapp/retrylater.py), also when no buyer comes
+    # the undos a backend was down for (webapp/retrylater.py), also when no buyer comes,
+    # and a look at the sales for units a crashed purchase left in checkout
+    from webapp.checkoutwatch import watch_for
     from webapp.retrylater import drain_every
 
-    drain_every(RETRY_LATER_EVERY_S)
+    drain_every(RETRY_LATER_EVERY_S, also=watch_for(worker.wsgi))
 
 
 def worker_exit(server, worker):  # type: ignore[no-untyped-def]

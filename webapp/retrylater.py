@@ -125,10 +125,12 @@ def release_or_settle_later(lock: Any, sku: str, of: str, queue: RetryLater[Any]
             queue.add(UnsettledLock(settle, sku, of, remedy))
 
 
-def drain_every(every_s: float, stop: threading.Event | None = None) -> threading.Thread:
+def drain_every(every_s: float, stop: threading.Event | None = None,
+                also: Callable[[], Any] | None = None) -> threading.Thread:
     """Drain every queue each ``every_s`` in a daemon thread (a greenlet in a gevent
     worker: ``gunicorn_conf.post_worker_init``), so that a worker no buyer reaches any
-    more settles its undos too; its purchases still drain first as they come."""
+    more settles its undos too; its purchases still drain first as they come. ``also``:
+    called after them each time (``checkoutwatch``)."""
     stop = stop or threading.Event()
 
     def loop() -> None:
@@ -139,6 +141,12 @@ def drain_every(every_s: float, stop: threading.Event | None = None) -> threadin
                         queue.drain()
                     except Exception:  # noqa: BLE001 - the next round tries again
                         logger.exception("draining the undo queue failed")
+            if also is not None:
+                try:
+                    also()
+                except Exception as exc:  # noqa: BLE001 - a backend down: the next round
+                    PER_REQUEST.log(logger, logging.WARNING, ("every", type(exc).__name__),
+                                    "the periodic look at the sales failed: %r", exc)
 
     thread = threading.Thread(target=loop, name="retry-later", daemon=True)
     thread.start()

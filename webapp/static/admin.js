@@ -152,6 +152,7 @@ function auditLate() {
 // storefront's "no answer" wait); 10 s called a healthy sale with work_ms 10000 wrong
 const SETTLE_MS =
   1000 * (Number(document.querySelector(".audit").dataset.purchaseTimeoutS) || 36);
+const STUCK = "false (units stuck in checkout: the shop reloads the sale shortly)";
 const NOT_SEEN = { figures: "", since: 0 };
 let checkout = NOT_SEEN;
 
@@ -231,6 +232,9 @@ async function refresh() {
       const stuck = stuckInCheckout(sku, audit, inCheckout);  // also when not: it resets
       const settling = inCheckout && !stuck;
       if (settling) $("a-consistent").textContent = "not yet (units in checkout)";
+      // a purchase that never finished (a worker killed): the shop reloads the sale from
+      // the database once they have stayed a little longer (webapp/checkoutwatch.py)
+      if (inCheckout && stuck) $("a-consistent").textContent = STUCK;
       $("a-consistent").classList.toggle("bad", !audit.consistent && !settling);
       $("a-consistent").classList.toggle("pending", settling);
       $("a-consistent").classList.toggle("good", audit.consistent);
