@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import NoPermissionError, NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from .. import scripts
 from ..base import DistributedLock, acquire_arguments, new_token, whole_ms
@@ -272,5 +272,12 @@ class HandOffLock(DistributedLock):
 
 
 def _client_refused(answer: Any) -> bool:
-    """Whether ``answer`` is Redis refusing this user the ``CLIENT`` command."""
-    return isinstance(answer, NoPermissionError) and "client" in str(answer).lower()
+    """Whether ``answer`` is Redis refusing this user the ``CLIENT`` command: an ACL's
+    ``-client``, or a server that renamed it away (``rename-command CLIENT ""``, common
+    hardening advice: "unknown command 'CLIENT'" went unrecognised, and a quarter of a
+    busy ``token`` sale's buyers heard 503; a Redis audit)."""
+    if not isinstance(answer, ResponseError):
+        return False
+    text = str(answer).lower()
+    return "client" in text and (isinstance(answer, NoPermissionError)
+                                 or text.startswith("unknown command"))

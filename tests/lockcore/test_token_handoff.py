@@ -185,15 +185,35 @@ def test_a_waiter_after_a_script_flush_is_handed_the_lock_at_the_release(redis_c
     assert handed, "the waiter slept through the release"
 
 
+@pytest.fixture(params=["acl", "renamed"])
+def refused_client(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """A client refused ``CLIENT``: an ACL user's ``-client``, or a server that renamed
+    the command away (``rename-command CLIENT ""``, common hardening advice: its
+    "unknown command" went unrecognised, and a quarter of a busy ``token`` sale's
+    buyers heard 503; a Redis audit)."""
+    if request.param == "acl":
+        yield request.getfixturevalue("client_without_client")
+        return
+    from lockcore.embedded import RedisServer
+
+    server = RedisServer(args=["--rename-command", "CLIENT", '""']).start()
+    client = redis.Redis.from_url(server.url)
+    try:
+        yield client
+    finally:
+        client.close()
+        server.stop()
+
+
 @pytest.mark.parametrize("strategy", ["token", "fair"])
 def test_a_user_refused_client_reply_waits_and_leaves_no_reply_for_the_next_caller(
-        client_without_client, strategy):
+        refused_client, strategy):
     """The queue's join goes with ``CLIENT REPLY SKIP`` and one reply fewer is read. An
     ACL user refused CLIENT gets every reply: the waiter raised ``NoPermissionError``
     and its connection went back to the lane with two replies unread; the holder's
     release read one of them and raised ``LockNotOwned`` while it held the lock (a
     lockcore audit). Refused once, the pool's joins are answered and read."""
-    client = client_without_client
+    client = refused_client
     resource = f"acl-{strategy}-{uuid.uuid4().hex[:8]}"
     options = {"handoff_after_ms": 0} if strategy == "token" else {}
     holder = lockcore.create(strategy, client, resource, ttl_ms=10_000)
