@@ -16,12 +16,16 @@ transaction); Redis is ahead of it. So every worker looks at its shop's sales no
 then (``gunicorn_conf.post_worker_init``): a sale whose units have stayed in checkout
 (the database's ``remaining`` above Redis's stock) with nothing moving, the same
 figures and the same generation, for longer than a purchase can take
-(``stale_after_s``), has its Redis copy dropped (``saleinfo.forget_stale_copy``), and
-the next buyer or audit reloads it from the database, as after a Redis restart: the
-stock is the database's again, the buyers those with an order. The generations make
+(``stale_after_s``), has its Redis copy, sold-out flag and stock dropped
+(``forget_stuck_sale.lua``), and the next buyer or audit reloads it from the database,
+as after a Redis restart: the stock is the database's again, the buyers those with an
+order. The generations make
 that safe even if a purchase was only slow: an ``atomic`` reload starts a new one, so
 a row of the old one is refused (its buyer hears 503 and buys again); a lock path's
 reload holds sections off for a lock TTL, then counts the stock from the database.
+The same mends a copy a reset left behind: its database side committed, its Redis side
+refused (Redis out of memory, read-only), the old stock below the new one; the copy's
+generation is then the older one.
 
 ``sql`` is left alone: Redis only mirrors its database. Nothing is shared between
 workers or hosts: each counts its own time, and the first to see the sale stuck
@@ -52,45 +56,72 @@ class CheckoutWatch:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.sessions, self.redis, self.stale_after_s = sessions, redis, stale_after_s
         self.clock = clock
-        #: sku -> (generation, database remaining, Redis stock) and when first seen so
-        self._seen: dict[str, tuple[tuple[int | None, int, int], float]] = {}
+        #: sku -> (the copy's generation, the database's, database remaining, Redis
+        #: stock) and when first seen so
+        self._seen: dict[str, tuple[tuple[int, int, int, int], float]] = {}
 
     def look(self) -> list[str]:
         """Look at every sale once; the skus whose copies were dropped."""
         from .commits import reading
         from .models import Sale
-        from .paths import path_for
-        from .saleinfo import forget_stale_copy
-        from .sales import _info
 
         with reading(self.sessions), self.sessions() as session:
-            sales = list(session.scalars(select(Sale)))
+            sales = session.execute(select(
+                Sale.id, Sale.sku, Sale.strategy, Sale.work_ms, Sale.per_user_limit,
+                Sale.initial_stock, Sale.started_at, Sale.remaining)).all()
         now, dropped = self.clock(), []
-        for sale in sales:
-            if sale.strategy == "sql":
-                self._seen.pop(sale.sku, None)
-                continue
-            info = _info(sale)
-            stock = path_for(sale.strategy).read_stock(self.redis, info)
-            if stock is None or sale.remaining <= stock:  # no copy, or none in checkout
-                self._seen.pop(sale.sku, None)
-                continue
-            figures = (info.generation, sale.remaining, stock)
-            seen = self._seen.get(sale.sku)
-            if seen is None or seen[0] != figures:  # moving: counted from now
-                self._seen[sale.sku] = (figures, now)
-                continue
-            if now - seen[1] < self.stale_after_s:
-                continue
-            logger.warning(
-                "%s: %d unit(s) stayed in checkout for %.0fs with nothing moving (Redis "
-                "%d left, the database %d): a purchase that never finished (a worker "
-                "killed mid-purchase?); the sale is reloaded from the database",
-                sale.sku, sale.remaining - stock, now - seen[1], stock, sale.remaining)
-            forget_stale_copy(self.redis, info)
-            self._seen.pop(sale.sku, None)
-            dropped.append(sale.sku)
+        for sku in set(self._seen) - {row.sku for row in sales}:  # deleted since
+            del self._seen[sku]
+        for row in sales:
+            try:
+                if self._stuck_for_long(row, now):
+                    dropped.append(row.sku)
+            except Exception as exc:  # noqa: BLE001 - one sale's trouble: the others go on
+                logger.warning("%s: the look for units stuck in checkout failed: %r",
+                               row.sku, exc)
         return dropped
+
+    def _stuck_for_long(self, row: Any, now: float) -> bool:
+        """Whether ``row``'s sale was stuck for ``stale_after_s`` and its copy dropped."""
+        from . import scripts
+        from .paths import path_for
+        from .saleinfo import SaleInfo, generation
+
+        if row.strategy == "sql":  # its copy only mirrors the database
+            self._seen.pop(row.sku, None)
+            return False
+        info = SaleInfo(row.id, row.sku, row.strategy, row.work_ms, row.per_user_limit,
+                        row.initial_stock, generation(row.started_at))
+        path = path_for(row.strategy)
+        stock = path.read_stock(self.redis, info)
+        copied = self.redis.hget(info.keys.info, "generation")
+        if (stock is None or copied is None or row.remaining <= stock
+                or info.generation is None or int(copied) > info.generation):
+            # no copy (the next buyer loads one), none in checkout, or a copy of a sale
+            # the database never had (an admin reset mends that: saleinfo.NotReloaded)
+            self._seen.pop(row.sku, None)
+            return False
+        figures = (int(copied), info.generation, row.remaining, stock)
+        seen = self._seen.get(row.sku)
+        if seen is None or seen[0] != figures:  # moving: counted from now
+            self._seen[row.sku] = (figures, now)
+            return False
+        if now - seen[1] < self.stale_after_s:
+            return False
+        self._seen.pop(row.sku, None)
+        keys = [info.keys.info, info.keys.soldout]
+        if not path.stock_elsewhere:
+            keys.append(info.keys.stock)
+        # compare-and-delete: a copy written since (a reset, another reload) stays
+        if not scripts.script(self.redis, "forget_stuck_sale")(keys=keys, args=[int(copied)]):
+            return False
+        logger.warning(
+            "%s: %d unit(s) stayed in checkout for %.0fs with nothing moving (Redis %d "
+            "left, the database %d): a purchase that never finished (a worker killed "
+            "mid-purchase?), or a reset whose Redis side failed; the next buyer reloads "
+            "the sale from the database", row.sku, row.remaining - stock, now - seen[1],
+            stock, row.remaining)
+        return True
 
     def __call__(self) -> None:
         self.look()
