@@ -33,8 +33,6 @@ import hashlib
 import ipaddress
 import json
 import os
-import platform
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -78,23 +76,23 @@ class Servers:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+#: names of this machine's loopback interface, one server to a shop
+LOOPBACK = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
+
+
 def _address(host: str) -> str:
-    """``host`` as an address (IPv4 first, as redis-py connects), with this machine's
-    name for a loopback one; the name itself when it does not resolve."""
-    host = host.strip().strip("[]").lower()
-    try:
-        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return host
-    addresses = sorted({str(info[4][0]) for info in found},
-                       key=lambda a: (":" in a, a))  # IPv4 before IPv6
-    if not addresses:
-        return host
-    address = addresses[0]
-    with contextlib.suppress(ValueError):
-        if ipaddress.ip_address(address).is_loopback:
-            return f"loopback@{platform.node()}"
-    return address
+    """``host`` as spelled, but one way for the loopback interface (``localhost``,
+    ``127.0.0.1``, ``::1``). Names are not resolved: the address a name has changes (a
+    container recreated, a failover), and a host started after that would have been
+    refused beside the others, "other lock servers" (a review)."""
+    host = host.strip().strip("[]").lower().rstrip(".")
+    if host in LOOPBACK:
+        return "loopback"
+    with contextlib.suppress(ValueError):  # 127.0.0.2 may be another server's
+        if ipaddress.ip_address(host) in (ipaddress.ip_address("127.0.0.1"),
+                                          ipaddress.ip_address("::1")):
+            return "loopback"
+    return host
 
 
 def _redis_server(url: str) -> str:
@@ -107,8 +105,8 @@ def _redis_server(url: str) -> str:
     except ValueError:
         return url
     number = int(kwargs.get("db") or 0)
-    if kwargs.get("path"):  # unix:// : the socket file of this machine
-        return f"unix:{platform.node()}:{os.path.realpath(kwargs['path'])}/{number}"
+    if kwargs.get("path"):  # unix:// : a socket file
+        return f"unix:{os.path.realpath(kwargs['path'])}/{number}"
     host = _address(str(kwargs.get("host") or "localhost"))
     return f"{host}:{int(kwargs.get('port') or 6379)}/{number}"
 

@@ -71,15 +71,3 @@ def test_the_same_redis_spelled_another_way_is_the_same_server(tmp_path, spellin
         with pytest.raises(DatabaseInUse, match="other lock servers"):
             with claimed(url, Servers("redis://127.0.0.1:1/1", NODES)):
                 pass
-
-
-def test_each_hosts_own_redis_on_loopback_is_another_server(tmp_path, monkeypatch):
-    # the same text, other machines: each host's 127.0.0.1 is its own
-    import platform
-
-    url = f"sqlite:///{tmp_path / 'shop.sqlite'}"
-    with claimed(url, Servers(REDIS, NODES)):
-        monkeypatch.setattr(platform, "node", lambda: "another-host")
-        with pytest.raises(DatabaseInUse, match="other lock servers"):
-            with claimed(url, Servers(REDIS, NODES)):
-                pass
