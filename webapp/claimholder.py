@@ -16,7 +16,8 @@ no part of the app before the fork (its workers patch the standard library first
 
 Its first line: ``held``, ``refused <why>`` (another shop's claim: gunicorn does not
 start), or ``held, unchecked <what>`` (a server that did not answer: the shop starts,
-as it starts with Redis down, and says what it could not check)."""
+as it starts with Redis down, and says what it could not check). The holder is kept on
+gunicorn's arbiter, which outlives a HUP's fresh read of a config file."""
 
 from __future__ import annotations
 
@@ -50,12 +51,14 @@ def hold(stack: contextlib.ExitStack, environ: dict[str, str] | None = None) -> 
                                 config["ZOOKEEPER_HOSTS"])
     try:
         stack.enter_context(servelock.claimed(database_url, servers))
+        identity = redisclaim.database_identity(database_url)
     except servelock.DatabaseInUse:
         raise
     except Exception as exc:  # not reachable now: the workers say so at /healthz
-        unchecked.append(f"DATABASE_URL ({_first_line(exc)})")
+        # and no Redis claim either: it names the database, unknown (a review: the
+        # note blamed REDIS_URL, after a second wait for the same silent server)
+        return [f"DATABASE_URL ({_first_line(exc)}); so REDIS_URL too"]
     try:
-        identity = redisclaim.database_identity(database_url)
         stack.enter_context(redisclaim.claimed(redis_url, identity))
     except servelock.DatabaseInUse:
         raise
@@ -76,7 +79,7 @@ def main() -> int:
             unchecked = hold(stack)
         except DatabaseInUse as exc:
             print(f"refused {exc}", flush=True)
-            return 3
+            return 1  # (not 3: gunicorn reads a child's 3 as a worker that failed to boot)
         print("held" + (f", unchecked {'; '.join(unchecked)}" if unchecked else ""),
               flush=True)
         sys.stdin.read()  # until the master and its workers have closed it

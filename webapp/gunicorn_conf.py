@@ -103,10 +103,12 @@ def on_starting(server):  # type: ignore[no-untyped-def]
                            "workers is %s", os.environ["SECKILL_ADMIN_TOKEN"])
 
 
-#: the process holding the shop's claims (``webapp/claimholder.py``), for ``on_exit``
-_claim_holder = None
-#: how long the claims may take to check (two servers, each up to a connect timeout)
-CLAIM_WAIT_S = 30.0
+#: how long the claims may take to check: two servers, each up to its connect timeout
+#: (a database's 10 s per address it resolves to)
+CLAIM_WAIT_S = 60.0
+#: where the holder is kept: on gunicorn's arbiter, which a HUP keeps (a config file
+#: given by path is read afresh, and a module global of the old one went with it)
+HOLDER = "seckill_claim_holder"
 
 
 def when_ready(server):  # type: ignore[no-untyped-def]
@@ -114,36 +116,40 @@ def when_ready(server):  # type: ignore[no-untyped-def]
     Redis, as ``seckill serve`` does before it starts gunicorn (``webapp/claimholder.py``).
     Another shop's claim in the way: gunicorn does not start (``RuntimeError``: its
     "Error: ..." and exit 1). ``seckill serve`` holds them itself (``SECKILL_SERVE_ID``)."""
-    global _claim_holder
     import select
     import subprocess
 
-    if os.environ.get("SECKILL_SERVE_ID"):
+    if os.environ.get("SECKILL_SERVE_ID") or getattr(server, HOLDER, None) is not None:
         return
-    holder = subprocess.Popen([sys.executable, "-m", "webapp.claimholder"],
+    # the master's sys.path: gunicorn's --pythonpath and --chdir are not in the child's
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    holder = subprocess.Popen([sys.executable, "-m", "webapp.claimholder"], env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert holder.stdout is not None
     ready, _, _ = select.select([holder.stdout], [], [], CLAIM_WAIT_S)
     said = holder.stdout.readline().decode(errors="replace").strip() if ready else ""
     if said.startswith("held"):
-        _claim_holder = holder
+        setattr(server, HOLDER, holder)
         if ", unchecked " in said:
             server.log.warning("not checked for another shop's claim, not answering: %s",
                                said.split(", unchecked ", 1)[1])
         return
     holder.kill()
-    holder.wait()
+    code = holder.wait()
     if said.startswith("refused "):
         raise RuntimeError(said[len("refused "):])
-    raise RuntimeError(f"the shop's claims (webapp/claimholder.py) said {said!r}"
-                       if said else f"the shop's claims were not checked in {CLAIM_WAIT_S:.0f} s")
+    if ready:  # it ended without a word: its traceback is above, in the log
+        raise RuntimeError(f"the shop's claims (python -m webapp.claimholder) ended with "
+                           f"exit code {code} before saying whether they hold")
+    raise RuntimeError(f"the shop's claims were not checked within {CLAIM_WAIT_S:.0f} s "
+                       "(python -m webapp.claimholder)")
 
 
 def on_exit(server):  # type: ignore[no-untyped-def]
     """The claims go with the master (the holder also dies with it, if killed)."""
     import subprocess
 
-    holder = _claim_holder
+    holder = getattr(server, HOLDER, None)
     if holder is None:
         return
     assert holder.stdin is not None
