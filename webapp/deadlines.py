@@ -108,8 +108,8 @@ def set_stock(client: Any, key: str, units: int, *, generation: int | None = Non
     if answer == LATE:
         raise too_late()
     if answer == RESET_SINCE:
-        raise Busy("the sale was reset while this purchase was in flight; nothing was "
-                   "bought, try again", retry_after_s=1)
+        raise Busy("the sale was reset or counted again while this purchase was in "
+                   "flight; nothing was bought, try again", retry_after_s=1)
 
 
 def reserve(client: Any, buyers_key: str, user_id: str, reservations_key: str = "",

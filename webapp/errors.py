@@ -99,6 +99,9 @@ def _slashed_sku() -> bool:
     (``validation.plausible_sku``). It was a plain 404 ``not_found``, "The requested URL
     was not found on the server...", which the admin page showed for the product
     ``sku/1`` (a storefront audit)."""
+    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or "%2F"
+    if "%2f" not in raw.lower():  # a path of more parts (a mistyped route): not found
+        return False
     method = "GET" if request.method == "HEAD" else request.method
     for route_method, route in _SKU_ROUTES:
         found = route.fullmatch(request.path)

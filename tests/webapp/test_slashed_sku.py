@@ -28,6 +28,8 @@ def test_a_sku_with_a_slash_is_an_unknown_sku(client, method, path):
 def test_other_unknown_paths_stay_not_found(client):
     answer = client.get("/api/nothing/here")
     assert (answer.status_code, answer.get_json()["error"]) == (404, "not_found")
+    answer = client.get("/api/products/sku-1/audit")  # a mistyped route, no %2F: a review
+    assert (answer.status_code, answer.get_json()["error"]) == (404, "not_found")
     answer = client.delete("/api/products/sku%2F1")  # no route takes a DELETE
     assert answer.get_json()["error"] in ("not_found", "method_not_allowed")
 
