@@ -205,6 +205,14 @@ def _redis_side(path: Any, redis: Any, sessions: sessionmaker[Session], info: Sa
                            "once Redis is back", retry_after_s=1) from exc
             time.sleep(pause_s)  # gevent's, under gunicorn
             pause_s = min(2 * pause_s, 1.0)
+        except RedisError as exc:  # refused: out of memory, no permission, read-only
+            # it was "redis is unavailable, try again shortly" (errors.redis_down), the
+            # database side done all the same (a Redis audit)
+            logger.warning("sale %s reset in the database, not in Redis: %r", info.sku, exc)
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise Busy(f"the sale of {info.sku} was reset in the database (its orders "
+                       f"deleted), but Redis refused the new stock ({why}): reset it "
+                       "again once Redis takes writes", retry_after_s=1) from exc
 
 
 def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_cents: int,

@@ -64,30 +64,31 @@ def sell_to_five_and_audit(client: Any) -> dict[str, Any]:
     return audit
 
 
-def fail_reset_redis(monkeypatch: Any, strategy: str, times: int | None) -> None:
+def fail_reset_redis(monkeypatch: Any, strategy: str, times: int | None,
+                     error: Exception | None = None) -> None:
     """The reset's Redis side fails ``times`` times (None: every time), after the
-    database's side committed: Redis restarting between the two."""
+    database's side committed: Redis restarting between the two (or ``error``)."""
     cls = type(paths.path_for(strategy))
     real, failed = cls.reset_redis, []
 
     def reset_redis(*args: Any, **kwargs: Any) -> None:
         if times is None or len(failed) < times:
             failed.append(1)
-            raise redis_py.ConnectionError("Redis restarted")
+            raise error or redis_py.ConnectionError("Redis restarted")
         real(*args, **kwargs)
 
     monkeypatch.setattr(cls, "reset_redis", reset_redis)
 
 
-def a_reset_whose_redis_side_never_came(shop: Flask, monkeypatch: Any,
-                                        strategy: str) -> tuple[Any, Any]:
+def a_reset_whose_redis_side_never_came(shop: Flask, monkeypatch: Any, strategy: str,
+                                        error: Exception | None = None) -> tuple[Any, Any]:
     """A sale of 10 (ann bought one) reset to 2 over HTTP, its Redis side failing every
     try: its database side is done, Redis keeps the old sale. The client, the 503."""
     monkeypatch.setattr(sales, "REDIS_SIDE_TRIES_S", 0.3)
     client = shop.test_client()
     reset(client, stock=10, strategy=strategy)
     assert buy(client, "ann").status_code == 201
-    fail_reset_redis(monkeypatch, strategy, times=None)
+    fail_reset_redis(monkeypatch, strategy, times=None, error=error)
     failed = client.put(f"/api/admin/sales/{SKU}", headers=auth(),
                         json={"stock": 2, "strategy": strategy})
     monkeypatch.undo()
@@ -112,10 +113,16 @@ def test_a_reset_whose_redis_side_failed_once_is_done_when_redis_is_back(
             audit["consistent"]) == (2, 2, 0, True), audit
 
 
+@pytest.mark.parametrize("error", [
+    None, redis_py.exceptions.OutOfMemoryError(
+        "command not allowed when used memory > 'maxmemory'.")], ids=["down", "refused"])
 @pytest.mark.parametrize("strategy", ["token", "fair", "atomic", "sql"])
 def test_a_reset_whose_redis_side_never_came_says_so_and_the_old_sale_sells_nothing(
-        shop, monkeypatch, strategy):
-    client, failed = a_reset_whose_redis_side_never_came(shop, monkeypatch, strategy)
+        shop, monkeypatch, strategy, error):
+    # refused: out of memory, no permission, read-only; it said "redis is unavailable,
+    # try again shortly", the database side done all the same (a Redis audit)
+    client, failed = a_reset_whose_redis_side_never_came(shop, monkeypatch, strategy,
+                                                         error)
     assert "reset in the database" in failed.get_json()["detail"]  # not "nothing done"
     # Redis still has the old sale (9 left): its first row is refused, its copy dropped
     audit = sell_to_five_and_audit(client)
