@@ -404,6 +404,8 @@ class ServedApp:
         self.redis_url, self.database_url = redis_url, database_url
         self.redlock_urls, self.zookeeper_hosts = redlock_urls, zookeeper_hosts
         self.env = dict(env or {})
+        #: the last answer other than 200 from our gunicorn's /healthz, for the error
+        self._last_health = ""
         self.admin_token = (self.env.get("SECKILL_ADMIN_TOKEN")
                             or os.environ.get("SECKILL_ADMIN_TOKEN") or secrets.token_urlsafe(18))
         self.seed = seed
@@ -607,6 +609,8 @@ class ServedApp:
                     status, serve_id = response.status, response.headers.get(header)
             except urllib.error.HTTPError as exc:  # a 503 (Redis not ready), or not ours
                 status, serve_id = exc.code, exc.headers.get(header)
+                with contextlib.suppress(OSError):
+                    self._last_health = f"HTTP {exc.code} {exc.read(300).decode(errors='replace')}"
                 exc.close()
             except OSError:  # nobody answers yet
                 status = None
@@ -631,8 +635,12 @@ class ServedApp:
         if code is not None:
             why = f"gunicorn exited ({code}) before it answered at {self.url}: {last}"
         else:
+            # what it answered, too: a Redis user refused the shop's keys answered 503
+            # "down: NoPermissionError" all along, and this said "no log" (a Redis audit)
+            said = (f"; it answered {self._last_health.strip()}"
+                    if self._last_health else "")
             why = (f"gunicorn did not answer {self.url}/healthz with 200 within "
-                   f"{self.startup_timeout:g} s: {last}")
+                   f"{self.startup_timeout:g} s{said}: {last}")
         if self.log_path is not None:
             return f"{why} (the whole log: {self.log_path})"
         return why + "\n" + "\n".join(lines[-20:])
