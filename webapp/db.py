@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -147,6 +148,10 @@ class UnversionedSchema(RuntimeError):
     """The database has our tables but no ``alembic_version``: made without migrations."""
 
 
+class UnknownRevision(RuntimeError):
+    """The database's ``alembic_version`` names a revision none of our migrations has."""
+
+
 def sqlite_file(database_url: str, *, make_folder: bool = False) -> str | None:
     """The file of a SQLite ``database_url`` (None: not SQLite, or in memory); with
     ``make_folder``, its folder is made if missing."""
@@ -274,7 +279,21 @@ def upgrade(database_url: str, revision: str = "head") -> None:
     sqlite_file(database_url, make_folder=True)
     _refuse_unversioned(database_url)
     logger.info("migrating %s to %s", database_url.split("@")[-1], revision)
-    command.upgrade(alembic_config(database_url), revision)
+    from alembic.util import CommandError
+
+    try:
+        command.upgrade(alembic_config(database_url), revision)
+    except CommandError as exc:
+        # it said only "Can't locate revision identified by 'ae1027a6acf'" (a migrations
+        # audit): a newer seckill's revision, or another application's alembic_version
+        found = re.search(r"Can't locate revision identified by '([^']*)'", str(exc))
+        if found is None:
+            raise
+        raise UnknownRevision(
+            f"the database's schema is at revision {found.group(1)!r} (its alembic_version "
+            "table), which this seckill's migrations do not have: a newer seckill "
+            "migrated it, or another application's Alembic keeps its version there. Use "
+            "the seckill that migrated it, or a database of seckill's own") from None
 
 
 def downgrade(database_url: str, revision: str = "base") -> None:

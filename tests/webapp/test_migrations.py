@@ -145,6 +145,20 @@ def test_tables_without_alembic_version_are_refused_with_what_to_do(new_database
         db.upgrade(new_database_url)
 
 
+def test_a_revision_our_migrations_do_not_have_is_refused_with_what_it_may_be(
+        new_database_url):
+    # "Can't locate revision identified by '0005'" was all it said (a migrations audit)
+    db.upgrade(new_database_url)
+    engine = create_engine(new_database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("UPDATE alembic_version SET version_num = '0005'"))
+    finally:
+        engine.dispose()
+    with pytest.raises(db.UnknownRevision, match="'0005'.*a newer seckill.*another app"):
+        db.upgrade(new_database_url)
+
+
 def test_a_start_waits_for_a_migration_in_progress_and_not_for_ever(new_database_url):
     url = new_database_url
     with db.migration_lock(url):  # another process, migrating
