@@ -1115,3 +1115,25 @@ def test_the_page_takes_back_a_network_error_and_says_a_sale_is_on_again(page):
         expect(page.locator("#announce")).to_have_text(f"{name} is sold out.")
         reset_sale(app, "sku-1", stock=3, strategy="token")
         expect(page.locator("#announce")).to_have_text(f"{name} is on sale again: 3 left.")
+
+
+def test_a_name_the_shop_cannot_take_marks_the_field(page):
+    """Only the empty name moved the focus, and neither marked the field invalid (a
+    storefront audit)."""
+    from playwright.sync_api import expect
+
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=3, strategy="token")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        name = page.locator("#user-name")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_have_text("Enter your name first.")
+        expect(name).to_have_attribute("aria-invalid", "true")
+        expect(name).to_be_focused()
+        page.fill("#user-name", "zoe\u200b")  # a zero-width space: the shop refuses it
+        expect(name).not_to_have_attribute("aria-invalid", "true")
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_contain_text("Your name")
+        expect(name).to_have_attribute("aria-invalid", "true")
+        expect(name).to_be_focused()
