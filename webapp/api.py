@@ -73,7 +73,7 @@ def healthz() -> tuple[Response, int]:
         # and refuses every purchase; /healthz said "ok" (a Redis audit)
         backends.health_redis.set(HEALTH_KEY, 1, px=HEALTH_KEY_TTL_MS)
     except Exception as exc:
-        status["redis"] = f"down: {type(exc).__name__}"
+        status["redis"] = f"down: {_refusal(exc)}"
     try:
         with _within(HEALTH_DATABASE_S), backends.engine.connect() as connection:
             if connection.dialect.name == "postgresql":  # one that cannot take an order
@@ -101,6 +101,21 @@ def healthz() -> tuple[Response, int]:
         response.headers["Retry-After"] = "1"
         return _serve_named(response), 503
     return _serve_named(jsonify(status)), 200
+
+
+def _refusal(exc: Exception) -> str:
+    """An error's type, and for Redis refusing (out of memory, no permission, read-only)
+    its own words: "down: ResponseError" told the operator nothing (a Redis audit)."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import ResponseError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    name = type(exc).__name__
+    if isinstance(exc, ResponseError) and not isinstance(
+            exc, (RedisConnectionError, RedisTimeoutError)):
+        said = (str(exc).strip().splitlines() or [""])[0][:160]
+        return f"{name} ({said})" if said else name
+    return name
 
 
 def _serve_named(response: Response) -> Response:

@@ -58,6 +58,18 @@ def _unavailable(part: str, exc: Exception) -> tuple[Response, int]:
 
 @bp.app_errorhandler(RedisError)
 def redis_down(exc: RedisError) -> tuple[Response, int]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import ResponseError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    if isinstance(exc, ResponseError) and not isinstance(
+            exc, (RedisConnectionError, RedisTimeoutError)):
+        # Redis answered, refusing (out of memory, no permission, read-only): "redis is
+        # unavailable" sent the operator looking for a server that was up (a Redis audit)
+        PER_REQUEST.log(logger, logging.WARNING, ("refused", "redis", type(exc).__name__),
+                        "redis refused: %s", exc)
+        return error_response("busy", f"redis refused the request ({type(exc).__name__}), "
+                              "try again shortly", 503, 1)
     return _unavailable("redis", exc)
 
 

@@ -15,6 +15,7 @@ import redis
 from lockcore.embedded import RedisServer
 from tests.clustermode import start_cluster, start_cluster_nodes, stopped_after
 from tests.webapp.conftest import make_app
+from webapp import sales
 from webapp.served import (
     StartupError,
     _redis_info,
@@ -67,10 +68,19 @@ def test_healthz_says_redis_is_down_when_it_stops_taking_writes(started, sqlite_
     try:
         client = app.test_client()
         assert client.get("/healthz").get_json()["redis"] == "ok"
+        shop = app.extensions["seckill"]
+        sales.create_product(shop.sessions, "sku-ro", "Lamp", 100, stock=3,
+                             strategy="atomic")
+        sales.reset_sale(shop.sessions, shop.redis, "sku-ro", stock=3, strategy="atomic")
         redis.Redis.from_url(replica.url).replicaof("127.0.0.1", primary.port)
         answer = client.get("/healthz")
         assert answer.status_code == 503, answer.get_json()
         assert answer.get_json()["redis"].startswith("down: "), answer.get_json()
+        # in Redis's words, and a buyer hears a refusal, not "unavailable" (a Redis audit)
+        assert "ReadOnlyError (" in answer.get_json()["redis"], answer.get_json()
+        bought = client.post("/api/products/sku-ro/purchase", json={"user_id": "ann"})
+        assert bought.status_code == 503, bought.get_json()
+        assert "refused" in bought.get_json()["detail"], bought.get_json()
     finally:
         app.extensions["seckill"].close()
 
