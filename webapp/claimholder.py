@@ -30,9 +30,9 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def hold(stack: contextlib.ExitStack, environ: dict[str, str] | None = None) -> list[str]:
-    """Take the claims the shop of ``environ``'s settings makes, into ``stack``; what
-    could not be checked.
+def hold(stack: contextlib.ExitStack) -> list[str]:
+    """Take the claims the shop of this environment's settings makes, into ``stack``;
+    what could not be checked.
 
     :raises servelock.DatabaseInUse: another shop's claim stands in the way."""
     from flask import Flask
@@ -40,8 +40,6 @@ def hold(stack: contextlib.ExitStack, environ: dict[str, str] | None = None) -> 
     from . import config as settings
     from . import redisclaim, servelock
 
-    if environ is not None:
-        os.environ.update(environ)
     instance = Flask("webapp", instance_relative_config=True).instance_path  # the app's
     config = settings.from_env(instance)
     database_url, redis_url = config["DATABASE_URL"], config["REDIS_URL"]
