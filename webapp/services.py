@@ -27,6 +27,7 @@ Everything the function needs comes in ``Checkout`` so the tests can hand it a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -178,11 +179,11 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
     except (AlreadyPurchased, OrderInDoubt):  # the user's order is (or may be) written:
         raise                                   # keep them reserved (orders.IN_DOUBT)
     except SaleMovedOn:  # the database is in a newer sale than the copy the sale came from
-        _unreserve(deps, sale.sku, request.user_id)
+        _unreserve(deps, sale.sku, request.user_id, request.nonce)
         forget_stale_copy(deps.redis, sale)  # if a failed reset left it: the next reloads
         raise
     except BaseException:
-        _unreserve(deps, sale.sku, request.user_id)
+        _unreserve(deps, sale.sku, request.user_id, request.nonce)
         raise
     logger.info("order %s: %s x%d for %r (%s)", order.id, sale.sku, request.quantity,
                 request.user_id, sale.strategy)
@@ -433,7 +434,7 @@ def _undo_fast(deps: Checkout, request: PurchaseRequest, fast: _Fast) -> None:
             known = fast.info.get(b"generation")
             taken_from = int(known) if known else None
         give_back(deps.redis, request.sku, request.quantity, taken_from)
-    _unreserve(deps, request.sku, request.user_id)
+    _unreserve(deps, request.sku, request.user_id, request.nonce)
 
 
 @dataclass(frozen=True)
@@ -457,7 +458,7 @@ class _Undropped:
         return True
 
 
-def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
+def _unreserve(deps: Checkout, sku: str, user_id: str, nonce: str = "") -> None:
     """Drop the reservation of a purchase that failed (it answers 503 or an error: "nothing
     was bought, try again").
 
@@ -472,8 +473,9 @@ def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
                is the order's. One reserved again and still in flight may lose it; the
                database's UNIQUE row still stops a second order.
     """
+    keys = SaleKeys(sku)
     try:
-        deps.redis.srem(SaleKeys(sku).buyers, user_id)
+        deps.redis.srem(keys.buyers, user_id)
     except Exception as exc:  # Redis down: retried by a later purchase of this process
         # once a minute: while Redis is down every failed purchase comes here (an
         # operator hears of those still undone at the worker's exit: ``last_chance``)
@@ -481,6 +483,12 @@ def _unreserve(deps: Checkout, sku: str, user_id: str) -> None:
                         "could not drop the reservation of %r (%s) yet; will retry",
                         user_id, sku, exc_info=True)
         UNDONE_LATER.add(_Undropped(deps.redis, deps.sessions, sku, user_id))
+        return
+    if nonce:  # and its nonce, best-effort: one left behind names a purchase that is
+        # over, and misleads no undo (``drop_nonce.lua``)
+        with contextlib.suppress(Exception):
+            scripts.script(deps.redis, "drop_nonce")(keys=[keys.reservations],
+                                                     args=[user_id, nonce])
 
 
 _nonces = itertools.count()

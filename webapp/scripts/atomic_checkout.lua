@@ -88,6 +88,9 @@ end
 local stock = tonumber(current)
 if stock < quantity then
   redis.call('SREM', KEYS[2], ARGV[1])
+  if ARGV[5] and ARGV[5] ~= '' then  -- refused: kept, it piled up (a security audit)
+    redis.call('HDEL', KEYS[5], ARGV[1])
+  end
   if stock <= 0 then
     redis.call('SET', KEYS[1], '1')
   end
