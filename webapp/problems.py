@@ -32,6 +32,12 @@ class UnknownSku(ShopError):
     code, status = "unknown_sku", 404
 
 
+class SlowBody(ShopError):
+    """The request's body did not arrive in time (``validation.BODY_S``)."""
+
+    code, status = "request_timeout", 408
+
+
 class SoldOut(ShopError):
     code, status = "sold_out", 409
 

@@ -8,6 +8,7 @@ deep down. Here they are a 400 (and bodies above ``MAX_CONTENT_LENGTH`` a 413).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import unicodedata
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from flask import Request
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge
 
-from .problems import InvalidRequest
+from .problems import InvalidRequest, SlowBody
 
 MAX_KEY_LENGTH = 128
 
@@ -60,7 +61,10 @@ def read_body(request: Request) -> bytes:
                 with its Content-Length)
     """
     try:
-        data = request.get_data(cache=True)
+        with _within_body_time():
+            data = request.get_data(cache=True)
+    except _BodyLate:
+        raise SlowBody(f"the request's body did not arrive within {BODY_S:g} s") from None
     except ClientDisconnected:  # werkzeug's generic 400 named nothing
         raise InvalidRequest("the body ended before it was whole (its last chunk, or the "
                              "bytes its Content-Length announced, never came)") from None
@@ -76,6 +80,29 @@ def read_body(request: Request) -> bytes:
         _drain(request)
         raise RequestEntityTooLarge(too_long_body(limit))
     return data
+
+
+#: how long a request's body may take to arrive, once its headers have (gevent workers)
+BODY_S = 10.0
+
+
+class _BodyLate(Exception):
+    """Raised by ``_within_body_time``'s timer."""
+
+
+def _within_body_time() -> Any:
+    """A gevent timer of ``BODY_S`` around a body's read, in a gevent worker; elsewhere
+    nothing (a sync server has timeouts of its own). gunicorn bounds the headers' wait,
+    not the body's: a POST sending its headers and one byte of its body held its
+    connection for ever, and a few thousand such held every slot of a served shop (a
+    security audit: /healthz timed out while 250 held a 100-slot worker)."""
+    try:
+        from gevent import Timeout, monkey
+    except ImportError:
+        return contextlib.nullcontext()
+    if not monkey.is_module_patched("socket"):
+        return contextlib.nullcontext()
+    return Timeout(BODY_S, _BodyLate)
 
 
 def too_long_body(limit: int | None) -> str:
