@@ -64,6 +64,10 @@ class JsonErrorGeventWorker(GeventWorker):
 
     def load_wsgi(self):  # type: ignore[no-untyped-def]
         log_like_gunicorn(self.cfg.loglevel)  # after gevent's patching, before the app logs
+        # gunicorn's own line per malformed request, at most once a minute (logthrottle)
+        from webapp.logthrottle import GUNICORN_BAD_REQUESTS
+
+        logging.getLogger("gunicorn.error").addFilter(GUNICORN_BAD_REQUESTS)
         super().load_wsgi()
 
 

@@ -144,3 +144,28 @@ def test_a_librarys_repeated_line_is_let_through_once_an_interval_with_the_count
     assert said == ["Connection dropped: refused", "Session has expired",
                     "Connection dropped: refused (4 more like it left out since its last "
                     "line, 70 s ago)"], said
+
+
+def test_a_library_line_per_bad_request_is_let_through_once_a_minute_and_cut():
+    # gunicorn's "Invalid request from ip=...: <request line>", ~4 KB each: 12,000 in
+    # 14 s rotated the whole kept log away (a security audit)
+    import logging
+
+    from webapp.logthrottle import PrefixFilter
+
+    now = [0.0]
+    kept = PrefixFilter(("Invalid request from ip=",), longest=40, clock=lambda: now[0])
+
+    def passes(message: str) -> logging.LogRecord | None:
+        record = logging.LogRecord("gunicorn.error", logging.WARNING, __file__, 1,
+                                   message, None, None)
+        return record if kept.filter(record) else None
+
+    first = passes("Invalid request from ip=10.0.0.1: " + "x%s" * 500)
+    assert first is not None and first.getMessage().endswith(" [...]")
+    assert len(first.getMessage()) < 60
+    assert all(passes(f"Invalid request from ip=10.0.0.{n}: bad") is None for n in range(50))
+    assert passes("Worker exiting (pid: 7)") is not None  # other lines pass
+    now[0] = 61.0
+    again = passes("Invalid request from ip=10.0.0.9: bad")
+    assert again is not None and "50 more like it left out" in again.getMessage()
