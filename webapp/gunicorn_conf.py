@@ -8,6 +8,7 @@ two unrelated process-local locks.
 """
 
 import gc
+import http
 import json
 import logging
 import os
@@ -22,6 +23,10 @@ from gunicorn.workers.ggevent import GeventWorker
 def write_json_error(sock, status_int, reason, mesg):  # type: ignore[no-untyped-def]
     """gunicorn's own answer to a request it cannot parse (bad request line, header too
     large...), as JSON ``{"error", "detail"}`` like every other error of the API."""
+    try:  # gunicorn names a 501 "Bad Request" (a security audit): the status's own
+        reason = http.HTTPStatus(int(status_int)).phrase
+    except ValueError:
+        pass
     code = re.sub(r"[^a-z0-9]+", "_", reason.lower()).strip("_")
     body = json.dumps({"error": code, "detail": mesg[:500]}).encode()
     head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"

@@ -117,11 +117,16 @@ def test_a_duplicate_content_type_header_is_a_json_400(shop):
      + b"k" * 10_000 + b"\r\n\r\n", 431),
     (b"POST /api/products/qa-api-1/purchase HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
      b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+    (b"POST /api/products/qa-api-1/purchase HTTP/1.1\r\nHost: x\r\n"
+     b"Transfer-Encoding: br, chunked\r\n\r\n", 501),  # named "Bad Request": an audit
 ], ids=["garbage", "http-9.9", "header-without-colon", "negative-content-length",
-        "8k-sku-in-the-url", "10k-idempotency-key", "content-length-and-chunked"])
+        "8k-sku-in-the-url", "10k-idempotency-key", "content-length-and-chunked",
+        "unsupported-transfer-coding"])
 def test_a_malformed_http_request_is_answered_with_json(shop, request_bytes, status):
     answer = raw_exchange(shop.url, request_bytes)
-    assert_error(answer, status)
+    body = assert_error(answer, status)
+    if status == 501:
+        assert body["error"] == "not_implemented", body
 
 
 def test_options_lists_the_allowed_methods(shop):
