@@ -235,7 +235,16 @@ def record_order(sessions: sessionmaker[Session], redis: Any, sale: Any, user_id
             give_back(redis, sale.sku, quantity, generation, stock_keys)
         raise
     except BaseException:
-        give_back(redis, sale.sku, quantity, generation, stock_keys)
+        # Interrupted (a worker stopping: gevent kills its greenlets at gunicorn's
+        # graceful timeout; Ctrl-C): the row may be in a batch another greenlet
+        # commits, or its COMMIT sent. Its units went back all the same, and a row
+        # that landed left Redis a unit ahead of the database: the next buyers
+        # oversold (an operator audit: a HUP mid-sale, 8 oversold of 40). Kept taken
+        # instead: written, nothing is amiss; not, they sit in checkout until the
+        # checkout watch reloads the sale from the database (``checkoutwatch.py``).
+        logger.warning("the purchase of %r (%s) was interrupted while its order was "
+                       "being written; if it was not, its %d unit(s) stay in checkout "
+                       "until the sale is reloaded", user_id, sale.sku, quantity)
         raise
 
 
