@@ -42,6 +42,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from .logthrottle import PER_REQUEST
+
 logger = logging.getLogger(__name__)
 
 #: past a purchase's longest wait (``shop.purchase_timeout_s``, the page's "no answer"),
@@ -77,8 +79,12 @@ class CheckoutWatch:
                 if self._stuck_for_long(row, now):
                     dropped.append(row.sku)
             except Exception as exc:  # noqa: BLE001 - one sale's trouble: the others go on
-                logger.warning("%s: the look for units stuck in checkout failed: %r",
-                               row.sku, exc)
+                # once a minute a kind: Redis down failed every sale every 5 s, each
+                # worker (an operator audit: 36 lines in 30 s)
+                PER_REQUEST.log(logger, logging.WARNING,
+                                ("checkout-watch", type(exc).__name__),
+                                "%s: the look for units stuck in checkout failed: %r",
+                                row.sku, exc)
         return dropped
 
     def _stuck_for_long(self, row: Any, now: float) -> bool:

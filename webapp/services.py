@@ -590,9 +590,12 @@ class _LostReply:
         except Exception as exc:  # noqa: BLE001 - still unreachable: tried again later
             # one line: while Redis is down every purchase queues one of these, and each
             # try logged a three-part traceback (a contract audit: 40 lines a buyer)
-            logger.warning("could not undo the lost purchase of %r (%s) yet; will retry: "
-                           "%s: %s", self.user_id, self.sku, type(exc).__name__,
-                           (str(exc).strip().splitlines() or [""])[0])
+            # and at most once a minute per kind: a worker retries each undo once a
+            # second while Redis is down (an operator audit: 30 lines in 30 s for one)
+            PER_REQUEST.log(logger, logging.WARNING, ("undo-lost", type(exc).__name__),
+                            "could not undo the lost purchase of %r (%s) yet; will retry: "
+                            "%s: %s", self.user_id, self.sku, type(exc).__name__,
+                            (str(exc).strip().splitlines() or [""])[0])
             return False
         if undone:
             logger.warning("a purchase of %r (%s) lost its reply: its reservation%s undone",

@@ -173,3 +173,22 @@ def test_a_worker_killed_mid_purchase_leaves_no_units_lost_for_good(tmp_path):
         status, audit = call(f"{shop.url}/api/sales/{SKU}/audit")
         assert (audit["remaining"], audit["orders"], audit["consistent"]) == (0, 5, True), \
             audit
+
+
+def test_a_redis_that_is_down_is_one_line_a_minute(app, caplog):
+    # every sale failed every 5 s, each worker, a line each (an operator audit)
+    import logging
+
+    import redis
+
+    from webapp.logthrottle import PER_REQUEST
+
+    PER_REQUEST.forget()
+    down = redis.Redis(port=1, socket_connect_timeout=0.2)
+    watch = CheckoutWatch(backends(app).sessions, down, stale_after_s=1)
+    with caplog.at_level(logging.WARNING, logger="webapp.checkoutwatch"):
+        for _ in range(3):
+            assert watch.look() == []
+    lines = [r for r in caplog.records if "units stuck in checkout failed" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+    PER_REQUEST.forget()
