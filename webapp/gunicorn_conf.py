@@ -206,7 +206,7 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
     from webapp.checkoutwatch import watch_for
     from webapp.retrylater import drain_every
 
-    drain_every(RETRY_LATER_EVERY_S, also=watch_for(worker.wsgi))
+    drain_every(RETRY_LATER_EVERY_S, also=watch_for(getattr(worker, "wsgi", None)))
 
 
 def worker_exit(server, worker):  # type: ignore[no-untyped-def]

@@ -184,7 +184,10 @@ def test_a_redis_that_is_down_is_one_line_a_minute(app, caplog):
     from webapp.logthrottle import PER_REQUEST
 
     PER_REQUEST.forget()
-    down = redis.Redis(port=1, socket_connect_timeout=0.2)
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    down = redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     watch = CheckoutWatch(backends(app).sessions, down, stale_after_s=1)
     with caplog.at_level(logging.WARNING, logger="webapp.checkoutwatch"):
         for _ in range(3):

@@ -189,7 +189,8 @@ def test_a_worker_freezes_the_apps_objects_and_collects_young_ones_less_often(mo
     started: list[threading.Thread] = []
     real_drain_every = retrylater.drain_every
     monkeypatch.setattr(retrylater, "drain_every",
-                        lambda every_s: started.append(real_drain_every(every_s, stop)))
+                        lambda every_s, **also: started.append(
+                            real_drain_every(every_s, stop, **also)))
     threshold = gc.get_threshold()
     try:
         gunicorn_conf.post_worker_init(worker=None)

@@ -19,5 +19,8 @@
 if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', unpack(KEYS))
+redis.call('DEL', KEYS[1], KEYS[2])
+if KEYS[3] then
+  redis.call('DEL', KEYS[3])
+end
 return 1
