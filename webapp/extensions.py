@@ -78,7 +78,8 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,
                                                   "check_same_thread": False},
-                               pool_size=10, max_overflow=20, pool_timeout=POOL_TIMEOUT_S)
+                               pool_size=10, max_overflow=20, pool_timeout=POOL_TIMEOUT_S,
+                               hide_parameters=True)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, record: Any) -> None:
@@ -101,8 +102,11 @@ def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     isolation = ({"isolation_level": "READ COMMITTED"}
                  if parsed.get_backend_name() == "postgresql" else {})
+    # hide_parameters: a database error's text, which the log keeps, carried the buyers'
+    # ids and Idempotency-Keys of its statement (an operator audit)
     engine = create_engine(url, pool_size=5, max_overflow=10, pool_timeout=POOL_TIMEOUT_S,
-                           pool_pre_ping=True, connect_args=serving, **isolation)
+                           pool_pre_ping=True, connect_args=serving, hide_parameters=True,
+                           **isolation)
     if engine.dialect.name == "postgresql":  # an order write's budget (writedeadline.py)
         # the shop's own statement timeout, or the URL's (asked per connection)
         keep_deadlines(engine, PG_STATEMENT_TIMEOUT_MS if "options" in serving else None)

@@ -92,6 +92,8 @@ errorlog = "-"
 preload_app = False
 
 
+#: an admin token shorter than this is warned about
+WEAK_TOKEN_CHARS = 16
 #: the token docker-compose.yml falls back on (``${SECKILL_ADMIN_TOKEN:-...}``)
 COMPOSE_DEFAULT_TOKEN = "change-me-admin-token"
 
@@ -106,6 +108,14 @@ def on_starting(server):  # type: ignore[no-untyped-def]
         server.log.warning("SECKILL_ADMIN_TOKEN is docker-compose.yml's default, "
                            "%r: anyone who read the file can reset the sales; set your "
                            "own", COMPOSE_DEFAULT_TOKEN)
+    given = os.environ.get("SECKILL_ADMIN_TOKEN") or ""
+    if given and given != COMPOSE_DEFAULT_TOKEN and len(given) < WEAK_TOKEN_CHARS:
+        # "x" or "admin" were taken without a word (a security audit): a guessable token
+        # resets every sale, and failed tries are not slowed down
+        server.log.warning("SECKILL_ADMIN_TOKEN is %d characters: anyone who guesses it "
+                           "can reset the sales; use %d or more (python -c 'import "
+                           "secrets; print(secrets.token_urlsafe(24))')", len(given),
+                           WEAK_TOKEN_CHARS)
     if not os.environ.get("SECKILL_ADMIN_TOKEN"):
         os.environ["SECKILL_ADMIN_TOKEN"] = secrets.token_urlsafe(24)  # the workers' too
         server.log.warning("SECKILL_ADMIN_TOKEN unset: the admin token of this server's "

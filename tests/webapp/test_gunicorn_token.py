@@ -94,6 +94,9 @@ def test_the_compose_files_default_token_is_warned_about(monkeypatch):
     monkeypatch.setenv("SECKILL_ADMIN_TOKEN", gunicorn_conf.COMPOSE_DEFAULT_TOKEN)
     gunicorn_conf.on_starting(Server())
     assert len(said) == 1 and "set your own" in said[0], said
-    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "an-operators-own")
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "an-operators-own-long-token")
     gunicorn_conf.on_starting(Server())
     assert len(said) == 1, said
+    monkeypatch.setenv("SECKILL_ADMIN_TOKEN", "admin")  # a security audit: taken silently
+    gunicorn_conf.on_starting(Server())
+    assert len(said) == 2 and "5 characters" in said[1], said
