@@ -135,9 +135,9 @@ class PrefixFilter(logging.Filter):
             return False
         left_out, since, _ = admitted
         cut = message[:self.longest] + (" [...]" if len(message) > self.longest else "")
-        record.msg, record.args = cut.replace("%", "%%"), ()
+        record.msg, record.args = cut, ()  # no args: not formatted (a "%" stays one)
         if left_out:
-            record.msg += LEFT_OUT
+            record.msg = cut.replace("%", "%%") + LEFT_OUT
             record.args = (left_out, since)
         return True
 

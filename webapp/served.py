@@ -96,19 +96,18 @@ def _redis_info(url: str) -> dict[str, Any]:
     client = _one_try_client(url, REACH_TIMEOUT_S)
     fields: dict[str, Any] = {}
     try:
-        for section in ("cluster", "replication", "memory"):  # one each: Redis 6.2 too
-            fields.update(client.info(section))
-        if fields.get("cluster_enabled"):  # its shards: cluster_size
-            fields.update(client.execute_command("CLUSTER INFO"))
-    except redis.RedisError:
-        return {}
-    try:  # how it persists (CONFIG may be refused or renamed: not checked then)
-        fields.update({f"config_{k}": v for k, v in client.config_get("save").items()})
-        fields.update({f"config_{k}": v for k, v in client.config_get("appendonly").items()})
-        fields.update({f"config_{k}": v
-                       for k, v in client.config_get("appendfsync").items()})
-    except redis.RedisError:
-        pass
+        try:
+            for section in ("cluster", "replication", "memory"):  # one each: Redis 6.2
+                fields.update(client.info(section))
+            if fields.get("cluster_enabled"):  # its shards: cluster_size
+                fields.update(client.execute_command("CLUSTER INFO"))
+        except redis.RedisError:
+            return {}
+        try:  # how it persists (CONFIG may be refused or renamed: not checked then)
+            for name in ("save", "appendonly", "appendfsync"):
+                fields.update({f"config_{k}": v for k, v in client.config_get(name).items()})
+        except redis.RedisError:
+            pass
     finally:
         client.close()
     return fields
@@ -167,7 +166,15 @@ def snapshot_redis(info: dict[str, Any]) -> str | None:
     that comes back empty is reloaded from the database, and one that logs every write
     (``appendfsync always``) comes back as it was."""
     save = str(info.get("config_save", "") or "").strip()
-    if not save or str(info.get("config_appendonly", "no")) == "yes":
+    fsync = str(info.get("config_appendfsync", "always"))
+    if str(info.get("config_appendonly", "no")) == "yes":
+        if fsync == "always":
+            return None
+        return (f"its append-only file is synced {fsync!r}, not 'always': a crash loses "
+                "the last writes (up to a second's with everysec), and it comes back with "
+                "a stock ahead of the database: the sale oversells by what was sold in "
+                "them. Set appendfsync always, or no persistence at all")
+    if not save:
         return None
     return (f"it saves RDB snapshots (save {save}) and no append-only file: after a "
             "crash it comes back with the stock of its last snapshot, ahead of the "
@@ -634,7 +641,7 @@ class ServedApp:
                     status, serve_id = response.status, response.headers.get(header)
             except urllib.error.HTTPError as exc:  # a 503 (Redis not ready), or not ours
                 status, serve_id = exc.code, exc.headers.get(header)
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(Exception):  # a body cut short: the status
                     self._last_health = f"HTTP {exc.code} {exc.read(300).decode(errors='replace')}"
                 exc.close()
             except OSError:  # nobody answers yet

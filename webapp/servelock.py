@@ -68,8 +68,11 @@ class Servers:
         ``/0`` or no database number, with or without a password, name one server. The
         text of the URLs was compared: a second host of the same shop given
         ``redis://localhost:6379`` beside one given ``redis://127.0.0.1:6379/0`` was
-        refused, "other lock servers" (a multi-host audit). A loopback address is this
-        machine's: hosts that each reach a Redis of their own at ``127.0.0.1`` differ."""
+        refused, "other lock servers" (a multi-host audit). Names are not resolved, and
+        the loopback interface is one spelling: hosts that each reach a Redis of their
+        own at ``127.0.0.1`` look the same, as they did when the text was compared (a
+        sidecar proxy on each host to one shared Redis looks just so, and is right). The
+        claim cannot tell them apart: docs/deployment.md says what must be shared."""
         text = json.dumps([_redis_server(self.redis_url) if self.redis_url else None,
                            sorted(_redis_server(url) for url in self.redlock_urls or []),
                            _zookeeper_servers(self.zookeeper_hosts or "")])

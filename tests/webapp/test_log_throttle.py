@@ -166,6 +166,11 @@ def test_a_library_line_per_bad_request_is_let_through_once_a_minute_and_cut():
     assert len(first.getMessage()) < 60
     assert all(passes(f"Invalid request from ip=10.0.0.{n}: bad") is None for n in range(50))
     assert passes("Worker exiting (pid: 7)") is not None  # other lines pass
+    now[0] = 30.0
+    odd = PrefixFilter(("Invalid request",), clock=lambda: now[0])
+    quoted = logging.LogRecord("gunicorn.error", logging.WARNING, __file__, 1,
+                               "Invalid request: GET /a%2Fb", None, None)
+    assert odd.filter(quoted) and quoted.getMessage() == "Invalid request: GET /a%2Fb"
     now[0] = 61.0
     again = passes("Invalid request from ip=10.0.0.9: bad")
     assert again is not None and "50 more like it left out" in again.getMessage()

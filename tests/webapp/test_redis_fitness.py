@@ -114,15 +114,17 @@ def test_a_redis_that_may_evict_the_sale_is_named_in_a_note(started, args, noted
 @pytest.mark.parametrize(("args", "noted"), [
     (("--save", "60 1"), True),
     (("--save", "60 1", "--appendonly", "yes", "--appendfsync", "always"), False),
+    (("--save", "", "--appendonly", "yes", "--appendfsync", "everysec"), True),
     ((), False),  # save "": back empty, reloaded from the database
-], ids=["snapshots", "append-only", "nothing-on-disk"])
+], ids=["snapshots", "append-only", "append-only-everysec", "nothing-on-disk"])
 def test_a_redis_that_comes_back_from_a_snapshot_is_named_in_a_note(started, args, noted):
     # a Redis audit: SAVE mid-sale, kill -9, back from dump.rdb: 26 oversold, no note
     server = start(started, *args)
     notes = reachable_redis(server.url)
     assert bool(notes) == noted, notes
     if noted:
-        assert "save 60 1" in notes[0] and "appendonly yes" in notes[0], notes
+        assert ("save 60 1" in notes[0] and "appendonly yes" in notes[0]) or (
+            "'everysec'" in notes[0] and "appendfsync always" in notes[0]), notes
 
 
 def test_an_acl_user_without_info_is_served_unchecked(started, tmp_path: Path):
