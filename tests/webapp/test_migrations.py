@@ -132,30 +132,23 @@ def test_two_servers_started_at_once_on_a_new_database_both_serve(new_database_u
             assert skus == ["sku-1", "sku-2", "sku-3"], skus
 
 
-def test_tables_without_alembic_version_are_refused_with_what_to_do(new_database_url):
+@pytest.mark.parametrize(("change", "refused", "said"), [
     # alembic tried to create them again: "relation products already exists"
-    db.upgrade(new_database_url)
-    engine = create_engine(new_database_url)
-    try:
-        with engine.begin() as connection:
-            connection.execute(text("DROP TABLE alembic_version"))
-    finally:
-        engine.dispose()
-    with pytest.raises(db.UnversionedSchema, match="no alembic_version.*stamp head"):
-        db.upgrade(new_database_url)
-
-
-def test_a_revision_our_migrations_do_not_have_is_refused_with_what_it_may_be(
-        new_database_url):
+    ("DROP TABLE alembic_version", db.UnversionedSchema, "no alembic_version.*stamp head"),
     # "Can't locate revision identified by '0005'" was all it said (a migrations audit)
+    ("UPDATE alembic_version SET version_num = '0005'", db.UnknownRevision,
+     "'0005'.*a newer seckill.*another app"),
+], ids=["no-alembic-version", "unknown-revision"])
+def test_a_schema_of_unknown_revision_is_refused_with_what_to_do(new_database_url, change,
+                                                                 refused, said):
     db.upgrade(new_database_url)
     engine = create_engine(new_database_url)
     try:
         with engine.begin() as connection:
-            connection.execute(text("UPDATE alembic_version SET version_num = '0005'"))
+            connection.execute(text(change))
     finally:
         engine.dispose()
-    with pytest.raises(db.UnknownRevision, match="'0005'.*a newer seckill.*another app"):
+    with pytest.raises(refused, match=said):
         db.upgrade(new_database_url)
 
 
