@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 from flask import Blueprint, Request, Response, current_app, jsonify, request
+from redis.exceptions import ResponseError
 from sqlalchemy import text as sql
 
 from . import locks, sales, validation
@@ -15,7 +16,7 @@ from .commits import came_of
 from .config import SERVE_ID_HEADER
 from .extensions import Backends, get_backends, read_only_renewal_due
 from .openapi import document
-from .problems import UnknownSku
+from .problems import UnknownSku, first_line
 from .saleinfo import cached_sale
 from .services import Checkout, PurchaseRequest, checkout, new_nonce
 
@@ -106,16 +107,9 @@ def healthz() -> tuple[Response, int]:
 def _refusal(exc: Exception) -> str:
     """An error's type, and for Redis refusing (out of memory, no permission, read-only)
     its own words: "down: ResponseError" told the operator nothing (a Redis audit)."""
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import ResponseError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
     name = type(exc).__name__
-    if isinstance(exc, ResponseError) and not isinstance(
-            exc, (RedisConnectionError, RedisTimeoutError)):
-        said = (str(exc).strip().splitlines() or [""])[0][:160]
-        return f"{name} ({said})" if said else name
-    return name
+    said = first_line(exc)[:160] if isinstance(exc, ResponseError) else ""
+    return f"{name} ({said})" if said else name
 
 
 def _serve_named(response: Response) -> Response:

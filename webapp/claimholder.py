@@ -25,9 +25,11 @@ import contextlib
 import os
 import sys
 
+from .problems import first_line
+
 
 def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return first_line(exc) or type(exc).__name__
 
 
 def hold(stack: contextlib.ExitStack) -> list[str]:

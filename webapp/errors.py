@@ -17,7 +17,7 @@ import re
 import traceback
 
 from flask import Blueprint, Response, jsonify, request
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
@@ -58,12 +58,7 @@ def _unavailable(part: str, exc: Exception) -> tuple[Response, int]:
 
 @bp.app_errorhandler(RedisError)
 def redis_down(exc: RedisError) -> tuple[Response, int]:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import ResponseError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
-    if isinstance(exc, ResponseError) and not isinstance(
-            exc, (RedisConnectionError, RedisTimeoutError)):
+    if isinstance(exc, ResponseError):
         # Redis answered, refusing (out of memory, no permission, read-only): "redis is
         # unavailable" sent the operator looking for a server that was up (a Redis audit)
         PER_REQUEST.log(logger, logging.WARNING, ("refused", "redis", type(exc).__name__),

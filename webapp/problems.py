@@ -11,6 +11,12 @@ import time
 from typing import Any, ClassVar
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s text ("" for none): what a one-line message quotes
+    of a server's answer."""
+    return (str(error).strip().splitlines() or [""])[0]
+
+
 class ShopError(Exception):
     code: ClassVar[str] = "error"
     status: ClassVar[int] = 500

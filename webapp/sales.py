@@ -25,7 +25,7 @@ from .commits import reading
 from .keys import SaleKeys
 from .models import Order, Product, Sale, shown_sale_start
 from .paths import path_for
-from .problems import Busy, UnknownSku
+from .problems import Busy, UnknownSku, first_line
 from .saleinfo import SaleInfo, generation, next_started_at
 from .validation import plausible_sku
 
@@ -209,7 +209,7 @@ def _redis_side(path: Any, redis: Any, sessions: sessionmaker[Session], info: Sa
             # it was "redis is unavailable, try again shortly" (errors.redis_down), the
             # database side done all the same (a Redis audit)
             logger.warning("sale %s reset in the database, not in Redis: %r", info.sku, exc)
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            why = first_line(exc)[:200] or type(exc).__name__
             raise Busy(f"the sale of {info.sku} was reset in the database (its orders "
                        f"deleted), but Redis refused the new stock ({why}): reset it "
                        "again once Redis takes writes", retry_after_s=1) from exc

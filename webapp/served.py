@@ -41,6 +41,7 @@ from lockcore.zkserver import any_answers
 from . import config as settings
 from . import db, demo, locks, redisclaim, servelock
 from .extensions import Backends
+from .problems import first_line
 
 #: started and not yet stopped; stopped at interpreter exit if the owner forgot
 _live: set[ServedApp] = set()
@@ -60,8 +61,7 @@ NOTE_TIMEOUT_S = 1  # a lock server that is not needed to start: a note, not a w
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+    return f"{type(exc).__name__}: {first_line(getattr(exc, 'orig', None) or exc)}"
 
 
 def _one_try_client(url: str, timeout: float) -> Any:

@@ -63,6 +63,7 @@ from .problems import (
     SaleMovedOn,
     SoldOut,
     already_bought,
+    first_line,
     not_enough,
 )
 from .retrylater import RetryLater
@@ -595,7 +596,7 @@ class _LostReply:
             PER_REQUEST.log(logger, logging.WARNING, ("undo-lost", type(exc).__name__),
                             "could not undo the lost purchase of %r (%s) yet; will retry: "
                             "%s: %s", self.user_id, self.sku, type(exc).__name__,
-                            (str(exc).strip().splitlines() or [""])[0])
+                            first_line(exc))
             return False
         if undone:
             logger.warning("a purchase of %r (%s) lost its reply: its reservation%s undone",
