@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any
 
@@ -11,7 +10,7 @@ from redis.exceptions import ResponseError
 from sqlalchemy import text as sql
 
 from . import locks, sales, validation
-from .batching import gevent_patched
+from .batching import gevent_time_limit
 from .commits import came_of
 from .config import SERVE_ID_HEADER
 from .extensions import Backends, get_backends, read_only_renewal_due
@@ -59,11 +58,7 @@ def _silenced(error: BaseException | None) -> bool:
 def _within(seconds: float) -> Any:
     """A time limit on the greenlet's waits under gunicorn's gevent workers (the shop
     as served); none elsewhere (a test client, a sync worker)."""
-    if not gevent_patched("socket"):
-        return contextlib.nullcontext()
-    from gevent import Timeout
-
-    return Timeout(seconds, _Silent())
+    return gevent_time_limit(seconds, _Silent())
 
 
 @bp.get("/healthz")

@@ -25,6 +25,7 @@ item of its batch that has no answer yet, and still passes the lead.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 import threading
@@ -100,6 +101,17 @@ def gevent_patched(module: str) -> bool:
     this process: a gevent worker's."""
     monkey = sys.modules.get("gevent.monkey")
     return bool(monkey and monkey.is_module_patched(module))
+
+
+def gevent_time_limit(seconds: float, error: BaseException | type[BaseException]) -> Any:
+    """A gevent ``Timeout`` that raises ``error`` in the greenlet waiting in its ``with``
+    block after ``seconds``, in a gevent worker; elsewhere a context that limits nothing
+    (a sync worker's waits cannot be interrupted)."""
+    if not gevent_patched("socket"):
+        return contextlib.nullcontext()
+    from gevent import Timeout
+
+    return Timeout(seconds, error)
 
 
 @dataclass(eq=False)

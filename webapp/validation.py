@@ -8,7 +8,6 @@ deep down. Here they are a 400 (and bodies above ``MAX_CONTENT_LENGTH`` a 413).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import unicodedata
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from flask import Request
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge
 
+from .batching import gevent_time_limit
 from .problems import InvalidRequest, SlowBody
 
 MAX_KEY_LENGTH = 128
@@ -103,13 +103,7 @@ def _within_body_time() -> Any:
     not the body's: a POST sending its headers and one byte of its body held its
     connection for ever, and a few thousand such held every slot of a served shop (a
     security audit: /healthz timed out while 250 held a 100-slot worker)."""
-    try:
-        from gevent import Timeout, monkey
-    except ImportError:
-        return contextlib.nullcontext()
-    if not monkey.is_module_patched("socket"):
-        return contextlib.nullcontext()
-    return Timeout(BODY_S, _BodyLate)
+    return gevent_time_limit(BODY_S, _BodyLate)
 
 
 def too_long_body(limit: int | None) -> str:
