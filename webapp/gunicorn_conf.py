@@ -104,19 +104,19 @@ def on_starting(server):  # type: ignore[no-untyped-def]
     unset"). Each worker made a random one of its own and printed none: run as the
     image's ``CMD`` or by hand, the admin API answered every token 401 (a deployment
     audit). ``seckill serve`` always passes its own."""
-    if os.environ.get("SECKILL_ADMIN_TOKEN") == COMPOSE_DEFAULT_TOKEN:
+    given = os.environ.get("SECKILL_ADMIN_TOKEN") or ""
+    if given == COMPOSE_DEFAULT_TOKEN:
         server.log.warning("SECKILL_ADMIN_TOKEN is docker-compose.yml's default, "
                            "%r: anyone who read the file can reset the sales; set your "
                            "own", COMPOSE_DEFAULT_TOKEN)
-    given = os.environ.get("SECKILL_ADMIN_TOKEN") or ""
-    if given and given != COMPOSE_DEFAULT_TOKEN and len(given) < WEAK_TOKEN_CHARS:
+    if given and len(given) < WEAK_TOKEN_CHARS:
         # "x" or "admin" were taken without a word (a security audit): a guessable token
         # resets every sale, and failed tries are not slowed down
         server.log.warning("SECKILL_ADMIN_TOKEN is %d characters: anyone who guesses it "
                            "can reset the sales; use %d or more (python -c 'import "
                            "secrets; print(secrets.token_urlsafe(24))')", len(given),
                            WEAK_TOKEN_CHARS)
-    if not os.environ.get("SECKILL_ADMIN_TOKEN"):
+    if not given:
         os.environ["SECKILL_ADMIN_TOKEN"] = secrets.token_urlsafe(24)  # the workers' too
         server.log.warning("SECKILL_ADMIN_TOKEN unset: the admin token of this server's "
                            "workers is %s", os.environ["SECKILL_ADMIN_TOKEN"])
