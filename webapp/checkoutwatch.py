@@ -18,11 +18,11 @@ then (``gunicorn_conf.post_worker_init``): a sale whose units have stayed in che
 figures and the same generation, for longer than a purchase can take
 (``stale_after_s``), has its Redis copy, sold-out flag and stock dropped
 (``forget_stuck_sale.lua``), and the next buyer or audit reloads it from the database,
-as after a Redis restart: the stock is the database's again, the buyers those with an
-order. The generations make
-that safe even if a purchase was only slow: an ``atomic`` reload starts a new one, so
-a row of the old one is refused (its buyer hears 503 and buys again); a lock path's
-reload holds sections off for a lock TTL, then counts the stock from the database.
+as after a Redis restart: the stock is the database's again. The generations make that
+safe even if a purchase was only slow: an ``atomic`` reload starts a new one (its
+buyers those with an order), so a row of the old one is refused (its buyer hears 503
+and buys again); a lock path's reload holds sections off for a lock TTL, then counts
+the stock from the database.
 The same mends a copy a reset left behind: its database side committed, its Redis side
 refused (Redis out of memory, read-only), the old stock below the new one; the copy's
 generation is then the older one.
