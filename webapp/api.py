@@ -15,8 +15,8 @@ from .commits import came_of
 from .config import SERVE_ID_HEADER
 from .extensions import Backends, get_backends, read_only_renewal_due
 from .openapi import document
-from .problems import UnknownSku, first_line
-from .saleinfo import cached_sale
+from .problems import InvalidRequest, UnknownSku, first_line
+from .saleinfo import cached_sale, load_sale
 from .services import Checkout, PurchaseRequest, checkout, new_nonce
 
 bp = Blueprint("api", __name__)
@@ -150,13 +150,18 @@ def purchase(sku: str) -> tuple[Response, int]:
     # the request itself, not the proxy: each attribute read through ``request`` is a
     # context lookup (docs/performance.md, session 9)
     this: Request = request._get_current_object()  # type: ignore[attr-defined]
-    body = validation.json_object(this)
     backends = get_backends()
-    purchase_request = PurchaseRequest(
-        sku=_known_sku(sku),
-        user_id=validation.text(body, "user_id", backends.config["MAX_USER_ID_LENGTH"]),
-        quantity=validation.integer(body, "quantity", low=1, high=MAX_QUANTITY, default=1),
-        idempotency_key=validation.idempotency_key(this), nonce=new_nonce())
+    try:
+        body = validation.json_object(this)
+        purchase_request = PurchaseRequest(
+            sku=_known_sku(sku),
+            user_id=validation.text(body, "user_id", backends.config["MAX_USER_ID_LENGTH"]),
+            quantity=validation.integer(body, "quantity", low=1, high=MAX_QUANTITY,
+                                        default=1),
+            idempotency_key=validation.idempotency_key(this), nonce=new_nonce())
+    except InvalidRequest:
+        _refuse_unknown(backends, sku)
+        raise
     deps = Checkout(sessions=backends.sessions, redis=backends.redis,
                     lock_for=functools.partial(locks.lock_for, backends),
                     lock_timeout_s=backends.config["LOCK_TIMEOUT_S"],
@@ -167,6 +172,19 @@ def purchase(sku: str) -> tuple[Response, int]:
                     fence=functools.partial(locks.raise_fence, backends))
     result = checkout(deps, purchase_request)
     return jsonify(result.order.to_json()), 201 if result.created else 200
+
+
+def _refuse_unknown(backends: Backends, sku: str) -> None:
+    """Raise ``UnknownSku`` for a request that is bad *and* names no product: the
+    contract's 404 comes first, whatever the body (a bad body for a sku that does not
+    exist answered 400: a contract audit). One database read, on the error path only;
+    a database that cannot answer leaves the 400 standing."""
+    try:
+        load_sale(backends.sessions, _known_sku(sku))
+    except UnknownSku:
+        raise
+    except Exception:  # the lookup's own failure is not this request's answer
+        return
 
 
 def reload_lost_sale(backends: Backends, sku: str) -> None:

@@ -39,6 +39,21 @@ def test_an_unknown_sku_is_404_unknown_sku(client):
         assert response.get_json()["error"] == "unknown_sku"
 
 
+def test_an_unknown_sku_is_404_whatever_the_body(client):
+    """The sku first: a bad body for a product that does not exist is its 404, not the
+    body's 400 (a contract audit); a known sku with the same bodies keeps its 400."""
+    for body in ({"quantity": "x"}, {}, [1], None):
+        for sku, status, error in (("nope", 404, "unknown_sku"),
+                                   ("x" * 300, 404, "unknown_sku"),
+                                   (SKU, 400, "invalid_request")):
+            answer = (client.post(f"/api/products/{sku}/purchase", data="{")
+                      if body is None else
+                      client.post(f"/api/products/{sku}/purchase", json=body))
+            assert (answer.status_code, answer.get_json()["error"]) == (status, error), \
+                (sku[:10], body)
+    assert client.get("/api/sales/nope/audit").status_code == 404
+
+
 def test_a_purchase_creates_an_order_with_a_fencing_token(client):
     response = buy(client, "ann")
     assert response.status_code == 201
