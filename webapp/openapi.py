@@ -52,14 +52,21 @@ _BUSY = (503, "busy: lock not acquired in time or a backend down; see Retry-Afte
 #: a product read with Redis down comes from the database; with the database down, 503
 _DATABASE_DOWN = (503, "busy: the database is down; see Retry-After")
 _TOO_LARGE = (413, "request_entity_too_large: the body is over 64 KiB")
+#: ``validation.read_body``'s limit on a body that comes in too slowly
+_SLOW_BODY = (408, "request_timeout: the body did not arrive in time")
 
 _IN_CHECKOUT = {"type": "integer", "description": "units Redis has taken whose orders "
                 "are not written yet (amid a sale: in checkout; the audit is consistent "
                 "only once they are 0); approximate, and 0 for sql"}
 _PRODUCT = {"type": "object", "required": ["sku", "name", "price", "stock", "sold", "strategy"],
             "properties": {"sku": {"type": "string"}, "name": {"type": "string"},
-                           "price": {"type": "number"}, "stock": {"type": "integer"},
+                           "price": {"type": "number", "description": "in currency "
+                                     "units (49.0), from whole cents"},
+                           "description": {"type": "string"},
+                           "stock": {"type": "integer"},
                            "sold": {"type": "integer"}, "strategy": {"type": "string"},
+                           "work_ms": {"type": "integer", "description": "the simulated "
+                                       "work inside each purchase's critical section"},
                            "initial_stock": {"type": "integer"},
                            "in_checkout": _IN_CHECKOUT,
                            "limit": {"type": "integer", "description": "units one buyer "
@@ -76,10 +83,18 @@ _ORDER = {"type": "object", "required": ["order_id", "sku", "user_id", "quantity
                              "product's sale_started_at then): a reset deletes it, so a "
                              "product now showing a later one has lost it; a replay (200) "
                              "has it too, read with the order"}}}
-_AUDIT = {"type": "object", "properties": {
-    name: {"type": "integer"} for name in
-    ("initial_stock", "remaining", "orders", "units_sold", "oversold", "duplicate_buyers")}
-    | {"in_checkout": _IN_CHECKOUT, "consistent": {"type": "boolean"}}}
+_AUDIT_COUNTS = ("initial_stock", "remaining", "database_remaining", "orders",
+                 "units_sold", "oversold", "duplicate_buyers", "in_checkout")
+_AUDIT = {"type": "object", "required": ["sku", "strategy", *_AUDIT_COUNTS, "consistent"],
+          "properties": {"sku": {"type": "string"}, "strategy": {"type": "string"}}
+          | {name: {"type": "integer"} for name in _AUDIT_COUNTS}
+          | {"remaining": {"type": "integer", "description": "Redis's stock"},
+             "database_remaining": {"type": "integer",
+                                    "description": "the database's stock"},
+             "in_checkout": _IN_CHECKOUT,
+             "consistent": {"type": "boolean", "description": "remaining + units_sold == "
+                            "initial_stock, oversold == 0, duplicate_buyers == 0 and "
+                            "remaining == database_remaining"}}}
 
 
 def document(config: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +124,7 @@ def document(config: dict[str, Any]) -> dict[str, Any]:
                          "responses": {"200": _json(
                              {"type": "object", "required": ["ok"],
                               "properties": {"ok": {"type": "boolean", "const": True}}},
-                             '{"ok": true}'), **_errors(_TOO_LARGE)}}},
+                             '{"ok": true}'), **_errors(_TOO_LARGE, _SLOW_BODY)}}},
             "/api/products": {"get": {"summary": "Every product with its live stock",
                                       "responses": {"200": _json({"type": "array",
                                                                   "items": _PRODUCT}, "ok"),
@@ -143,7 +158,7 @@ def document(config: dict[str, Any]) -> dict[str, Any]:
                               "200": _json(_ORDER, "the order this Idempotency-Key made"),
                               **_errors((400, "invalid_request"), (404, "unknown_sku"),
                                         (409, "sold_out or already_purchased"), _TOO_LARGE,
-                                        _BUSY)}}},
+                                        _SLOW_BODY, _BUSY)}}},
             "/api/admin/sales/{sku}": {"put": {
                 "summary": "Reset a sale: delete its orders, set stock and strategy",
                 "security": [{"bearer": []}], "parameters": [_SKU],
@@ -169,7 +184,7 @@ def document(config: dict[str, Any]) -> dict[str, Any]:
                                                             "no limit but the stock"}}}}}},
                 "responses": {"200": {"description": "the sale as reset"},
                               **_errors((400, "invalid_request"), (401, "unauthorized"),
-                                        (404, "unknown_sku"), _TOO_LARGE,
+                                        (404, "unknown_sku"), _TOO_LARGE, _SLOW_BODY,
                                         (503, "busy: a purchase or another reset held the "
                                               "sale too long, or a backend is down"))}}},
             "/api/admin/sales/{sku}/buyers": {"get": {

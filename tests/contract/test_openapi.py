@@ -126,10 +126,35 @@ def test_a_product_and_an_audit_carry_every_field_the_contract_names(shop):
     assert isinstance(listing, list) and SKU in {item["sku"] for item in listing}
 
 
+def test_every_field_the_server_sends_is_in_its_schema(shop, spec):
+    """A field the server sends and the document leaves out is one a generated client
+    drops (the audit's ``sku``, ``strategy`` and ``database_remaining``, the product's
+    ``description`` and ``work_ms`` were: a contract audit); an audit's fields are all
+    required, as the server always sends them."""
+    shop.reset(SMALL, 2, "token")
+    order = shop.buy("spec-fields", SMALL)
+    assert order.status == 201, order.body
+    schemas = {name: inline_refs(schema, spec) for name, schema in (
+        ("product", spec["paths"]["/api/products/{sku}"]["get"]["responses"]["200"]),
+        ("order", spec["paths"]["/api/products/{sku}/purchase"]["post"]["responses"]
+         ["201"]),
+        ("audit", spec["paths"]["/api/sales/{sku}/audit"]["get"]["responses"]["200"]))}
+    answers = {"product": shop.call("GET", f"/api/products/{SMALL}").json,
+               "order": order.json, "audit": shop.audit(SMALL)}
+    for name, answer in answers.items():
+        schema = schemas[name]["content"]["application/json"]["schema"]
+        undocumented = set(answer) - set(schema["properties"])
+        assert not undocumented, (name, undocumented)
+    audit = schemas["audit"]["content"]["application/json"]["schema"]
+    assert set(audit["required"]) == set(answers["audit"])
+
+
 #: answers the served app really gives (each seen in this package's other modules)
 #: that a client generated from the document must expect
 SEEN_ELSEWHERE = [
     ("/api/products/{sku}/purchase", "post", 413),  # test_errors_are_json: a huge body
+    ("/api/products/{sku}/purchase", "post", 408),  # webapp/test_hostile_clients
+    ("/api/admin/sales/{sku}", "put", 408),
     ("/api/admin/sales/{sku}", "put", 413),
     ("/api/sales/{sku}/audit", "get", 503),  # test_outages: Redis down
     ("/api/admin/sales/{sku}", "put", 503),  # a buyer holds the stock lock too long
