@@ -93,6 +93,13 @@ def _unwritable_instance(instance: Path, database_given: bool) -> str | None:
                 "folder you may write to")
 
 
+def _zookeeper_line(hosts: str | None) -> str:
+    """The banner's ZooKeeper line: serve starts none of its own, so without
+    ZOOKEEPER_HOSTS the ``zookeeper`` strategy is refused (400), and the banner says so
+    up front (a contract audit found it only at the first reset)."""
+    return hosts or "none (set ZOOKEEPER_HOSTS for the zookeeper strategy)"
+
+
 def main(args: argparse.Namespace) -> int:
     try:  # what the workers will read, checked before anything starts
         config = settings.served_from_env(str(Path.cwd() / "instance"))  # SQLite there
@@ -137,6 +144,7 @@ def main(args: argparse.Namespace) -> int:
                   f"admin token {served.admin_token}\n"
                   f"Redis       {settings.without_password(served.redis_url or '')}\n"
                   f"database    {settings.without_password(served.database_url or '')}\n"
+                  f"ZooKeeper   {_zookeeper_line(served.zookeeper_hosts)}\n"
                   f"log         {served.logfile}\n"
                   "Ctrl-C stops everything.", flush=True)
             while served.proc is not None and served.proc.poll() is None:

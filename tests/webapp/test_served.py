@@ -135,15 +135,17 @@ def test_seckill_serve_prints_the_url_and_token_and_stops_everything_on_ctrl_c(t
 
     port = free_port()
     env = {**os.environ, "SECKILL_ADMIN_TOKEN": "cli-token"}
-    for name in ("REDIS_URL", "DATABASE_URL", "REDLOCK_URLS"):
+    for name in ("REDIS_URL", "DATABASE_URL", "REDLOCK_URLS", "ZOOKEEPER_HOSTS"):
         env.pop(name, None)
     proc = subprocess.Popen([sys.executable, "-m", "webapp.cli", "serve", "--port", str(port),
                              "--workers", "1"], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        lines = [proc.stdout.readline() for _ in range(3)]
+        lines = [proc.stdout.readline() for _ in range(6)]
         assert lines[0].strip() == f"storefront  http://127.0.0.1:{port}/", lines
         assert "cli-token" in lines[2]
+        # no ZooKeeper of its own: the banner says the strategy needs one, up front
+        assert lines[5].startswith("ZooKeeper   none (set ZOOKEEPER_HOSTS"), lines
         assert call(f"http://127.0.0.1:{port}/api/products/sku-1")[0] == 200
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
