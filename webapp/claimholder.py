@@ -71,9 +71,11 @@ def hold(stack: contextlib.ExitStack) -> list[str]:
 def main() -> int:
     from lockcore.lifeline import die_with_parent
 
+    from . import servelock
     from .servelock import DatabaseInUse
 
     die_with_parent(os.getppid())
+    servelock.speak_for(os.getppid())  # a refused shop is told the master's pid, not ours
     with contextlib.ExitStack() as stack:
         try:
             unchecked = hold(stack)

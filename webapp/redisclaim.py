@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import platform
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .servelock import DatabaseInUse
+from .servelock import DatabaseInUse, shop_pid
 
 #: the prefix of a shop's connection name
 PREFIX = "seckill-shop-"
@@ -88,7 +87,7 @@ def claimed(redis_url: str, database: str) -> Iterator[None]:
 
     client = redis.Redis.from_url(redis_url, single_connection_client=True,
                                   socket_connect_timeout=5, socket_timeout=5)
-    mine = f"{PREFIX}{database}-{os.getpid()}"
+    mine = f"{PREFIX}{database}-{shop_pid()}"
     try:
         try:
             client.client_setname(mine)

@@ -126,22 +126,40 @@ def _zookeeper_servers(hosts: str) -> list[str]:
     return sorted(found) + ([f"/{chroot.strip('/')}"] if slash and chroot.strip("/") else [])
 
 
+#: the process this one's claims speak for: itself (``seckill serve``), or the gunicorn
+#: master a ``claimholder`` holds them for (``speak_for``)
+_shop_pid: int | None = None
+
+
+def speak_for(pid: int) -> None:
+    """Name ``pid`` as the shop in the claims this process takes: a refusal named the
+    claim holder's pid as "another seckill serve", and killing it would stop the claim,
+    not the shop (a deployment audit)."""
+    global _shop_pid
+    _shop_pid = pid
+
+
+def shop_pid() -> int:
+    """The pid a refused shop is told holds the claim (``speak_for``)."""
+    return _shop_pid or os.getpid()
+
+
 def _embedded_why(where: str, pid: str) -> str:
-    other = f"another seckill serve{f' (pid {pid})' if pid else ''}"
+    other = f"another seckill shop{f' (pid {pid})' if pid else ''}"
     return (f"{other} is using {where} with Redis servers it started itself: a second shop "
             "on it would sell the stock twice, each under its own lock. Stop it, or give "
             "both the same REDIS_URL and REDLOCK_URLS")
 
 
 def _alone_why(where: str, pid: str) -> str:
-    other = f"another seckill serve{f' (pid {pid})' if pid else ''}"
+    other = f"another seckill shop{f' (pid {pid})' if pid else ''}"
     return (f"{other} is using {where}, and this one would start Redis servers of its "
             "own: the two would sell the stock twice, each under its own lock. Stop it, "
             "or give both the same REDIS_URL and REDLOCK_URLS")
 
 
 def _other_servers_why(where: str, pid: str) -> str:
-    other = f"another seckill serve{f' (pid {pid})' if pid else ''}"
+    other = f"another seckill shop{f' (pid {pid})' if pid else ''}"
     return (f"{other} is using {where} with other lock servers (REDIS_URL, REDLOCK_URLS "
             "or ZOOKEEPER_HOSTS differ): the two would sell the stock twice. Give both "
             "the same ones")
@@ -221,9 +239,9 @@ def _take_sqlite(fd: int, where: str, servers: Servers, mine: str) -> None:
     while True:
         if _try(fd, fcntl.LOCK_EX):  # nobody else: this shop writes the record
             if servers.alone:
-                _write(fd, {"alone": True, "pid": os.getpid()})
+                _write(fd, {"alone": True, "pid": shop_pid()})
                 return
-            _write(fd, {"alone": False, "fingerprint": mine, "pid": os.getpid()})
+            _write(fd, {"alone": False, "fingerprint": mine, "pid": shop_pid()})
             fcntl.flock(fd, fcntl.LOCK_UN)  # (not atomic: the record is read again)
         if not servers.alone and _try(fd, fcntl.LOCK_SH):
             record = _read(fd)
@@ -265,7 +283,7 @@ def _postgres_claim(database_url: str, servers: Servers) -> Iterator[None]:
     from .config import without_password
     from .db import scratch_engine
 
-    engine = scratch_engine(database_url, application_name=f"seckill serve {os.getpid()}")
+    engine = scratch_engine(database_url, application_name=f"seckill serve {shop_pid()}")
     where = without_password(database_url)
     try:
         with engine.connect() as connection:

@@ -849,7 +849,7 @@ def test_a_second_serve_on_the_same_database_with_its_own_redis_is_refused(tmp_p
     with _serving(tmp_path, _env()) as (first, printed):
         second = _second_serve(tmp_path, _env())
         assert second.returncode == 1, second
-        assert f"another seckill serve (pid {first.pid})" in second.stderr, second.stderr
+        assert f"another seckill shop (pid {first.pid})" in second.stderr, second.stderr
         assert "sell the stock twice" in second.stderr and "admin token" not in second.stdout
         url = printed["storefront"].rstrip("/")
         assert request(url, "POST", "/api/products/sku-1/purchase",

@@ -71,7 +71,7 @@ def test_the_last_sharer_leaving_lets_shops_with_other_servers_in(database):
 
 def test_the_refusal_names_the_holders_pid_while_it_lives(database):
     with held(database, ALONE):
-        with pytest.raises(DatabaseInUse, match=f"another seckill serve \\(pid {os.getpid()}\\)"):
+        with pytest.raises(DatabaseInUse, match=f"another seckill shop \\(pid {os.getpid()}\\)"):
             with held(database, ALONE):
                 pass
 
@@ -145,7 +145,7 @@ def test_every_spelling_of_a_postgresql_url_claims_the_database(scheme):
 def test_a_postgresql_claim_let_go_holds_no_lock_after_it():
     """A serve stopped and started again claims the database right after: the first
     claim's locks went with its connection's backend, a moment after the close, and a
-    claim in that moment found them held by its own pid ("another seckill serve (pid
+    claim in that moment found them held by its own pid ("another seckill shop (pid
     ...)": the suite, once). Asked on a connection already open, as soon as each claim
     ends: before, 3 of 40 still showed the lock on a quiet machine (this test failed 4 of
     4 runs of 150 claims)."""
