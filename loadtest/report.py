@@ -21,6 +21,7 @@ from .compare import (
     NOTHING_SOLD,
     OK,
     StrategyResult,
+    exact_unsafe_note,
     format_rounds,
     table_rows,
     unsold_notes,
@@ -53,8 +54,8 @@ def _notes(results: list[StrategyResult]) -> list[str]:
     """What the terminal says under its table, said under this one: a sale cut short,
     orders no buyer heard of, and why a phase broke. Without them the page showed a
     green "ok" row, and a bare "ERROR" (a report audit)."""
-    lines = unsold_notes(results) + [f"{r.label}: ERROR: {r.error}" for r in results
-                                     if r.error]
+    lines = unsold_notes(results) + exact_unsafe_note(results) + [
+        f"{r.label}: ERROR: {r.error}" for r in results if r.error]
     return [f'<p class="note">{escape(line)}</p>' for line in lines]
 
 
@@ -102,7 +103,8 @@ def _raw_links(raw_files: list[str]) -> str:
 def _explained(results: list[StrategyResult]) -> str:
     """What the table's columns mean: a flash sale's, or a sustained run's."""
     verdicts = ("<p>A strategy marked safe that oversold, lost an order or left the sale "
-                "inconsistent is a FAIL; unsafe ones are expected to break (the lesson). ")
+                "inconsistent is a FAIL; unsafe ones may break (the lesson), and some need "
+                "a crash, a pause or a clock to (the labs). ")
     if any(r.mode != "flash" for r in results):
         return (verdicts + "<em>purchases/s</em> and <em>req/s</em> are counted over the "
                 "phase's steady window (its first seconds of ramp and its last second "

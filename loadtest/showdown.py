@@ -32,6 +32,7 @@ from .compare import (
     NOOP_MODES,
     NOTHING_SOLD,
     StrategyResult,
+    exact_unsafe_note,
     failed,
     format_rounds,
     format_table,
@@ -375,7 +376,7 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
     rounds = format_rounds(results)
     if rounds:
         print(f"\n{rounds}")
-    for note in unsold_notes(results):
+    for note in unsold_notes(results) + exact_unsafe_note(results):
         print(note)
     if args.url and not os.environ.get("REDIS_URL") and not any(
             r.redis_per_purchase is not None for r in results):
@@ -391,7 +392,7 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
         try:
             (report_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             also = [kept_log.name] if kept_log is not None else []
-            print(f"\nreport: {write_report(report_dir, results, summary, also)}")
+            print(f"\nreport: {write_report(report_dir, results, summary, also).resolve()}")
         except OSError as exc:  # a disk that filled during the run
             print(f"seckill showdown: error: could not write the report in {report_dir}: "
                   f"{exc.strerror or exc}", file=sys.stderr)

@@ -37,6 +37,12 @@ def _tick(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
+def _figure(value: float) -> str:
+    """A bar's value in its hover title: whole, with thousands separators, from 1,000
+    (``.4g`` printed 10,000 ms as "1e+04": a demo audit), else four figures."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 #: gridlines above zero; the top is TICKS round steps (5,280 / 3,960 / ... were max x 1.1)
 TICKS = 4
 NICE_STEPS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
@@ -86,7 +92,7 @@ def bars(title: str, labels: list[str], series: dict[str, list[float | None]],
             fill = colors[i] if colors and len(series) == 1 else PALETTE[s % len(PALETTE)]
             parts.append(f'<rect x="{x:.1f}" y="{TOP + plot_h - h:.1f}" width="{bar_w:.1f}" '
                          f'height="{h:.1f}" fill="{fill}"><title>{escape(labels[i])} '
-                         f'{escape(name)}: {value:.4g}</title></rect>')
+                         f'{escape(name)}: {_figure(value)}</title></rect>')
     for i, label in enumerate(labels):
         x = LEFT + i * group_w + group_w / 2
         parts.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 14}" font-size="11" '

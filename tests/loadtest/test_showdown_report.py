@@ -204,6 +204,12 @@ def test_bar_heights_are_proportional_to_the_values():
     assert heights[0] == pytest.approx(2 * heights[1], abs=0.2)  # rounded to 0.1 px
 
 
+def test_a_bar_s_title_prints_its_value_whole_not_in_exponent_form():
+    chart = svg.bars("t", ["setnx", "token"], {"p50": [10_000.0, 12.345]})
+    titles = re.findall(r"<title>([^<]+)</title></rect>", chart)
+    assert titles == ["setnx p50: 10,000", "token p50: 12.35"], titles
+
+
 def test_a_paired_phase_is_a_share_of_the_baselines_right_beside_it():
     def noop(name: str, rate: float, error: str | None = None) -> StrategyResult:
         return StrategyResult(name, True, mode="noop", rps=rate, purchases_per_s=rate,

@@ -9,7 +9,15 @@ from __future__ import annotations
 import pytest
 
 from loadtest import verdict
-from loadtest.compare import FAIL, OK, TAUGHT, StrategyResult, failed, unsold_notes
+from loadtest.compare import (
+    FAIL,
+    OK,
+    TAUGHT,
+    StrategyResult,
+    exact_unsafe_note,
+    failed,
+    unsold_notes,
+)
 
 
 @pytest.mark.parametrize("status, code", [
@@ -70,6 +78,16 @@ def test_a_sale_short_of_its_stock_with_no_busy_answer_has_no_unsold_note():
     # C9: the unsold note names busy answers as the cause: none, no note
     r = sale(sold=6, outcomes={"order": 6, "sold_out": 94})
     assert not any("unsold" in n for n in unsold_notes([r]))
+
+
+def test_an_unsafe_strategy_that_stayed_exact_is_explained_under_the_table():
+    # "safe NO" beside "ok" read as a contradiction (a demo audit): a note names them
+    exact = StrategyResult("getset", False, users=100, stock=10, sold=10, consistent=True)
+    broke = StrategyResult("naive", False, users=100, stock=10, sold=90, oversold=80)
+    safe = StrategyResult("token", True, users=100, stock=10, sold=10, consistent=True)
+    (note,) = exact_unsafe_note([exact, broke, safe])
+    assert note.startswith("note: getset: unsafe, yet exact in this run"), note
+    assert exact_unsafe_note([broke, safe]) == []
 
 
 def test_a_phase_that_crashed_is_an_error_even_though_it_sold_nothing():
