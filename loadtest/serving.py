@@ -182,6 +182,14 @@ def serve_target(args: argparse.Namespace, wanted: list[str],
                                    f"{first}") from exc
             shop = ShopClient(app.url, app.admin_token)
             print(f"the shop is at {app.url}/ (open it to watch the stock go)", flush=True)
+            # which Redis and database it sells from: REDIS_URL or DATABASE_URL left set
+            # in the shell sent a workshop's showdown into the reader's own (a workshop
+            # audit), and the line above never said so
+            sources = {"Redis": ("REDIS_URL", app.redis_url),
+                       "database": ("DATABASE_URL", app.database_url)}
+            print("  " + ", ".join(f"{part} {settings.without_password(str(url))} "
+                                   f"({'from ' + name if os.environ.get(name) else 'its own'})"
+                                   for part, (name, url) in sources.items()), flush=True)
             try:  # what it cannot run after all (ZOOKEEPER_HOSTS, but no kazoo)
                 leave_out_unusable(shop, strategies, notes, named)
             except ShopUnreachable as exc:
