@@ -12,7 +12,24 @@ TEST_WORKERS ?= 3
 PYTEST_ARGS ?= -m "not slow"
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: demo test test-all serve venv sysdeps lint bench showdown clean
+# `make serve SERVE_ARGS="--port 8080 --workers 4"`: seckill serve's own options
+SERVE_ARGS ?=
+
+.PHONY: help demo test test-all serve venv sysdeps lint bench showdown clean
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo       .venv, embedded Redis + SQLite, gunicorn, the 1000-buyer showdown;"
+	@echo "                report in reports/demo/index.html"
+	@echo "make test       .venv, system packages, the test suite (what .ci/run calls)"
+	@echo "make test-all   also the full-size (slow) load runs"
+	@echo "make serve      the storefront alone (SERVE_ARGS=\"--port 8080\" to pass options)"
+	@echo "make showdown   every strategy, report in reports/showdown (seckill showdown --help)"
+	@echo "make bench      the lock micro-benchmark against the peer libraries"
+	@echo "make lint       ruff and mypy"
+	@echo "make venv       .venv with every dependency;  make sysdeps: ZooKeeper, Chromium, nginx"
+	@echo "make clean      remove .venv, reports, instance"
+	@echo "the labs: .venv/bin/seckill scenario --list"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +57,7 @@ demo: venv
 	$(VENV)/bin/seckill showdown --report reports/demo
 
 serve: venv
-	$(VENV)/bin/seckill serve
+	$(VENV)/bin/seckill serve $(SERVE_ARGS)
 
 showdown: venv
 	$(VENV)/bin/seckill showdown --report reports/showdown

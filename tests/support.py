@@ -23,17 +23,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_recipe(target: str) -> list[str]:
-    """The command ``make <target>`` runs, as the Makefile has it (``$(VENV)`` read as its
-    default): ``make demo`` -> ``[".venv/bin/seckill", "showdown", "--report", ...]``.
+    """The command ``make <target>`` runs, as the Makefile has it (``$(VENV)``,
+    ``$(SERVE_ARGS)``, each variable read as its ``?=`` default): ``make demo`` ->
+    ``[".venv/bin/seckill", "showdown", "--report", ...]``.
 
     Tests of what a make target does run this, not a copy of it: ``make demo`` was broken
     for a whole session while every test gave the showdown an absolute ``--report``."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     found = re.search(rf"^{re.escape(target)}:.*\n\t(.+)$", makefile, re.M)
     assert found, f"the Makefile has no target {target!r} with a recipe"
-    venv = re.search(r"^VENV\s*\?=\s*(\S+)$", makefile, re.M)
-    assert venv, "the Makefile sets no default VENV"
-    return shlex.split(found[1].replace("$(VENV)", venv[1]))
+    defaults = dict(re.findall(r"^(\w+)\s*\?=[ \t]*(.*)$", makefile, re.M))
+    assert "VENV" in defaults, "the Makefile sets no default VENV"
+    recipe = re.sub(r"\$\((\w+)\)", lambda used: defaults.get(used[1], used[0]), found[1])
+    return shlex.split(recipe)
 
 
 class JsonStub(BaseHTTPRequestHandler):
