@@ -9,14 +9,19 @@ found it in session 19: seed 001's lost reply, on the shop's own writes).
 
 So each purchase script carries a *deadline* in Redis's clock (ms since the epoch), a
 margin before the client will give up, and changes nothing if Redis runs it later: it
-answers ``LATE``, which the shop turns into the same 503. Redis's ``TIME`` and the
-client's ``time.time()`` must agree within the margin: on one host they are one clock,
-across hosts NTP keeps them within milliseconds. A clock off by more is seed 004's
-lesson again (a timing assumption, not a guarantee).
+answers ``LATE``, which the shop turns into the same 503. The client stamps it from
+``time.time()``, Redis checks it against its ``TIME``: on one host one clock, across
+hosts NTP keeps them within milliseconds, but a host off by more is seed 004's lesson
+again. So each served worker measures its clock against its Redis server's ``TIME``
+(``ClockWatch``, every ``CLOCK_CHECK_S``) and stamps deadlines in Redis's clock: a web
+host 15 s behind its Redis had every purchase answer "Redis answered too late" while
+``/healthz`` said ok, and one ahead of it had no deadline at all (a clock audit, under
+``faketime``). Left open: a clock that steps between two measurements.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -43,15 +48,70 @@ MARGIN_S = 1.0
 LOST_REPLY = (RedisConnectionError, RedisTimeoutError)
 
 
+logger = logging.getLogger(__name__)
+
+#: how often a served worker measures its clock against its Redis server's ``TIME``
+CLOCK_CHECK_S = 30.0
+#: the slowest ``TIME`` round trip a measurement uses: Redis's clock was read somewhere
+#: in it, so the offset is known to half of it
+CLOCK_SAMPLE_S = 0.05
+#: an offset past this is logged (again when it moves by as much)
+CLOCK_WARN_S = 0.25
+
+
+class ClockWatch:
+    """Measures this host's clock against the Redis server of ``pool`` (through
+    ``probe``, a client of short timeouts to the same server) and keeps the offset on
+    the pool, where ``deadline`` reads it: no round trip on a purchase's path. A served
+    worker calls it at start and from its periodic loop (``gunicorn_conf``); elsewhere
+    (a test client, one host) the offset stays 0."""
+
+    def __init__(self, probe: Any, pool: Any) -> None:
+        self.probe, self.pool = probe, pool
+        self.checked_at, self.told_s = -CLOCK_CHECK_S, 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self.checked_at < CLOCK_CHECK_S:
+            return
+        before = time.time()
+        seconds, micros = self.probe.time()
+        after = time.time()
+        if after - before > CLOCK_SAMPLE_S:  # unsure by more than half of it: next time
+            return
+        self.checked_at = now
+        offset = seconds + micros / 1e6 - (before + after) / 2
+        self.pool.seckill_clock_offset_s = offset
+        if abs(offset - self.told_s) > CLOCK_WARN_S:
+            self.told_s = offset
+            kwargs = self.pool.connection_kwargs
+            logger.warning("this host's clock is %.2f s %s the clock of Redis at %s:%s: "
+                           "purchase deadlines follow Redis's (docs/deployment.md, Clocks)",
+                           abs(offset), "behind" if offset > 0 else "ahead of",
+                           kwargs.get("host", "?"), kwargs.get("port", "?"))
+
+
+def clock_watch_for(app: Any) -> ClockWatch | None:
+    """The clock watch of a built shop (``create_app``): its purchases' pool, measured
+    through its health probe's client (1 s timeouts); None for an app that did not
+    build."""
+    backends = getattr(app, "extensions", {}).get("seckill")
+    if backends is None:
+        return None
+    return ClockWatch(backends.health_redis, backends.redis.connection_pool)
+
+
 def deadline(client: Any) -> int | str:
-    """The deadline to send with a script on ``client``: ms since the epoch, or ''
-    (no check) for a client that waits for its replies forever."""
+    """The deadline to send with a script on ``client``: ms since the epoch in its Redis
+    server's clock (``ClockWatch``), or '' (no check) for a client that waits for its
+    replies forever."""
     pool = getattr(client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None) or {}
     timeout = kwargs.get("socket_timeout")
     if not timeout:
         return ""
-    return int((time.time() + timeout - min(MARGIN_S, timeout / 2)) * 1000)
+    offset = getattr(pool, "seckill_clock_offset_s", 0.0)  # ``ClockWatch``
+    return int((time.time() + offset + timeout - min(MARGIN_S, timeout / 2)) * 1000)
 
 
 class _AtSend:

@@ -7,6 +7,7 @@ default, which is also what makes the ``local`` lock's failure visible: two proc
 two unrelated process-local locks.
 """
 
+import contextlib
 import gc
 import http
 import json
@@ -213,10 +214,26 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
     # the undos a backend was down for (webapp/retrylater.py), also when no buyer comes,
     # and a look at the sales for units a crashed purchase left in checkout
+    # and this host's clock against Redis's, for the purchases' deadlines
     from webapp.checkoutwatch import watch_for
+    from webapp.deadlines import clock_watch_for
     from webapp.retrylater import drain_every
 
-    drain_every(RETRY_LATER_EVERY_S, also=watch_for(getattr(worker, "wsgi", None)))
+    app = getattr(worker, "wsgi", None)
+    watch, clock = watch_for(app), clock_watch_for(app)
+
+    def look_at_clock() -> None:
+        if clock is not None:
+            with contextlib.suppress(Exception):  # Redis down: /healthz and buyers say it
+                clock()
+
+    def periodic() -> None:
+        look_at_clock()
+        if watch is not None:
+            watch()
+
+    look_at_clock()  # before the first purchase, not 5 s after
+    drain_every(RETRY_LATER_EVERY_S, also=periodic)
 
 
 def worker_exit(server, worker):  # type: ignore[no-untyped-def]
