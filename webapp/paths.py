@@ -72,7 +72,16 @@ class StockPath:
     def read_stock(self, redis: Any, sale: SaleInfo) -> int | None:
         """The units left in Redis; None if Redis has no stock for the sale (it lost its
         data: the next buyer reloads it from the database)."""
-        stock = redis.get(sale.keys.stock)
+        return self.stock_of([redis.get(key) for key in self.stock_keys(sale)])
+
+    def stock_keys(self, sale: SaleInfo) -> list[str]:
+        """The keys ``read_stock`` reads (the product list reads every sale's in one
+        round trip: ``sales.list_products``)."""
+        return [sale.keys.stock]
+
+    def stock_of(self, values: list[bytes | None]) -> int | None:
+        """``read_stock``'s answer from the values of ``stock_keys``."""
+        (stock,) = values
         return None if stock is None else int(stock)
 
     def reset_redis(self, redis: Any, sessions: Any, sale: SaleInfo, stock: int,

@@ -80,14 +80,32 @@ def list_products(sessions: sessionmaker[Session], redis: Any) -> list[dict[str,
     with reading(sessions), sessions() as session:
         rows = session.execute(select(Product, Sale).join(Sale, Sale.sku == Product.sku)
                                .order_by(Product.sku)).all()
-        views, down = [], False
-        for product, sale in rows:
-            # once Redis failed to answer, the rest come from the database: a paused
-            # Redis cost the page one reply timeout per product
-            stock = None if down else _live_stock(sale, redis)
-            down = stock is None
-            views.append(_view(product, sale, stock))
-        return views
+        stocks = _live_stocks([sale for _, sale in rows], redis)
+        return [_view(product, sale, stock)
+                for (product, sale), stock in zip(rows, stocks, strict=True)]
+
+
+def _live_stocks(sales: list[Sale], redis: Any) -> list[int | None]:
+    """Every sale's stock in Redis, in one round trip (a pipeline of GETs, which a
+    cluster client splits by node); None for a sale Redis has no stock for, and for
+    all of them if Redis did not answer. One GET per product took 0.4-0.9 s for a list
+    of 1,000 (a data-at-scale audit), and a paused Redis cost one timeout per product
+    before; a sale Redis had lost showed every product after it from the database."""
+    plans = [(path, path.stock_keys(_info(sale)))
+             for path, sale in ((path_for(sale.strategy), sale) for sale in sales)]
+    pipe = redis.pipeline(transaction=False)
+    for _, keys in plans:
+        for key in keys:
+            pipe.get(key)
+    try:
+        values = pipe.execute() if plans else []
+    except RedisError:
+        return [None] * len(plans)
+    stocks, at = [], 0
+    for path, keys in plans:
+        stocks.append(path.stock_of(values[at:at + len(keys)]))
+        at += len(keys)
+    return stocks
 
 
 def get_product(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, Any]:
@@ -258,7 +276,10 @@ def buyers(sessions: sessionmaker[Session], sku: str, after: str, limit: int) ->
         if sale_id is None:
             raise UnknownSku(f"no product with sku {sku!r}")
         return list(session.scalars(
-            select(Order.user_id).distinct()
+            # no DISTINCT: the unique (sale_id, user_id) index makes each buyer one row,
+            # and with it, on stale statistics, PostgreSQL sorted every later row of a
+            # 1M-order sale for each page (0.5-1.5 s a page; 15 ms by the index)
+            select(Order.user_id)
             .where(Order.sale_id == sale_id, Order.user_id > after)
             .order_by(Order.user_id).limit(limit)))
 

@@ -155,7 +155,12 @@ class ShardedPath(StockPath):
 
     def read_stock(self, redis: Any, sale: SaleInfo) -> int | None:
         """The units left in all shards; None if Redis has none of them (lost its data)."""
-        values = self._shard_values(redis, sale)
+        return self.stock_of(self._shard_values(redis, sale))
+
+    def stock_keys(self, sale: SaleInfo) -> list[str]:
+        return self.keys(sale)
+
+    def stock_of(self, values: list[bytes | None]) -> int | None:
         if all(value is None for value in values):
             return None
         return sum(int(value or 0) for value in values)
