@@ -240,10 +240,11 @@ def release_after_section(lock: Any, sale: SaleInfo) -> None:
     (``retrylater.release_or_settle_later``)."""
     try:
         release_or_settle_later(lock, sale.sku, sale.strategy, services.UNDONE_LATER)
-    except LockNotOwned:  # the TTL ran out inside the section (the seed 004 lesson), or
-        # an unsafe lock let another buyer take it over (naive's check-then-set)
-        logger.warning("%s lock on %s was no longer ours at release (expired, or taken "
-                       "over)", sale.strategy, sale.sku)
+    except LockNotOwned as exc:  # the TTL ran out inside the section (the seed 004
+        # lesson), an unsafe lock let another buyer take it over (naive's check-then-set),
+        # or ZooKeeper could not confirm the delete (sent again: zookeeper_release.py)
+        logger.warning("%s lock on %s was not released as ours: %s", sale.strategy,
+                       sale.sku, exc)
 
 
 def lease_renewed(lock: Any) -> bool:

@@ -34,7 +34,9 @@ client that is not connected raises kazoo's ``ConnectionLoss`` at once (the shop
 (plus ``LEAVE_GRACE_S``) with ``ConnectionLoss``: kazoo's acquire runs on a thread the
 caller can abandon (``zookeeper_attempt.py``). Only ``timeout=None`` waits out an outage.
 A release waits at most ``RELEASE_WAIT_S`` for the delete's reply, then raises
-``LockNotOwned`` (the lock was reported lost at SUSPENDED anyway). ``locked()`` raises
+``LockNotOwned`` (the lock was reported lost at SUSPENDED anyway); a delete that failed
+or went unconfirmed is sent again once the session is back (``zookeeper_release.py``:
+kazoo does not, and a surviving session kept the node, and the lock, for good). ``locked()`` raises
 ``ConnectionLoss`` at once when disconnected, or after ``QUERY_WAIT_S`` without an
 answer; so does ``held()`` while the lock is not yet reported lost, and once it is (at
 SUSPENDED) ``held()`` answers False without asking. A hosts string that no server
@@ -70,6 +72,7 @@ from ..base import DistributedLock, new_token
 from ..errors import LockNotOwned
 from .zookeeper_attempt import LEAVE_GRACE_S, Attempt
 from .zookeeper_clients import hosts_problem, shared_client
+from .zookeeper_release import delete_later
 
 logger = logging.getLogger(__name__)
 
@@ -204,19 +207,27 @@ class ZooKeeperLock(DistributedLock):
             self._listener = None
         if recipe is None or recipe.node is None:
             raise LockNotOwned("release of a lock this handle does not hold", self.name)
+        node = f"{self.path}/{recipe.node}"
         try:
             # Bounded: kazoo would wait out an outage, holding up the holder's answer.
-            _reply_within(self.client.delete_async(f"{self.path}/{recipe.node}"),
-                          RELEASE_WAIT_S, lambda: LockNotOwned(
-                              f"ZooKeeper did not confirm the release within "
-                              f"{RELEASE_WAIT_S}s (state {self.client.state}); the delete "
-                              f"goes out when it is back, or the session's end deletes "
-                              f"the node", self.name))
+            _reply_within(self.client.delete_async(node), RELEASE_WAIT_S, lambda: LockNotOwned(
+                f"ZooKeeper did not confirm the release within {RELEASE_WAIT_S}s (state "
+                f"{self.client.state}); the node is deleted once the session is back, or "
+                f"with the session's end", self.name))
         except NoNodeError:
             raise LockNotOwned("our znode is gone: the session expired, or someone deleted it",
                                self.name) from None
+        except LockNotOwned:
+            delete_later(self.client, node)  # the delete may never have gone out
+            raise
         except KazooException as exc:
-            raise LockNotOwned(f"cannot reach ZooKeeper to release: {exc!r}", self.name) from exc
+            # kazoo does not send a delete the connection's loss failed: a session that
+            # survives keeps our node, the smallest, and the lock for good
+            # (``zookeeper_release.py``)
+            delete_later(self.client, node)
+            raise LockNotOwned(f"cannot reach ZooKeeper to release: {exc!r}; the node is "
+                               "deleted once the session is back, or with the session's "
+                               "end", self.name) from exc
         finally:
             recipe.is_acquired, recipe.node = False, None
 

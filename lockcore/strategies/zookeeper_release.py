@@ -1,0 +1,108 @@
+"""A zookeeper release that ZooKeeper did not confirm: its delete, sent again.
+
+A release is one ``delete`` of the holder's znode. kazoo sends it once: if the
+connection drops while it is in flight, kazoo fails it with ``ConnectionLoss`` and never
+sends it again. When the *session* survives the drop (ZooKeeper restarted with its
+data, or the client reconnected within the session timeout), nothing else deletes the
+node: it is the smallest in the queue, its owner's session is alive, and every later
+contender waits for it for good.
+
+**Failure timeline** (a ZooKeeper audit: 5 of 7 runs of 20 threads, ZooKeeper killed
+for 4 s; the shop's sale refused every purchase and every reset until it restarted)::
+
+    A: holds ..0265; sends delete ..0265
+    -- ZooKeeper is killed before it answers: kazoo fails the delete (ConnectionLoss) --
+    A: release raises LockNotOwned; A's session is alive, its node too
+    -- ZooKeeper is back with its data; A's client reconnects in the same session --
+    B: waits for ..0265, which nobody will ever delete
+
+So a release that failed or went unconfirmed leaves its node here (``delete_later``),
+and each time the client is CONNECTED again the node is deleted if it is still ours:
+it exists and its ephemeral owner is this client's session. A session that ended (LOST)
+took its nodes with it: nothing is left to do. A ZooKeeper that came back *empty*
+restarts its sequence numbers, so a node of the same name may be someone else's by
+then: the owner check is what keeps the retry from deleting it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: the attribute of a kazoo client that holds its ``_Unreleased`` (one per client)
+_ATTRIBUTE = "_lockcore_unreleased"
+_made = threading.Lock()
+
+
+class _Unreleased:
+    """One client's znodes whose release ZooKeeper did not confirm."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.paths: set[str] = set()
+        self.lock = threading.Lock()
+        client.add_listener(self._state_changed)
+
+    def _state_changed(self, state: str) -> bool:
+        """kazoo's listener: runs on its connection thread, so it must not block."""
+        if state == "CONNECTED":
+            self.client.handler.spawn(self.retry)
+        elif state == "LOST":  # the session ended: ZooKeeper deleted its nodes
+            with self.lock:
+                self.paths.clear()
+        return False  # stay registered
+
+    def retry(self) -> None:
+        """Delete each node still ours; keep those ZooKeeper could not be asked about."""
+        with self.lock:
+            paths = sorted(self.paths)
+        for path in paths:
+            try:
+                done = self._delete_if_ours(path)
+            except Exception as exc:  # noqa: BLE001 - not connected after all: next time
+                logger.info("zookeeper: the release of %s is still unconfirmed: %r", path, exc)
+                continue
+            if done:
+                with self.lock:
+                    self.paths.discard(path)
+
+    def _delete_if_ours(self, path: str) -> bool:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        session = (self.client.client_id or (None,))[0]
+        stat = self.client.exists(path)
+        if stat is None or session is None or stat.ephemeralOwner != session:
+            return True  # deleted after all, or not ours any more
+        try:
+            self.client.delete(path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            return True
+        logger.warning("zookeeper: deleted %s, whose release the connection's loss had "
+                       "left unconfirmed", path)
+        return True
+
+
+def delete_later(client: Any, path: str) -> None:
+    """Delete ``path`` (our znode, its release unconfirmed) once the client is connected
+    again in the same session; now, if it already is."""
+    with _made:
+        unreleased = getattr(client, _ATTRIBUTE, None)
+        if unreleased is None:
+            unreleased = _Unreleased(client)
+            setattr(client, _ATTRIBUTE, unreleased)
+    with unreleased.lock:
+        unreleased.paths.add(path)
+    if client.connected:  # back already: the CONNECTED that would retry it has passed
+        client.handler.spawn(unreleased.retry)
+
+
+def unreleased(client: Any) -> set[str]:
+    """The znodes of ``client`` whose release is still to be confirmed (for tests)."""
+    found = getattr(client, _ATTRIBUTE, None)
+    if found is None:
+        return set()
+    with found.lock:
+        return set(found.paths)
