@@ -236,13 +236,17 @@ def _redis_side(path: Any, redis: Any, sessions: sessionmaker[Session], info: Sa
 def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_cents: int,
                    *, stock: int, strategy: str, description: str = "") -> bool:
     """Add a product and its sale unless the sku exists (demo seeding is idempotent);
-    True if it was added.
+    True if it was added. The database only: reset the sale (``reset_sale``, as
+    ``demo.seed`` does) to give it its Redis copy. Until then a buyer finds no copy and
+    reloads it as after a Redis restart; for a lock strategy that holds buyers off one
+    lock TTL ("Redis restarted: ... sells again once a lock holder from before it is
+    done"), as it must when it cannot tell the two apart (a data-at-scale audit).
 
     :raises ValueError: for a sku the API answers 404 (``validation.plausible_sku``):
         a product ``..`` was listed on the storefront and no browser could buy it."""
     if not plausible_sku(sku):
         raise ValueError(f"sku {sku!r} cannot be reached through the API: 1-64 printable "
-                         "characters, not only dots")
+                         "characters, no '/', not only dots")
     from sqlalchemy.exc import IntegrityError
 
     try:

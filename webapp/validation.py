@@ -210,8 +210,11 @@ def text(body: dict[str, Any], name: str, max_length: int) -> str:
         raise InvalidRequest(f"{name} must not be blank (spaces only)")
     if len(value) > max_length:
         raise InvalidRequest(f"{name} must be at most {max_length} characters")
-    if not is_clean_text(value) or not has_something_to_see(value):
+    if not is_clean_text(value):
         raise InvalidRequest(f"{name} contains characters that are not allowed")
+    if not has_something_to_see(value):  # said apart: a lone mark is allowed in a name
+        raise InvalidRequest(f"{name} must have a visible character (not only spaces, "
+                             "marks or format characters)")
     return value
 
 

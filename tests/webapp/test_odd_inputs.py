@@ -96,6 +96,17 @@ def test_unicode_user_names_are_fine(client):
         assert response.get_json()["user_id"] == name
 
 
+@pytest.mark.parametrize("name", ["\u0301", "\u200d", " \u0301 ", "\u3164"])
+def test_a_name_that_draws_nothing_is_400_saying_so(client, name):
+    # its characters are allowed in a name ("cafe\u0301"): "not allowed" misled (an
+    # API audit); the detail says what is missing
+    response = client.post(f"/api/products/{SKU}/purchase", json={"user_id": name})
+    assert response.status_code == 400
+    assert "must have a visible character" in response.get_json()["detail"]
+    allowed = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "cafe\u0301"})
+    assert allowed.status_code == 201
+
+
 def test_a_utf8_idempotency_key_is_replayed(client):
     headers = {"Idempotency-Key": "ключ-🛒".encode().decode("latin-1")}  # as clients send
     first = client.post(f"/api/products/{SKU}/purchase", json={"user_id": "ann"},
