@@ -294,7 +294,11 @@ class ZooKeeperLock(DistributedLock):
         if state == KazooState.SUSPENDED:
             self._mark_lost("ZooKeeper connection suspended: the session may expire")
         elif state == KazooState.LOST:
-            self._mark_lost("ZooKeeper session lost: the server deleted our znode")
+            reason = "ZooKeeper session lost: the server deleted our znode"
+            if self._lost_reason is not None:  # "may expire" at SUSPENDED: now it did
+                self._lost_reason = reason  # (LockLost said "may" after it had: an audit)
+            else:
+                self._mark_lost(reason)
             return True
         return False
 

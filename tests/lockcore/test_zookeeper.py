@@ -325,6 +325,9 @@ def test_an_expired_session_is_reported_as_a_lost_lock(zookeeper_hosts, zk, requ
     try:
         assert _wait_until(lambda: lock.lost)
         assert any("lost" in why or "suspended" in why for why in reasons)
+        # the surer reason once the session is gone, whatever came first ("may expire")
+        assert _wait_until(lambda: "session lost" in str(lock._lost_reason)), \
+            lock._lost_reason
         other = lockcore.create("zookeeper", zk, request.node.name)
         assert other.acquire(timeout=10)  # the server deleted our ephemeral znode
         other.release()
