@@ -123,15 +123,17 @@ def unsold_notes(results: list[StrategyResult]) -> list[str]:
 def exact_unsafe_note(results: list[StrategyResult]) -> list[str]:
     """Why an unsafe strategy's row can read ``ok``: it broke nothing in this run. A
     plain spike does not break the ones whose failure needs a crash, a pause past the
-    TTL or a clock (setnx, setnx-expire, getset): the labs show those. Without a word
+    TTL or a clock (setnx, setnx-expire, getset): the labs show those; ``local`` needs
+    two worker processes, ``naive`` enough buyers at once (a review). Without a word
     under the table, "safe NO" beside "ok" read as a contradiction (a demo audit)."""
     exact = [r.label for r in results
              if r.mode == "flash" and not r.safe and r.verdict == OK]
     if not exact:
         return []
-    return [f"note: {', '.join(exact)}: unsafe, yet exact in this run: a spike alone does "
-            "not break a lock whose failure needs a crash, a pause past its TTL or a "
-            "clock; `seckill scenario --list` has the labs that break them"]
+    return [f"note: {', '.join(exact)}: unsafe, yet exact in this run: this spike did not "
+            "break them (local needs two worker processes, naive enough buyers at once; "
+            "setnx, setnx-expire and getset a crash, a pause past the TTL or a clock: "
+            "`seckill scenario --list` has the labs that break them)"]
 
 
 def _num(value: float | None, digits: int = 0) -> str:

@@ -74,8 +74,9 @@ def main() -> int:
     from . import servelock
     from .servelock import DatabaseInUse
 
-    die_with_parent(os.getppid())
-    servelock.speak_for(os.getppid())  # a refused shop is told the master's pid, not ours
+    master = os.getppid()
+    die_with_parent(master)
+    servelock.speak_for(master)  # a refused shop is told the master's pid, not ours
     with contextlib.ExitStack() as stack:
         try:
             unchecked = hold(stack)

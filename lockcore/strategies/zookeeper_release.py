@@ -20,8 +20,8 @@ So a release that failed or went unconfirmed leaves its node here (``delete_late
 and each time the client is CONNECTED again the node is deleted if it is still ours:
 it exists and its ephemeral owner is this client's session. A session that ended (LOST)
 took its nodes with it: nothing is left to do. A ZooKeeper that came back *empty*
-restarts its sequence numbers, so a node of the same name may be someone else's by
-then: the owner check is what keeps the retry from deleting it.
+restarts its sequence numbers, and the owner check keeps the retry from deleting a
+node that is not ours (each acquisition's node also carries its own uuid prefix).
 """
 
 from __future__ import annotations
@@ -73,8 +73,10 @@ class _Unreleased:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         session = (self.client.client_id or (None,))[0]
+        if session is None:  # between sessions: the next CONNECTED tries again
+            return False
         stat = self.client.exists(path)
-        if stat is None or session is None or stat.ephemeralOwner != session:
+        if stat is None or stat.ephemeralOwner != session:
             return True  # deleted after all, or not ours any more
         try:
             self.client.delete(path, version=stat.version)
