@@ -405,12 +405,22 @@ class DistributedLock(ABC):
             if self._orphan is not None:  # released: nothing to let go when collected
                 self._orphan.detach()
                 self._orphan = None
+            released = False
             try:
                 patiently(lambda: self._release(token))  # a full pool: wait for one
+                released = True
             finally:
                 try:
                     if not self.signals_on_release:
                         patiently(lambda: signal_release(self))  # Redis I/O: may raise
+                except Exception as exc:  # noqa: BLE001 - see below
+                    # The lock is free (or the release's own error is the news): a
+                    # notify-waiter not woken wakes at its next BLPOP timeout (1 s at
+                    # most). Raised, it said "not released" of a lock that was (a user
+                    # without EVALSHA: a lockcore audit), and a retry said LockNotOwned.
+                    if released:
+                        logger.warning("released %s lock %r, but could not wake a waiter: "
+                                       "%s", self.strategy, self.name, exc)
                 finally:
                     self._vacate()
             logger.debug("released %s lock %r", self.strategy, self.name)

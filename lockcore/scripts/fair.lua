@@ -21,7 +21,10 @@
 local op, uuid = ARGV[1], ARGV[2]
 
 -- Redis's clock in ms; read only when a lease matters (a release with nobody queued,
--- the uncontended case, needs none).
+-- the uncontended case, needs none), and before the script's first write: a TIME the
+-- user may not run (an ACL without @fast) failed after the release's DEL, and Redis
+-- keeps a script's writes up to its error: the lock was freed and release() raised
+-- (a lockcore audit).
 local function now_ms()
     local clock = redis.call('time')
     return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -35,11 +38,11 @@ end
 
 -- Hand the free lock to the oldest waiter whose lease is still running. It gets only a
 -- claim window (its lease) to take it up, so a waiter that died cannot hold it for a ttl.
-local function grant_next()
+local function grant_next(now)
     if redis.call('exists', KEYS[2]) == 0 then  -- nobody queued (leases go with the queue)
         return nil
     end
-    for _, dead in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now_ms())) do
+    for _, dead in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) do
         forget(dead)
         redis.call('del', KEYS[7] .. dead)
     end
@@ -72,8 +75,9 @@ end
 
 if op == 'release' then
     if redis.call('get', KEYS[1]) == uuid then
+        local now = redis.call('exists', KEYS[2]) == 1 and now_ms() or 0  -- (0: unused)
         redis.call('del', KEYS[1])
-        if grant_next() then
+        if grant_next(now) then
             return 3
         end
         return 1
@@ -90,13 +94,14 @@ end
 if redis.call('get', KEYS[1]) == uuid then  -- handed to us (or our reply was lost)
     return claimed()
 end
+local now = now_ms()
 -- Join the queue once: a retry after a lost reply finds its ticket (seed 001's ghost).
 if not redis.call('zscore', KEYS[2], uuid) then
     redis.call('zadd', KEYS[2], redis.call('incr', KEYS[5]), uuid)
 end
-redis.call('zadd', KEYS[3], now_ms() + tonumber(ARGV[4]), uuid)
+redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), uuid)
 redis.call('hset', KEYS[4], uuid, ARGV[4])
-if redis.call('exists', KEYS[1]) == 0 and grant_next() == uuid then
+if redis.call('exists', KEYS[1]) == 0 and grant_next(now) == uuid then
     return claimed()
 end
 return {0, redis.call('pttl', KEYS[1]), redis.call('zrank', KEYS[2], uuid)}
