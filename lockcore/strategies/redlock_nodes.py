@@ -128,7 +128,16 @@ def check_independent(clients: Sequence[Any]) -> None:
     for client in clients:
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
         if not isinstance(kwargs, dict):
-            continue  # not a plain client (a stand-in): nothing to compare
+            nodes = _cluster_nodes(client)
+            if nodes is None:
+                continue  # not a plain client (a stand-in): nothing to compare
+            # a cluster client is one node of five, whatever its masters: five clients
+            # of one cluster were taken as five nodes, and acquire said False for ever
+            # without a word (a lockcore audit)
+            where = "the cluster of " + ", ".join(f"{h}:{p}" for h, p in sorted(nodes)[:3])
+            names = set(nodes).union(*(_addresses(h, p) for h, p in nodes))
+            _check_unseen(names, where, seen)
+            continue
         path, host, port = kwargs.get("path"), kwargs.get("host"), kwargs.get("port")
         # as redis-py connects: no host is localhost, no port 6379, a query's port a
         # string (redis://?host=h&port=6399 beside redis://h:6399 was two nodes; a review)
@@ -140,12 +149,30 @@ def check_independent(clients: Sequence[Any]) -> None:
         # server (accepted as two: two votes of three; a lockcore audit)
         names = {("unix", os.path.realpath(path))} if path else \
             {(host, port), *_addresses(host, port)}
-        for name in names:
-            if name in seen:
-                twice = "is given twice" if seen[name] == where else \
-                    f"and {seen[name]} are one server ({name[0]}:{name[1]})"
-                raise ValueError(f"redlock needs independent nodes; {where} {twice}")
-        seen.update(dict.fromkeys(names, where))
+        _check_unseen(names, where, seen)
+
+
+def _check_unseen(names: set[tuple[Any, ...]], where: str,
+                  seen: dict[tuple[Any, ...], str]) -> None:
+    """``ValueError`` if a node of ``names`` was seen already; else they are seen now."""
+    for name in names:
+        if name in seen:
+            twice = "is given twice" if seen[name] == where else \
+                f"and {seen[name]} are one server ({name[0]}:{name[1]})"
+            raise ValueError(f"redlock needs independent nodes; {where} {twice}")
+    seen.update(dict.fromkeys(names, where))
+
+
+def _cluster_nodes(client: Any) -> set[tuple[str, Any]] | None:
+    """The (host, port) of each node a ``RedisCluster`` client knows; None for any other
+    client."""
+    get_nodes = getattr(client, "get_nodes", None)
+    if not callable(get_nodes):
+        return None
+    try:
+        return {(str(node.host), int(node.port)) for node in get_nodes()}
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 @functools.lru_cache(maxsize=256)

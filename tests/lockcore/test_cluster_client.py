@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
 
 import lockcore
@@ -131,3 +132,18 @@ def test_a_waiter_on_a_cluster_client_with_a_short_socket_timeout_waits_it_out(
     finally:
         releaser.join(10)
         short.close()
+
+
+def test_redlock_refuses_one_cluster_given_as_several_nodes(client, cluster):
+    """Five clients of one cluster were five "nodes": every acquire said False, without
+    a word (a lockcore audit). Refused as one server given twice is; one cluster client
+    beside plain nodes of other servers is still a node."""
+    other = RedisCluster(host="127.0.0.1", port=cluster[1].port)  # another seed, same nodes
+    try:
+        with pytest.raises(ValueError, match="independent nodes"):
+            lockcore.create("redlock", [client, other, client], "rl-cluster")
+        with pytest.raises(ValueError, match="independent nodes"):
+            lockcore.create("redlock", [client, redis.Redis(port=cluster[2].port)],
+                            "rl-cluster")
+    finally:
+        other.close()
