@@ -299,7 +299,38 @@ def on_every_node(clients: Sequence[Any], command: Sequence[Any], call: Callable
             results[node] = _attempt(call, clients[node])
         if isinstance(results[node], Exception):
             logger.debug("redlock node %d failed: %r", node, results[node])
+            if _refused(results[node]):
+                _tell_refused(clients[node], node, results[node])
     return results
+
+
+#: per client: the refusal already logged for it (a node that refuses every command)
+_told: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _refused(error: BaseException) -> bool:
+    """An answer that no retry changes: a wrong password, or a user not allowed the
+    commands (unlike a node down or slow, which comes back)."""
+    if isinstance(error, (redis.AuthenticationError, redis.exceptions.NoPermissionError)):
+        return True
+    said = str(error)
+    return isinstance(error, redis.ResponseError) and (
+        said.startswith(("NOPERM", "WRONGPASS", "NOAUTH")) or "can't run this command" in said)
+
+
+def _tell_refused(client: Any, node: int, error: BaseException) -> None:
+    """A WARNING, once per client and kind of refusal: such a node is a "no" at every
+    acquire, and one of five quietly left a majority with one node to spare, not two
+    (a lockcore audit: nothing said it, even at WARNING)."""
+    kind = type(error).__name__
+    try:
+        if _told.get(client) == kind:
+            return
+        _told[client] = kind
+    except TypeError:  # a stand-in that cannot be weakly referenced: say it each time
+        pass
+    logger.warning("redlock node %d refuses lockcore's commands (%s: %s): it counts as a "
+                   "'no' at every acquire until fixed", node, kind, str(error)[:160])
 
 
 #: how long a node that timed out is a "no" without being asked. A frozen node (a

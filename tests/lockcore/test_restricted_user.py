@@ -77,3 +77,26 @@ def test_a_release_that_freed_the_lock_does_not_raise_for_the_wake_up(server, re
         lock.release()  # its DEL went through; waking notify-waiters needs EVALSHA
     assert not redis.Redis.from_url(server.url).exists(f"lock:{{{name}}}")
     assert "could not wake a waiter" in caplog.text
+
+
+def test_a_redlock_node_that_refuses_every_command_is_named_once(server, request, caplog):
+    """A node with a wrong password is a "no" at every acquire: one of five left the
+    majority one node to spare, and nothing said so (a lockcore audit)."""
+    others = [RedisServer().start() for _ in range(2)]
+    try:
+        wrong = redis.Redis(host="127.0.0.1", port=server.port, username="notime",
+                            password="not-the-password")
+        clients = [redis.Redis.from_url(other.url) for other in others] + [wrong]
+        with caplog.at_level(logging.WARNING, logger="lockcore"):
+            for _ in range(3):
+                lock = lockcore.create("redlock", clients, request.node.name)
+                assert lock.acquire(timeout=2)  # two of three: a majority
+                lock.release()
+        told = [r for r in caplog.records if "refuses lockcore's commands" in r.getMessage()]
+        assert len(told) == 1, caplog.text
+        assert "redlock node 2" in told[0].getMessage()
+        for client in clients:
+            client.close()
+    finally:
+        for other in others:
+            other.stop()
