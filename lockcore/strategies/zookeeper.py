@@ -76,6 +76,23 @@ from .zookeeper_release import delete_later
 
 logger = logging.getLogger(__name__)
 
+if KazooClient is not None:
+    class CleaningLock(KazooLock):  # type: ignore[misc]  # (kazoo has no types)
+        """kazoo's ``Lock``, whose give-up cleanup (a waiter's timeout, ``cancel``) sends
+        a delete the connection's loss failed again once the session is back
+        (``zookeeper_release.py``): kazoo's swallowed it, and a session that survived
+        kept the waiter's node at the head of the queue for good."""
+
+        def _best_effort_cleanup(self) -> None:
+            try:
+                node = self.node or self._find_node()
+                if node:
+                    self._delete_node(node)
+            except NoNodeError:
+                pass
+            except KazooException:  # the node's name if known, else its attempt's prefix
+                delete_later(self.client, self.path, self.node or self.prefix)
+
 ROOT = "/seckill/locks"
 #: how long a release waits for ZooKeeper to confirm the delete (a round trip when up)
 RELEASE_WAIT_S = 2.0
@@ -170,7 +187,7 @@ class ZooKeeperLock(DistributedLock):
             raise ConnectionLoss(f"ZooKeeper is not connected ({self._state()}): "
                                  f"cannot acquire {self.name!r}")
         token = new_token()
-        recipe = KazooLock(self.client, self.path, identifier=token)
+        recipe = CleaningLock(self.client, self.path, identifier=token)
         attempt = Attempt(recipe, blocking, timeout)
         limit = None if blocking and timeout is None else (timeout or 0) + LEAVE_GRACE_S
         if not attempt.finished_within(limit):  # abandoned: it cleans up after itself
@@ -218,13 +235,13 @@ class ZooKeeperLock(DistributedLock):
             raise LockNotOwned("our znode is gone: the session expired, or someone deleted it",
                                self.name) from None
         except LockNotOwned:
-            delete_later(self.client, node)  # the delete may never have gone out
+            delete_later(self.client, self.path, recipe.node)  # it may never have gone out
             raise
         except KazooException as exc:
             # kazoo does not send a delete the connection's loss failed: a session that
             # survives keeps our node, the smallest, and the lock for good
             # (``zookeeper_release.py``)
-            delete_later(self.client, node)
+            delete_later(self.client, self.path, recipe.node)
             raise LockNotOwned(f"cannot reach ZooKeeper to release: {exc!r}; the node is "
                                "deleted once the session is back, or with the session's "
                                "end", self.name) from exc

@@ -16,6 +16,12 @@ for 4 s; the shop's sale refused every purchase and every reset until it restart
     -- ZooKeeper is back with its data; A's client reconnects in the same session --
     B: waits for ..0265, which nobody will ever delete
 
+A waiter that gives up (its timeout, or an abandoned attempt) deletes its own node the
+same way, once (kazoo's ``_best_effort_cleanup``, which swallows the failure): a waiter
+timed out while ZooKeeper was frozen, then killed, left its node at the head of the
+queue for good (a second ZooKeeper audit: 3 of 8 runs). ``CleaningLock`` sends that
+delete here too.
+
 So a release that failed or went unconfirmed leaves its node here (``delete_later``),
 and each time the client is CONNECTED again the node is deleted if it is still ours:
 it exists and its ephemeral owner is this client's session. A session that ended (LOST)
@@ -38,11 +44,13 @@ _made = threading.Lock()
 
 
 class _Unreleased:
-    """One client's znodes whose release ZooKeeper did not confirm."""
+    """One client's znodes whose release ZooKeeper did not confirm, each as its parent
+    and its name (or, for a waiter that never learnt its node's name, the prefix
+    every node of its attempt carries: kazoo's ``<uuid>__lock__``)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        self.paths: set[str] = set()
+        self.paths: set[tuple[str, str]] = set()
         self.lock = threading.Lock()
         client.add_listener(self._state_changed)
 
@@ -58,53 +66,64 @@ class _Unreleased:
     def retry(self) -> None:
         """Delete each node still ours; keep those ZooKeeper could not be asked about."""
         with self.lock:
-            paths = sorted(self.paths)
-        for path in paths:
+            entries = sorted(self.paths)
+        for parent, name in entries:
             try:
-                done = self._delete_if_ours(path)
+                done = self._delete_if_ours(parent, name)
             except Exception as exc:  # noqa: BLE001 - not connected after all: next time
-                logger.info("zookeeper: the release of %s is still unconfirmed: %r", path, exc)
+                logger.info("zookeeper: the release of %s/%s is still unconfirmed: %r",
+                            parent, name, exc)
                 continue
             if done:
                 with self.lock:
-                    self.paths.discard(path)
+                    self.paths.discard((parent, name))
 
-    def _delete_if_ours(self, path: str) -> bool:
+    def _delete_if_ours(self, parent: str, name: str) -> bool:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         session = (self.client.client_id or (None,))[0]
         if session is None:  # between sessions: the next CONNECTED tries again
             return False
-        stat = self.client.exists(path)
-        if stat is None or stat.ephemeralOwner != session:
-            return True  # deleted after all, or not ours any more
         try:
-            self.client.delete(path, version=stat.version)
-        except (NoNodeError, BadVersionError):
+            children = self.client.get_children(parent)
+        except NoNodeError:
             return True
-        logger.warning("zookeeper: deleted %s, whose release the connection's loss had "
-                       "left unconfirmed", path)
+        for child in children:
+            if not child.startswith(name):  # a name is its own prefix
+                continue
+            path = f"{parent}/{child}"
+            stat = self.client.exists(path)
+            if stat is None or stat.ephemeralOwner != session:
+                continue  # deleted after all, or not ours any more
+            try:
+                self.client.delete(path, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                continue
+            logger.warning("zookeeper: deleted %s, whose delete the connection's loss had "
+                           "left unconfirmed", path)
         return True
 
 
-def delete_later(client: Any, path: str) -> None:
-    """Delete ``path`` (our znode, its release unconfirmed) once the client is connected
-    again in the same session; now, if it already is."""
+def delete_later(client: Any, parent: str, name: str) -> None:
+    """Delete our znode ``parent``/``name`` (its delete unconfirmed; ``name`` may be the
+    prefix of an attempt's node whose name was never learnt) once the client is
+    connected again in the same session; now, if it already is."""
     with _made:
         unreleased = getattr(client, _ATTRIBUTE, None)
         if unreleased is None:
             unreleased = _Unreleased(client)
             setattr(client, _ATTRIBUTE, unreleased)
     with unreleased.lock:
-        unreleased.paths.add(path)
+        unreleased.paths.add((parent, name))
     if client.connected:  # back already: the CONNECTED that would retry it has passed
         client.handler.spawn(unreleased.retry)
 
 
 def unreleased(client: Any) -> set[str]:
-    """The znodes of ``client`` whose release is still to be confirmed (for tests)."""
+    """The znodes (or an attempt's prefix) of ``client`` whose delete is still to be
+    confirmed (for tests)."""
     found = getattr(client, _ATTRIBUTE, None)
     if found is None:
         return set()
     with found.lock:
-        return set(found.paths)
+        return {f"{parent}/{name}" for parent, name in found.paths}

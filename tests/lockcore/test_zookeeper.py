@@ -520,6 +520,56 @@ def test_a_release_the_connection_s_loss_failed_is_sent_again_in_the_same_sessio
                 started.close()
 
 
+def test_a_waiter_that_gave_up_while_zookeeper_froze_leaves_no_node_behind(request) -> None:
+    """A waiter's timeout runs out while ZooKeeper is frozen: kazoo's cleanup sends the
+    delete of its node, and ZooKeeper dies before reading it. kazoo swallowed the
+    failure; the session survived the restart, and its node sat at the head of the
+    queue for good (a second ZooKeeper audit: the shop refused every purchase and reset
+    until restarted). The delete is sent again once the session is back."""
+    import os
+    import signal
+
+    from kazoo.client import KazooClient
+
+    from lockcore.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        client = KazooClient(hosts=server.hosts, timeout=20.0)  # outlives the restart
+        client.start(timeout=10)
+        other = _client(server.hosts)
+        try:
+            holder = lockcore.create("zookeeper", client, request.node.name)
+            assert holder.acquire(timeout=2)
+            waiter = lockcore.create("zookeeper", client, request.node.name)
+            outcome: list[object] = []
+
+            def wait() -> None:
+                try:
+                    outcome.append(waiter.acquire(timeout=1.5))
+                except Exception as exc:  # ConnectionLoss: the test asserts nothing of it
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=wait, daemon=True)
+            thread.start()
+            assert _wait_until(lambda: len(client.get_children(holder.path)) == 2, 5)
+            assert server.pid is not None
+            os.kill(server.pid, signal.SIGSTOP)  # the waiter's time runs out meanwhile
+            thread.join(10)
+            assert outcome and outcome[0] is not True, outcome
+            os.kill(server.pid, signal.SIGKILL)  # its cleanup's delete dies unread
+            server.kill()
+            server.start()
+            assert _wait_until(lambda: client.connected and other.connected, 30)
+            holder.release()
+            later = lockcore.create("zookeeper", other, request.node.name)
+            assert later.acquire(timeout=10), client.get_children(holder.path)
+            later.release()
+        finally:
+            for started in (client, other):
+                started.stop()
+                started.close()
+
+
 def test_locked_and_held_while_zookeeper_is_down_raise_instead_of_hanging(request) -> None:
     from kazoo.exceptions import ConnectionLoss
 
