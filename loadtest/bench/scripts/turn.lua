@@ -31,7 +31,7 @@ end
 if op == 'try' then
     if redis.call('exists', KEYS[2]) == 1 and turn_over() then
         if redis.call('exists', KEYS[1]) == 0 then
-            grant_next()  -- free at the turn's end: the head's, wake it
+            grant_next(now_ms())  -- free at the turn's end: the head's, wake it
         end
         return {0, redis.call('pttl', KEYS[1])}
     end
@@ -41,7 +41,7 @@ if op == 'try' then
     return {0, redis.call('pttl', KEYS[1])}
 end
 
---@before:         if grant_next() then
+--@before:         if grant_next(now) then
         if redis.call('exists', KEYS[2]) == 1 and not turn_over() then
             return 4  -- within the turn: freed, not handed on
         end
