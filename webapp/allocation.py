@@ -119,8 +119,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
             if sale.work_ms > 0:  # the simulated business work of every winner
                 deps.sleep(sale.work_ms * len(winners) / 1000)
             set_stock(deps.redis, sale.keys.stock, left, generation=generation,
-                      generation_key=sale.keys.stock_gen, token=lock.fencing_token,
-                      sections_key=sale.keys.sections)
+                      generation_key=sale.keys.stock_gen)
     except BaseException as exc:  # nothing was taken: every buyer hears the error
         for buyer in batch:
             buyer.error = exc if buyer is me else own_copy(exc)

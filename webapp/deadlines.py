@@ -156,19 +156,12 @@ def too_late() -> Busy:
     return Busy("Redis answered too late; nothing was bought, try again", retry_after_s=1)
 
 
-#: what ``set_stock.lua`` answers when a newer lock section has read the stock since
-NEWER_SECTION = -6
-
-
 def set_stock(client: Any, key: str, units: int, *, generation: int | None = None,
-              generation_key: str = "", token: int | None = None,
-              sections_key: str = "") -> None:
+              generation_key: str = "") -> None:
     """The locked section's write of the stock it computed (``set_stock.lua``): a plain
     SET, unless Redis runs it after the deadline (then 503, nothing written), or the
     sale at ``generation_key`` is no longer the ``generation`` the section read (503
-    "reset since": a section of an unsafe lock is not held off by a reset), or a section
-    of a newer ``token`` has read the stock since this one did (503: this section's
-    lock was lost; ``section.stock_if_still`` puts each token in ``sections_key``).
+    "reset since": a section of an unsafe lock is not held off by a reset).
 
     **Failure timeline** the second try prevents (a helper's proxy dropping the reply)::
 
@@ -183,21 +176,15 @@ def set_stock(client: Any, key: str, units: int, *, generation: int | None = Non
     alone came late (a unit short, as above). Reading the stock back cannot tell it
     apart once the lock may have expired meanwhile and another holder written."""
     write = scripts.script(client, "set_stock")
-    fenced = bool(sections_key) and token is not None and bool(generation_key)
-    keys = [key, generation_key, sections_key] if fenced else \
-        [key, generation_key] if generation_key and generation is not None else [key]
+    keys = [key, generation_key] if generation_key and generation is not None else [key]
     # the same deadline both times: never a later SET
-    args = [units, deadline(client), "" if generation is None else generation,
-            token if fenced else ""]
+    args = [units, deadline(client), "" if generation is None else generation]
     try:
         answer = write(keys=keys, args=args)
     except RedisConnectionError:
         answer = write(keys=keys, args=args)
     if answer == LATE:
         raise too_late()
-    if answer == NEWER_SECTION:
-        raise Busy("this purchase's lock was lost while it worked (another buyer holds it "
-                   "now); nothing was bought, try again", retry_after_s=1)
     if answer == RESET_SINCE:
         raise Busy("the sale was reset or counted again while this purchase was in "
                    "flight; nothing was bought, try again", retry_after_s=1)

@@ -72,13 +72,6 @@ class SaleKeys:
         return f"sale:{{{self.sku}}}:fence_mark"
 
     @property
-    def sections(self) -> str:
-        """The fencing token of the newest lock section that read the stock (a sorted
-        set of one, by token): a section writes its stock only if no newer one has read
-        it since (``set_stock.lua``). Deleted by a reset, with the sale's tokens."""
-        return f"sale:{{{self.sku}}}:sections"
-
-    @property
     def resetting(self) -> str:
         """Lives while an admin reset waits for the sale's lock: a lock section that
         takes it meanwhile sells nothing and lets go (``admin._current_lock``)."""
@@ -95,4 +88,4 @@ class SaleKeys:
     def all(self) -> list[str]:
         return [self.stock, self.stock_gen, self.soldout, self.buyers, self.info,
                 self.reloaded, self.holdoff, self.key_owners, self.reservations, self.taken,
-                self.resetting, self.sections]
+                self.resetting]

@@ -85,8 +85,7 @@ class LockedPath(StockPath):
                 raise not_enough(sale.sku, stock)
             self._work(deps, sale)
             set_stock(deps.redis, sale.keys.stock, stock - request.quantity,
-                      generation=generation, generation_key=sale.keys.stock_gen,
-                      token=lock.fencing_token, sections_key=sale.keys.sections)
+                      generation=generation, generation_key=sale.keys.stock_gen)
             return record_order(deps.sessions, deps.redis, sale, request.user_id,
                                 request.quantity, lock.fencing_token, request.idempotency_key,
                                 generation=generation,

@@ -130,35 +130,19 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
     database last recorded (``fence_mark``); a token more than half the slack past it
     is recorded first (``saleinfo.note_token``), before the section sells or refuses:
     after Redis loses its data, the reload's fence must be above every token handed
-    out, those of sections that wrote no order too. And the token goes into
-    ``sale:{sku}:sections`` (the newest only), so that a section whose lock was lost
-    meanwhile (a ZooKeeper session that expired, a lease that ran out) writes no stock
-    once a newer holder has read it (``deadlines.set_stock``).
-
-    **Failure timeline** the fence closes (a ZooKeeper audit: stock 1, two orders, with
-    ``zookeeper``, a strategy marked safe)::
-
-        A (token 841):  reads stock 1; works 10 s; its ZooKeeper session expires
-        B (token 843):  takes the lock on a new session; reads stock 1
-        A:              writes stock 0 and an order: 201
-        B:              writes stock 0 and an order: 201, oversold by 1
-
-    Now A's write finds 843 in the fence: 503, nothing taken; B sells the unit.
+    out, those of sections that wrote no order too.
 
     :raises Busy: the sale was reset (to another strategy, or to the same one) since
         ``sale`` was looked up, or Redis lost it (restarted empty), or an admin reset
         waits for the lock.
     """
     pipe = deps.redis.pipeline(transaction=False)
-    if token is not None:  # fenced: this section's token, the newest only (set_stock.lua)
-        pipe.zadd(sale.keys.sections, {str(token): token})
-        pipe.zremrangebyrank(sale.keys.sections, 0, -2)
     pipe.get(sale.keys.stock)
     pipe.hmget(sale.keys.info, "strategy", "generation")
     pipe.mget([sale.keys.reloaded, sale.keys.holdoff, sale.keys.stock_gen,
                sale.keys.fence_mark, sale.keys.resetting])
     stock, (strategy, generation), (reloaded, holdoff, stock_gen, mark, resetting) = \
-        pipe.execute()[-3:]
+        pipe.execute()
     if token is not None and token > int(mark or 0) + saleinfo.FENCE_SLACK // 2:
         saleinfo.note_token(deps.sessions, deps.redis, sale, token)
     if resetting is not None:  # a reset waits for this lock: let it in, sell nothing

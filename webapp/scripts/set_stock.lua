@@ -11,25 +11,15 @@
 -- sale's arithmetic: a new ``token`` sale of 10 read 48 and sold 14 (an admin-reset
 -- audit). The unsafe locks oversell their own sale, not the next one.
 --
--- And the fence: a safe lock's section writes only if no section of a newer token has
--- read the stock since (each puts its token in KEYS[3] as it reads: section.py). A
--- holder whose lock was lost while it worked (a ZooKeeper session that expired, a lease
--- that ran out) wrote after the next holder had read the same units: oversold by one
--- with zookeeper (a ZooKeeper audit). The unsafe locks carry no token: no check.
---
 -- KEYS[1]  sale:{sku}:stock     live units left
 -- KEYS[2]  sale:{sku}:stockgen  its generation (absent: no check)
--- KEYS[3]  sale:{sku}:sections  the newest section's token (absent: no check)
 -- ARGV[1]  units                the new stock
 -- ARGV[2]  deadline             ms since the epoch, Redis's clock ('': no check)
 -- ARGV[3]  generation           the one the section read ('': no check)
--- ARGV[4]  token                this section's fencing token ('': no check)
 --
 -- Returns  1   written
 --          -3  the sale is another generation now (a reset, a count): nothing written
 --          -5  past the deadline: nothing written (webapp/deadlines.py)
---          -6  a newer section has read the stock: this one's lock was lost, nothing
---              written
 if ARGV[2] ~= '' then
   local now = redis.call('TIME')
   if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[2]) then
@@ -38,12 +28,6 @@ if ARGV[2] ~= '' then
 end
 if KEYS[2] and ARGV[3] and ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then
   return -3
-end
-if KEYS[3] and ARGV[4] and ARGV[4] ~= '' then
-  local newest = redis.call('ZREVRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-  if newest[2] and tonumber(newest[2]) > tonumber(ARGV[4]) then
-    return -6
-  end
 end
 redis.call('SET', KEYS[1], ARGV[1])
 return 1
