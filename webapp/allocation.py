@@ -50,7 +50,7 @@ from .batching import own_copy
 from .deadlines import set_stock
 from .orders import Relock
 from .problems import Busy, not_enough
-from .section import flag_sold_out, lease_renewed, stock_if_still
+from .section import flag_sold_out, lease_renewed, still_held, stock_if_still
 from .sectionorders import give_back_failed, write_batch
 from .services import Checkout, PurchaseRequest, SaleInfo
 
@@ -118,6 +118,7 @@ def serve_batch(batch: list[Buyer], me: Buyer, deps: Checkout, lock: Any) -> Non
         if winners:
             if sale.work_ms > 0:  # the simulated business work of every winner
                 deps.sleep(sale.work_ms * len(winners) / 1000)
+            still_held(lock, sale)  # told it was lost meanwhile: sell nothing
             set_stock(deps.redis, sale.keys.stock, left, generation=generation,
                       generation_key=sale.keys.stock_gen)
     except BaseException as exc:  # nothing was taken: every buyer hears the error

@@ -34,6 +34,7 @@ from .section import (
     lease_renewed,
     lock_timed_out,
     release_after_section,
+    still_held,
     stock_if_still,
 )
 from .services import Checkout, PurchaseRequest, SaleInfo, less_time
@@ -84,6 +85,7 @@ class LockedPath(StockPath):
                     flag_sold_out(deps.redis, sale, generation)
                 raise not_enough(sale.sku, stock)
             self._work(deps, sale)
+            still_held(lock, sale)  # told it was lost meanwhile: sell nothing
             set_stock(deps.redis, sale.keys.stock, stock - request.quantity,
                       generation=generation, generation_key=sale.keys.stock_gen)
             return record_order(deps.sessions, deps.redis, sale, request.user_id,

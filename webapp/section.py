@@ -234,6 +234,28 @@ def _reread_stock(deps: Checkout, sale: SaleInfo) -> SectionStock:
     return SectionStock(stock, counted)
 
 
+def still_held(lock: Any, sale: SaleInfo) -> None:
+    """Raise ``Busy`` (nothing taken) if the section's lock reports itself lost, before
+    the section writes the stock it computed.
+
+    **Failure timeline** it closes (a ZooKeeper audit: stock 1, two orders, with
+    ``zookeeper``, a strategy marked safe)::
+
+        A:  reads stock 1; works 10 s; its ZooKeeper connection is suspended (A's lock
+            says ``lost`` at once), then its session expires
+        B:  takes the lock on a new session; reads stock 1
+        A:  wrote stock 0 and its order: 201
+        B:  writes stock 0 and its order: 201, oversold by one
+
+    A holder that does not know yet (a pause: seed 004's lesson) is not stopped by this;
+    that needs the store to check fencing tokens, which the shop's stock does not
+    (a fence on it was tried and reverted: docs/performance.md, session 51)."""
+    if getattr(lock, "lost", False):
+        raise Busy(f"the lock on {sale.sku} was lost while this purchase worked (its "
+                   "server stopped answering); nothing was bought, try again",
+                   retry_after_s=1)
+
+
 def release_after_section(lock: Any, sale: SaleInfo) -> None:
     """Release ``lock``; a failure is logged, not raised: the section's answer stands.
     A release whose reply was lost is settled once Redis answers
