@@ -57,9 +57,17 @@ class Attempt:
     def _pass_on(self) -> None:
         try:
             self.recipe.release()
-        except Exception as exc:  # the session's end deletes the node anyway
+        except Exception as exc:
+            # a session that survives the connection's loss keeps the node, and the lock,
+            # for good: sent again once it is back (``zookeeper_release.py``; a review)
+            node = getattr(self.recipe, "node", None)
+            if node:
+                from .zookeeper_release import delete_later
+
+                delete_later(self.recipe.client, self.recipe.path, node)
             logger.warning("zookeeper lock %s: could not release an abandoned "
-                           "acquisition: %r", self.recipe.path, exc)
+                           "acquisition (sent again once the session is back): %r",
+                           self.recipe.path, exc)
 
     def finished_within(self, seconds: float | None) -> bool:
         """Wait up to ``seconds``; False means the caller leaves and the attempt is abandoned."""
