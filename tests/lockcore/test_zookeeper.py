@@ -399,7 +399,9 @@ def test_an_abandoned_attempt_that_wins_after_all_passes_the_lock_on() -> None:
 def test_leaving_with_after_a_server_outage_raises_lock_lost(request) -> None:
     with _own_zookeeper() as (server, client):
         lock = lockcore.create("zookeeper", client, request.node.name)
-        with pytest.raises(LockLost, match="suspended"):
+        # "suspended", or "session lost" if the restart outlasted the session (a slow
+        # machine): the later, surer reason replaces the first (075c032)
+        with pytest.raises(LockLost, match="suspended|session lost"):
             with lock:
                 server.kill()  # the holder's connection drops: SUSPENDED
                 assert _wait_until(lambda: lock.lost)
