@@ -585,13 +585,23 @@ def test_a_second_serve_in_the_folder_logs_to_a_file_of_its_own_and_says_so(tmp_
 def test_serve_notes_lock_servers_that_do_not_answer_and_serves_anyway(tmp_path):
     # every redlock and zookeeper purchase was refused, and nothing said so at start;
     # not refused (a lab starts its nodes later; RedLock outlives a minority)
-    from lockcore.embedded import free_ports
+    import socket
 
-    ports = free_ports(6)
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
-    env["REDLOCK_URLS"] = ",".join(f"redis://127.0.0.1:{p}/0" for p in ports[:5])
-    env["ZOOKEEPER_HOSTS"] = f"127.0.0.1:{ports[5]}"
-    err = _notes_of_a_serve(tmp_path, env)
+    # ports bound and never listened on: refused, and no other test's server can take
+    # one meanwhile (with free ports, one of the five answered once: "4 of 5", the
+    # fresh-clone run of session 51)
+    held = [socket.socket() for _ in range(6)]
+    try:
+        for sock in held:
+            sock.bind(("127.0.0.1", 0))
+        ports = [sock.getsockname()[1] for sock in held]
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+        env["REDLOCK_URLS"] = ",".join(f"redis://127.0.0.1:{p}/0" for p in ports[:5])
+        env["ZOOKEEPER_HOSTS"] = f"127.0.0.1:{ports[5]}"
+        err = _notes_of_a_serve(tmp_path, env)
+    finally:
+        for sock in held:
+            sock.close()
     assert ("note: REDLOCK_URLS: 5 of 5 nodes cannot be used" in err
             and "refused (503) until a majority answers" in err), err
     assert f"note: ZOOKEEPER_HOSTS: no server answers at 127.0.0.1:{ports[5]}" in err, err
