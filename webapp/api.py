@@ -156,7 +156,7 @@ def purchase(sku: str) -> tuple[Response, int]:
     try:
         body = validation.json_object(this)
         purchase_request = PurchaseRequest(
-            sku=_known_sku(sku),
+            sku=sku,
             user_id=validation.text(body, "user_id", backends.config["MAX_USER_ID_LENGTH"]),
             quantity=validation.integer(body, "quantity", low=1, high=MAX_QUANTITY,
                                         default=1),
