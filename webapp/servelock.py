@@ -144,25 +144,27 @@ def shop_pid() -> int:
     return _shop_pid or os.getpid()
 
 
+def _another(pid: str) -> str:
+    """The shop holding a claim, as a refusal names it (its pid, if still alive)."""
+    return f"another seckill shop{f' (pid {pid})' if pid else ''}"
+
+
 def _embedded_why(where: str, pid: str) -> str:
-    other = f"another seckill shop{f' (pid {pid})' if pid else ''}"
-    return (f"{other} is using {where} with Redis servers it started itself: a second shop "
-            "on it would sell the stock twice, each under its own lock. Stop it, or give "
-            "both the same REDIS_URL and REDLOCK_URLS")
+    return (f"{_another(pid)} is using {where} with Redis servers it started itself: a "
+            "second shop on it would sell the stock twice, each under its own lock. Stop "
+            "it, or give both the same REDIS_URL and REDLOCK_URLS")
 
 
 def _alone_why(where: str, pid: str) -> str:
-    other = f"another seckill shop{f' (pid {pid})' if pid else ''}"
-    return (f"{other} is using {where}, and this one would start Redis servers of its "
-            "own: the two would sell the stock twice, each under its own lock. Stop it, "
-            "or give both the same REDIS_URL and REDLOCK_URLS")
+    return (f"{_another(pid)} is using {where}, and this one would start Redis servers "
+            "of its own: the two would sell the stock twice, each under its own lock. Stop "
+            "it, or give both the same REDIS_URL and REDLOCK_URLS")
 
 
 def _other_servers_why(where: str, pid: str) -> str:
-    other = f"another seckill shop{f' (pid {pid})' if pid else ''}"
-    return (f"{other} is using {where} with other lock servers (REDIS_URL, REDLOCK_URLS "
-            "or ZOOKEEPER_HOSTS differ): the two would sell the stock twice. Give both "
-            "the same ones")
+    return (f"{_another(pid)} is using {where} with other lock servers (REDIS_URL, "
+            "REDLOCK_URLS or ZOOKEEPER_HOSTS differ): the two would sell the stock twice. "
+            "Give both the same ones")
 
 
 @contextlib.contextmanager
