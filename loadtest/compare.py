@@ -136,6 +136,12 @@ def exact_unsafe_note(results: list[StrategyResult]) -> list[str]:
             "`seckill scenario --list` has the labs that break them)"]
 
 
+def table_notes(results: list[StrategyResult]) -> list[str]:
+    """What is said under the comparison table, in the terminal and on the report's
+    page alike: ``unsold_notes``, then ``exact_unsafe_note``."""
+    return unsold_notes(results) + exact_unsafe_note(results)
+
+
 def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 

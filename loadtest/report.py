@@ -21,10 +21,9 @@ from .compare import (
     NOTHING_SOLD,
     OK,
     StrategyResult,
-    exact_unsafe_note,
     format_rounds,
+    table_notes,
     table_rows,
-    unsold_notes,
 )
 
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}
@@ -54,8 +53,8 @@ def _notes(results: list[StrategyResult]) -> list[str]:
     """What the terminal says under its table, said under this one: a sale cut short,
     orders no buyer heard of, and why a phase broke. Without them the page showed a
     green "ok" row, and a bare "ERROR" (a report audit)."""
-    lines = unsold_notes(results) + exact_unsafe_note(results) + [
-        f"{r.label}: ERROR: {r.error}" for r in results if r.error]
+    lines = table_notes(results) + [f"{r.label}: ERROR: {r.error}" for r in results
+                                    if r.error]
     return [f'<p class="note">{escape(line)}</p>' for line in lines]
 
 

@@ -32,12 +32,11 @@ from .compare import (
     NOOP_MODES,
     NOTHING_SOLD,
     StrategyResult,
-    exact_unsafe_note,
     failed,
     format_rounds,
     format_table,
     phase_label,
-    unsold_notes,
+    table_notes,
 )
 from .phase import PhaseBroken, Plan, run_phase
 from .serving import (
@@ -376,7 +375,7 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
     rounds = format_rounds(results)
     if rounds:
         print(f"\n{rounds}")
-    for note in unsold_notes(results) + exact_unsafe_note(results):
+    for note in table_notes(results):
         print(note)
     if args.url and not os.environ.get("REDIS_URL") and not any(
             r.redis_per_purchase is not None for r in results):
