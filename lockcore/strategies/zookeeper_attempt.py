@@ -21,6 +21,8 @@ import logging
 import threading
 from typing import Any
 
+from .zookeeper_release import delete_later
+
 logger = logging.getLogger(__name__)
 
 #: how long past its timeout a caller waits for kazoo's reply before it leaves
@@ -62,8 +64,6 @@ class Attempt:
             # for good: sent again once it is back (``zookeeper_release.py``; a review)
             node = getattr(self.recipe, "node", None)
             if node:
-                from .zookeeper_release import delete_later
-
                 delete_later(self.recipe.client, self.recipe.path, node)
             logger.warning("zookeeper lock %s: could not release an abandoned "
                            "acquisition (sent again once the session is back): %r",
