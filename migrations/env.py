@@ -6,7 +6,9 @@ since it cannot ALTER most things in place, a new SQLite file our page size
 (``webapp.db.SQLITE_PAGE_SIZE``), and SQLite's DDL a transaction
 (``webapp.db.sqlite_transactional_ddl``: each migration is all or nothing). On
 PostgreSQL one migration runs at a time, whoever started it (the command line, a
-starting shop): ``webapp.db.one_migration_at_a_time``.
+starting shop): ``webapp.db.one_migration_at_a_time``, which also bounds its wait for
+a table another session holds (``webapp.db.tables_locked_elsewhere``). SQLite's BEGIN
+IMMEDIATE does the same for a file. A SQLite file's folder is made.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from webapp import config as settings
+from webapp import db
 from webapp.db import (
     connect_args,
     one_migration_at_a_time,
+    sqlite_file,
     sqlite_file_layout,
     sqlite_transactional_ddl,
+    tables_locked_elsewhere,
 )
 from webapp.models import Base
 
@@ -50,6 +55,7 @@ def run_migrations_offline() -> None:
 
 def run_migrations_online() -> None:
     url = database_url()
+    sqlite_file(url, make_folder=True)  # the command line on a fresh clone: no instance/
     engine = create_engine(url, connect_args=connect_args(url))  # a connect timeout
     if url.startswith("sqlite"):  # a migration interrupted midway is rolled back whole
         sqlite_transactional_ddl(engine)
@@ -60,8 +66,10 @@ def run_migrations_online() -> None:
             context.configure(connection=connection, target_metadata=target_metadata,
                               render_as_batch=url.startswith("sqlite"))
             with context.begin_transaction():
-                one_migration_at_a_time(connection)  # before the revision is read
-                context.run_migrations()
+                wait_s = db.MIGRATION_WAIT_S  # read here: a test shortens it
+                one_migration_at_a_time(connection, wait_s)  # before the revision is read
+                with tables_locked_elsewhere(wait_s):
+                    context.run_migrations()
     finally:
         engine.dispose()
 

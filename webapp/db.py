@@ -59,7 +59,8 @@ def sqlite_transactional_ddl(engine: Engine) -> None:
     products already exists" after a new file's 0001). With BEGIN sent, Alembic's
     transaction per migration holds the migration and its ``alembic_version`` stamp,
     and SQLite rolls back the whole of an interrupted one. The app's engine keeps the
-    driver's behaviour: it runs no DDL."""
+    driver's behaviour: it runs no DDL. One migration at a time, too: the BEGIN takes
+    the write lock, and another migrating waits up to ``MIGRATION_WAIT_S``."""
 
     @event.listens_for(engine, "connect")
     def _no_driver_begin(dbapi_connection: Any, record: Any) -> None:
@@ -70,9 +71,17 @@ def sqlite_transactional_ddl(engine: Engine) -> None:
             dbapi_connection.autocommit = legacy
         dbapi_connection.isolation_level = None
 
+        # two migrations at once (two deploy scripts, a script beside a starting shop):
+        # the second waits for the first to commit (``BEGIN IMMEDIATE`` below) this long
+        dbapi_connection.execute(f"PRAGMA busy_timeout={int(MIGRATION_WAIT_S * 1000)}")
+
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN")
+        # IMMEDIATE: the write lock before the revision is read. With a plain (deferred)
+        # BEGIN two racers both read the revision, both went to write, and SQLite told
+        # the second "database is locked" at once, without waiting out the busy timeout
+        # (a migrations audit: 3 of 12 migrate-and-seed lines at once failed so)
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def alembic_config(database_url: str) -> Config:
@@ -226,7 +235,13 @@ def one_migration_at_a_time(connection: Connection, wait_s: float = MIGRATION_WA
     ``migration_lock`` serialises shops only: two ``alembic upgrade head`` from two
     deploy hosts (or one beside a starting shop) both read revision 0001, both ran 0002,
     and the second failed ``index "ix_orders_sale_id" does not exist``. Here the second
-    reads the revision once the first has committed, and finds head."""
+    reads the revision once the first has committed, and finds head.
+
+    The migration's own statements then wait ``wait_s`` at most for a table's lock too
+    (unless the session has a ``lock_timeout`` of its own): an ``ALTER TABLE`` behind
+    another session's open transaction (an operator's psql) held a starting shop,
+    silent, until that transaction ended, for ever if it never did. Past it,
+    ``tables_locked_elsewhere`` says so."""
     if connection.dialect.name != "postgresql":
         return
     was = connection.execute(text("SHOW lock_timeout")).scalar()
@@ -240,7 +255,26 @@ def one_migration_at_a_time(connection: Connection, wait_s: float = MIGRATION_WA
             raise MigrationBusy(f"another process has been migrating this database for "
                                 f"over {wait_s:g}s") from None
         raise
-    connection.execute(text("SELECT set_config('lock_timeout', :was, true)"), {"was": was})
+    if was != "0":  # the session's own bound, for the migration's statements too
+        connection.execute(text("SELECT set_config('lock_timeout', :was, true)"),
+                           {"was": was})
+
+
+@contextlib.contextmanager
+def tables_locked_elsewhere(wait_s: float = MIGRATION_WAIT_S) -> Iterator[None]:
+    """Around the migrations (``migrations/env.py``): a statement that waited past the
+    lock timeout ``one_migration_at_a_time`` set is ``MigrationBusy`` naming the cause,
+    not the driver's "canceling statement due to lock timeout" and a traceback. The
+    transaction is rolled back: nothing of the migration stays."""
+    try:
+        yield
+    except OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            raise MigrationBusy(
+                f"the migration waited over {wait_s:g}s for a table another session holds "
+                "locked (an open transaction: see pg_stat_activity); nothing was "
+                "changed") from None
+        raise
 
 
 def _wait_or_give_up(deadline: float, wait_s: float) -> None:

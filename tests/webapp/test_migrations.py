@@ -336,9 +336,99 @@ def test_a_migration_waits_for_another_and_not_for_ever():
                     db.one_migration_at_a_time(mine, wait_s=0.3)
             with engine.begin() as mine:  # ended: the next one goes on at once
                 db.one_migration_at_a_time(mine, wait_s=0.3)
-                assert mine.execute(text("SHOW lock_timeout")).scalar() == "0"
+                # and its statements wait for a table as long, not for ever
+                assert mine.execute(text("SHOW lock_timeout")).scalar() == "300ms"
+            with engine.begin() as mine:  # a bound of the session's own stands
+                mine.execute(text("SET LOCAL lock_timeout = '7s'"))
+                db.one_migration_at_a_time(mine, wait_s=0.3)
+                assert mine.execute(text("SHOW lock_timeout")).scalar() == "7s"
         finally:
             engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_migration_behind_a_table_another_session_holds_gives_up_and_says_why(
+        monkeypatch):
+    """An ``ALTER TABLE`` behind another session's open transaction (an operator's
+    psql) held a starting shop, silent, until that transaction ended (a migrations
+    audit: 45 s, and for ever had it never ended). Now it waits ``MIGRATION_WAIT_S`` at
+    most, and says why; the revision stays where it was. The holder lets go after 20 s
+    so that the old behaviour fails the test rather than hanging it."""
+    import psycopg
+
+    with scratch_postgres("seckill_alembic_table") as (_, _, url):
+        db.upgrade(url, "0003")
+        monkeypatch.setattr(db, "MIGRATION_WAIT_S", 1.0)
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as holder:
+            holder.execute("SELECT count(*) FROM sales")  # its transaction stays open
+            letting_go = threading.Timer(20, holder.rollback)
+            letting_go.start()
+            try:
+                with pytest.raises(db.MigrationBusy, match="another session holds locked"):
+                    db.upgrade(url)
+            finally:
+                letting_go.cancel()
+                holder.rollback()
+        assert _tables_and_revision(url)[1] == ["0003"]
+
+
+def test_alembic_commands_at_once_on_one_sqlite_file_wait_for_each_other(tmp_path):
+    """Two ``alembic upgrade head`` (or migrate-and-seed lines) at once on one SQLite
+    file: both read the revision, both went to write, and SQLite told one "database is
+    locked" at once (a migrations audit: 4 of 15 failed). Here a writer holds the file
+    while the command reads its revision, then commits: the command must wait for it
+    (``BEGIN IMMEDIATE``) and upgrade, not fail on what it read before."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from tests.support import ROOT
+
+    path = tmp_path / "race.sqlite"
+    db.upgrade(f"sqlite:///{path}", "0001")
+    writer = sqlite3.connect(path, isolation_level=None, timeout=30)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("CREATE TABLE another_migrations_table (x INTEGER)")
+    command = subprocess.Popen(
+        [sys.executable, "-m", "alembic", "-c", str(ROOT / "migrations" / "alembic.ini"),
+         "upgrade", "head"], env={**os.environ, "DATABASE_URL": f"sqlite:///{path}"},
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert command.stdout is not None
+        said = []
+        for line in command.stdout:  # Alembic logs its context before the transaction
+            said.append(line)
+            if "Will assume" in line:
+                break
+        time.sleep(1.0)  # it reads the revision (or, fixed, waits for the write lock)
+        writer.execute("COMMIT")
+        rest = command.communicate(timeout=60)[0]
+    finally:
+        writer.close()
+        if command.poll() is None:
+            command.kill()
+    assert command.returncode == 0, "".join(said) + rest[-2000:]
+    assert _tables_and_revision(f"sqlite:///{path}")[1] == ["0004"]
+
+
+def test_the_alembic_command_line_makes_a_sqlite_files_folder(tmp_path):
+    """The command ``migrations/alembic.ini`` shows, on a fresh clone (no ``instance/``):
+    "unable to open database file", where ``seckill serve`` makes the folder."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    url = f"sqlite:///{tmp_path / 'instance' / 'seckill.sqlite'}"
+    ran = subprocess.run([sys.executable, "-m", "alembic", "-c",
+                          str(ROOT / "migrations" / "alembic.ini"), "upgrade", "head"],
+                         env={**os.environ, "DATABASE_URL": url}, cwd=ROOT, text=True,
+                         capture_output=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert _tables_and_revision(url)[1] == ["0004"]
 
 
 def test_the_alembic_command_line_says_what_it_ran(tmp_path):
