@@ -164,6 +164,7 @@ def purchase(sku: str) -> tuple[Response, int]:
     except InvalidRequest:
         _refuse_unknown(backends, sku)
         raise
+    backends.history.before_purchase()  # a failover's old copy of the sale: reloaded
     deps = Checkout(sessions=backends.sessions, redis=backends.redis,
                     lock_for=functools.partial(locks.lock_for, backends),
                     lock_timeout_s=backends.config["LOCK_TIMEOUT_S"],

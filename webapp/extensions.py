@@ -33,6 +33,7 @@ from .db import PG_STATEMENT_TIMEOUT_MS, connect_args, sqlite_file_layout
 from .logthrottle import quiet_kazoo
 from .pipelining import ScriptPipeline
 from .problems import Busy
+from .redishistory import HistoryWatch
 from .takenorders import write_taken
 from .writedeadline import keep_deadlines
 
@@ -239,7 +240,29 @@ class Backends:
             self.config["REDIS_URL"], max_connections=self.config["REDIS_MAX_CONNECTIONS"],
             timeout=self.config["REDIS_POOL_TIMEOUT_S"], socket_connect_timeout=2,
             socket_timeout=self.config["REDIS_SOCKET_TIMEOUT_S"], health_check_interval=30)
+        make = pool.make_connection
+
+        def make_connection() -> Any:  # every connection, before its first connect
+            connection = make()
+            connection.register_connect_callback(self._redis_connected)
+            return connection
+
+        pool.make_connection = make_connection  # type: ignore[method-assign]
         return Redis(connection_pool=pool)
+
+    @functools.cached_property
+    def history(self) -> HistoryWatch:
+        """This worker's watch over its Redis's history (``redishistory.py``): a failover
+        or a restart from a snapshot reloads the sales from the database. Each
+        connection the purchases' pool makes has it look again (``_redis_connected``)."""
+        return HistoryWatch(self.redis, self.sessions)
+
+    def _redis_connected(self, connection: Any) -> None:
+        """Each (re)connection of the purchases' pool: the Redis behind the address may
+        be another one now (a restart, a failover). A watch not made yet starts so."""
+        watch = self.__dict__.get("history")
+        if watch is not None:
+            watch.reconnected(connection)
 
     @functools.cached_property
     def script_pipeline(self) -> ScriptPipeline | None:

@@ -214,13 +214,18 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
     # the undos a backend was down for (webapp/retrylater.py), also when no buyer comes,
     # and a look at the sales for units a crashed purchase left in checkout
-    # and this host's clock against Redis's, for the purchases' deadlines
+    # and this host's clock against Redis's, for the purchases' deadlines; and whether
+    # Redis's data has a new history since the sales were checked (redishistory.py)
     from webapp.checkoutwatch import watch_for
     from webapp.deadlines import clock_watch_for
+    from webapp.redishistory import history_watch_for
     from webapp.retrylater import drain_every
 
     app = getattr(worker, "wsgi", None)
-    watch, clock = watch_for(app), clock_watch_for(app)
+    watch, clock, history = watch_for(app), clock_watch_for(app), history_watch_for(app)
+    if history is not None:  # a Redis of a new history (a failover): before the first sale
+        with contextlib.suppress(Exception):  # Redis down: the first purchase looks again
+            history.check()
 
     def look_at_clock() -> None:
         if clock is not None:

@@ -161,10 +161,12 @@ def snapshot_redis(info: dict[str, Any]) -> str | None:
     """A note when the Redis persists by RDB snapshots alone (``save`` set, no
     ``appendonly``): after a crash it comes back with the stock of its last snapshot,
     more than the database has left, and the sale goes on from there: a lock path
-    oversells it (a Redis audit: 26 oversold, ``token`` and ``atomic`` alike; the
-    generations catch a snapshot from before a reset, not one from the same sale). One
-    that comes back empty is reloaded from the database, and one that logs every write
-    (``appendfsync always``) comes back as it was."""
+    oversold it (a Redis audit: 26 oversold, ``token`` and ``atomic`` alike; the
+    generations catch a snapshot from before a reset, not one from the same sale). Now
+    the restart's new replication history has every sale reloaded from the database
+    (``redishistory.py``), all but a purchase under way at the crash; and a lock sale
+    holds off one lock TTL. One that comes back empty is reloaded from the database too,
+    and one that logs every write (``appendfsync always``) comes back as it was."""
     save = str(info.get("config_save", "") or "").strip()
     fsync = str(info.get("config_appendfsync", "always"))
     if str(info.get("config_appendonly", "no")) == "yes":
@@ -172,15 +174,17 @@ def snapshot_redis(info: dict[str, Any]) -> str | None:
             return None
         return (f"its append-only file is synced {fsync!r}, not 'always': a crash loses "
                 "the last writes (up to a second's with everysec), and it comes back with "
-                "a stock ahead of the database: the sale oversells by what was sold in "
-                "them. Set appendfsync always, or no persistence at all")
+                "a stock ahead of the database: the shop reloads every sale from the "
+                "database when it sees the restart, but a purchase under way may sell "
+                "from the old stock. Set appendfsync always, or no persistence at all")
     if not save:
         return None
     return (f"it saves RDB snapshots (save {save}) and no append-only file: after a "
             "crash it comes back with the stock of its last snapshot, ahead of the "
-            "database, and the sale oversells by what was sold since: set appendonly yes "
-            "with appendfsync always, or save \"\" (back empty, the sale is reloaded "
-            "from the database)")
+            "database; the shop reloads every sale from the database when it sees the "
+            "restart, but a purchase under way may sell from the old stock: set "
+            "appendonly yes with appendfsync always, or save \"\" (back empty, the sale "
+            "is reloaded from the database)")
 
 
 def reachable_redis(url: str) -> list[str]:
@@ -196,7 +200,24 @@ def reachable_redis(url: str) -> list[str]:
     if unfit is not None:
         raise StartupError(f"REDIS_URL {settings.without_password(url)}: {unfit}")
     return [f"REDIS_URL {settings.without_password(url)}: {note}"
-            for note in (evicting_redis(info), snapshot_redis(info)) if note]
+            for note in (evicting_redis(info), snapshot_redis(info), replicated_redis(info))
+            if note]
+
+
+def replicated_redis(info: dict[str, Any]) -> str | None:
+    """A note when the primary has replicas: the shop does not follow a failover, and
+    what the old primary sold after the promotion is lost with the writes it took (a
+    Redis HA audit: a Sentinel failover, 63 units oversold; now reloaded from the
+    database, ``redishistory.py``). serve said nothing of it, while it noted snapshots
+    and eviction, the other ways a Redis comes back with old data."""
+    replicas = int(info.get("connected_slaves", 0) or 0)
+    if info.get("role") != "master" or replicas < 1:
+        return None
+    return (f"it has {replicas} replica{'s' if replicas > 1 else ''}: the shop does not "
+            "follow a failover (restart it with the new primary's address); a promoted "
+            "replica's sales are reloaded from the database before they sell, all but a "
+            "purchase under way at the failover (docs/deployment.md, \"The shop's "
+            "Redis\")")
 
 
 def without_gunicorn_args(environ: Mapping[str, str]) -> dict[str, str]:

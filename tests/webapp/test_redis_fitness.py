@@ -118,6 +118,16 @@ def test_a_redis_that_may_lose_or_evict_the_sale_is_named_in_a_note(started, arg
     assert all(part in notes[0] for part in noted), notes
 
 
+def test_a_primary_with_replicas_is_named_in_a_note(started):
+    """serve noted snapshots and eviction, not a replica a failover may promote with
+    older data (a Redis HA audit); a primary alone is not noted."""
+    primary, _ = replica_of(started)
+    notes = reachable_redis(primary.url)
+    assert len(notes) == 1 and "1 replica:" in notes[0], notes
+    assert "does not follow a failover" in notes[0], notes
+    assert reachable_redis(start(started).url) == []
+
+
 def test_an_acl_user_without_info_is_served_unchecked(started, tmp_path: Path):
     """``INFO`` is a @dangerous command; a shop user without it still starts."""
     server = start(started)
