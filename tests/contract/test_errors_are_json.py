@@ -209,6 +209,25 @@ def test_a_malformed_chunked_body_is_a_json_400_not_a_500(shop, payload, route):
     assert_error(answer, 400, "invalid_request")
 
 
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_transfer_coding_besides_chunked_is_a_400_naming_it_not_a_sale(shop, coding):
+    """gunicorn hands gzip and deflate over undecoded: plain JSON sent as "deflate,
+    chunked" bought (201), a real gzip body was "not valid JSON" (an API fuzz audit)."""
+    import gzip
+
+    shop.reset(SKU, 5)
+    body = b'{"user_id": "coded-%s"}' % coding.encode()
+    payload = gzip.compress(body) if coding == "gzip" else body
+    answer = raw_exchange(shop.url, (
+        f"POST /api/products/{SKU}/purchase HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: application/json\r\n"
+        f"Transfer-Encoding: {coding}, chunked\r\nConnection: close\r\n\r\n").encode()
+        + chunks_of(payload))
+    detail = assert_error(answer, 400, "invalid_request")["detail"]
+    assert f"Transfer-Encoding {coding!r}" in detail, detail
+    assert shop.audit(SKU)["orders"] == 0
+
+
 def chunks_of(body: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(part), part)
                     for part in (body[i:i + 8_192] for i in range(0, len(body), 8_192))) \

@@ -72,6 +72,42 @@ def test_a_compressed_body_is_400_naming_the_encoding(client):
     assert "Content-Encoding 'gzip'" in response.get_json()["detail"]
 
 
+@pytest.mark.parametrize("codings, named", [("gzip, chunked", "gzip"),
+                                            ("deflate, chunked", "deflate"),
+                                            ("identity, Compress ,chunked", "compress")])
+@pytest.mark.parametrize("route", ["purchase", "reset"])
+def test_a_transfer_coding_besides_chunked_is_400_naming_it(client, codings, named, route):
+    """gunicorn undoes the chunking and hands gzip, deflate and compress over undecoded:
+    plain bytes sent as "deflate, chunked" bought (201), and a real gzip body was "not
+    valid JSON" (an API fuzz audit). Neither writes anything now."""
+    import gzip
+
+    body = {"purchase": b'{"user_id": "ann"}',
+            "reset": b'{"stock": 3, "strategy": "atomic"}'}[route]
+    send = {"purchase": client.post, "reset": client.put}[route]
+    path = {"purchase": f"/api/products/{SKU}/purchase",
+            "reset": f"/api/admin/sales/{SKU}"}[route]
+    response = send(path, data=gzip.compress(body) if named == "gzip" else body,
+                    headers={"Content-Type": "application/json", **auth()},
+                    environ_overrides={"HTTP_TRANSFER_ENCODING": codings,
+                                       "wsgi.input_terminated": True})  # as gunicorn's
+    assert response.status_code == 400, response.get_json()
+    assert response.get_json()["error"] == "invalid_request"
+    assert f"Transfer-Encoding {named!r}" in response.get_json()["detail"]
+    product = client.get(f"/api/products/{SKU}").get_json()
+    assert (product["stock"], product["strategy"]) == (10, "token")
+    assert client.get(f"/api/sales/{SKU}/audit").get_json()["orders"] == 0
+
+
+@pytest.mark.parametrize("codings", ["chunked", "identity, chunked"])
+def test_a_chunked_body_is_bought_as_gunicorn_hands_it_over(client, codings):
+    response = client.post(f"/api/products/{SKU}/purchase", data=b'{"user_id": "ann"}',
+                           headers={"Content-Type": "application/json"},
+                           environ_overrides={"HTTP_TRANSFER_ENCODING": codings,
+                                              "wsgi.input_terminated": True})
+    assert response.status_code == 201, response.get_json()
+
+
 @pytest.mark.parametrize("sku", ["x" * 5000, "%00", "caf%C3%A9", "%ED%A0%80", "a%0Ab",
                                  "' OR 1=1 --"])
 def test_an_odd_sku_is_a_json_404(client, sku):
