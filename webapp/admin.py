@@ -22,6 +22,7 @@ import lockcore
 from lockcore import LockError
 
 from . import locks, paths, sales, section, services, shop, validation
+from .api import refuse_unknown
 from .deadlines import LOST_REPLY
 from .extensions import Backends, get_backends
 from .keys import SaleKeys
@@ -67,14 +68,21 @@ def reset_sale(sku: str) -> Response:
     _require_token()
     if not validation.plausible_sku(sku):
         raise UnknownSku("no product with that sku")
-    body = validation.json_object(request)
-    stock = validation.integer(body, "stock", low=0, high=MAX_STOCK)
-    strategy = validation.text(body, "strategy", 40)
-    paths.path_for(strategy)  # unknown -> 400 invalid_request
     backends = get_backends()
-    locks.check_configured(strategy, backends.config)
-    work_ms = validation.integer(body, "work_ms", low=0, high=MAX_WORK_MS, default=0)
-    limit = validation.integer(body, "limit", low=1, high=MAX_LIMIT, default=sales.NO_LIMIT)
+    try:
+        body = validation.json_object(request)
+        stock = validation.integer(body, "stock", low=0, high=MAX_STOCK)
+        strategy = validation.text(body, "strategy", 40)
+        paths.path_for(strategy)  # unknown -> 400 invalid_request
+        locks.check_configured(strategy, backends.config)
+        work_ms = validation.integer(body, "work_ms", low=0, high=MAX_WORK_MS, default=0)
+        limit = validation.integer(body, "limit", low=1, high=MAX_LIMIT,
+                                   default=sales.NO_LIMIT)
+    except InvalidRequest:
+        # a bad body for a sku that does not exist was its 400, where a purchase's is
+        # the 404 (an API fuzz audit): the purchase's check, on the error path only
+        refuse_unknown(backends, sku)
+        raise
     with _one_reset_at_a_time(backends, sku):
         _wait_out_holders_redis_forgot(backends, sku)
         with _current_lock(backends, sku):
@@ -98,6 +106,7 @@ def sale_buyers(sku: str) -> Response:
     after = request.args.get("after", "")
     if len(after) > backends.config["MAX_USER_ID_LENGTH"] or \
             not validation.is_clean_text(after):
+        refuse_unknown(backends, sku)  # the 404 first, as a reset's (an API fuzz audit)
         raise InvalidRequest("after must be the user id the page before ended with")
     page = sales.buyers(backends.sessions, sku, after, BUYERS_PAGE)
     return jsonify({"buyers": page, "next": page[-1] if len(page) == BUYERS_PAGE else None})

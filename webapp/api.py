@@ -162,7 +162,7 @@ def purchase(sku: str) -> tuple[Response, int]:
                                         default=1),
             idempotency_key=validation.idempotency_key(this), nonce=new_nonce())
     except InvalidRequest:
-        _refuse_unknown(backends, sku)
+        refuse_unknown(backends, sku)
         raise
     backends.history.before_purchase()  # a failover's old copy of the sale: reloaded
     deps = Checkout(sessions=backends.sessions, redis=backends.redis,
@@ -177,10 +177,11 @@ def purchase(sku: str) -> tuple[Response, int]:
     return jsonify(result.order.to_json()), 201 if result.created else 200
 
 
-def _refuse_unknown(backends: Backends, sku: str) -> None:
+def refuse_unknown(backends: Backends, sku: str) -> None:
     """Raise ``UnknownSku`` for a request that is bad *and* names no product: the
     contract's 404 comes first, whatever the body (a bad body for a sku that does not
-    exist answered 400: a contract audit). On the error path only: the sale's Redis
+    exist answered 400: a contract audit; an admin reset's, and a bad ``after`` of its
+    buyers, too: an API fuzz audit). On the error path only: the sale's Redis
     copy says it exists (one EXISTS), else the database is asked; a lookup that fails
     leaves the 400 standing. (The database alone made every 400, a bad body for a real
     sku too, a read beside the purchases on their pool: a review.)"""

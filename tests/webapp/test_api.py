@@ -67,6 +67,30 @@ def test_an_unknown_sku_is_404_whatever_the_body(client):
     assert client.get("/api/sales/nope/audit").status_code == 404
 
 
+@pytest.mark.parametrize("body, content_type", [
+    (b"{", "application/json"), (b'{"stock": -1, "strategy": "token"}', "application/json"),
+    (b'{"stock": 5, "strategy": "quantum"}', "application/json"),
+    (b'{"stock": 5, "strategy": "token"}', "text/plain"),
+], ids=["not-json", "negative-stock", "unknown-strategy", "text-plain"])
+def test_a_bad_reset_of_an_unknown_sku_is_404_after_the_token(client, body, content_type):
+    """A reset with the right token, an unknown sku and a bad body was the body's 400,
+    where a purchase's is the 404 whatever the body (an API fuzz audit); the token is
+    still checked first, and a known sku keeps its 400."""
+    for sku, headers, status, error in (("nope", auth(), 404, "unknown_sku"),
+                                        ("nope", {}, 401, "unauthorized"),
+                                        (SKU, auth(), 400, "invalid_request")):
+        answer = client.put(f"/api/admin/sales/{sku}", data=body,
+                            headers={"Content-Type": content_type, **headers})
+        assert (answer.status_code, answer.get_json()["error"]) == (status, error), sku
+
+
+def test_the_buyers_of_an_unknown_sku_are_404_whatever_after_says(client):
+    for sku, status, error in (("nope", 404, "unknown_sku"), (SKU, 400, "invalid_request")):
+        answer = client.get(f"/api/admin/sales/{sku}/buyers?after=a%00b", headers=auth())
+        assert (answer.status_code, answer.get_json()["error"]) == (status, error), sku
+    assert client.get("/api/admin/sales/nope/buyers?after=a%00b").status_code == 401
+
+
 def test_a_purchase_creates_an_order_with_a_fencing_token(client):
     response = buy(client, "ann")
     assert response.status_code == 201
