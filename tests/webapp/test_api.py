@@ -323,7 +323,10 @@ def test_usable_strategies_leave_out_those_whose_servers_this_shop_lacks(client)
     lacking = client.get("/api/strategies?unusable=true").get_json()
     assert lacking == {"redlock": "strategy 'redlock' needs REDLOCK_URLS (five Redis servers)",
                        "zookeeper": "strategy 'zookeeper' needs ZOOKEEPER_HOSTS"}
-    for query in ("usable=yes", "unusable=1", "usable=true&unusable=true"):
+    # an empty value is a value, whichever other is given: "usable=&unusable=true" was
+    # 200, read as unusable alone, while "usable=" alone was 400 (an API fuzz audit)
+    for query in ("usable=yes", "unusable=1", "usable=true&unusable=true", "usable=",
+                  "usable=&unusable=true", "usable=true&unusable=", "unusable="):
         answer = client.get(f"/api/strategies?{query}")
         assert (answer.status_code, answer.get_json()["error"]) == (400, "invalid_request")
 
