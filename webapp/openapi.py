@@ -197,9 +197,13 @@ def document(config: dict[str, Any]) -> dict[str, Any]:
                 "summary": "The buyers with an order in a sale, a page at a time",
                 "security": [{"bearer": []}],
                 "parameters": [_SKU, {"name": "after", "in": "query", "required": False,
-                                      "description": "the next of the page before; "
+                                      "description": "the next of the page before (a "
+                                                     "user id, held to user_id's rules); "
                                                      "leave it out for the first page",
-                                      "schema": {"type": "string", "maxLength": 64}}],
+                                      # user_id's pattern: a control character was
+                                      # 400 with only maxLength said (an API fuzz audit)
+                                      "schema": {"type": "string", "maxLength": 64,
+                                                 "pattern": _visible()}}],
                 "responses": {"200": _json({
                     "type": "object", "required": ["buyers", "next"],
                     "properties": {"buyers": {"type": "array", "items": {"type": "string"},
