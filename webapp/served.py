@@ -96,7 +96,8 @@ def _redis_info(url: str) -> dict[str, Any]:
     client = _one_try_client(url, REACH_TIMEOUT_S)
     fields: dict[str, Any] = {}
     try:
-        try:
+        try:  # a Sentinel answers INFO (its server section says so) and no data command
+            fields["redis_mode"] = client.info("server").get("redis_mode")
             for section in ("cluster", "replication", "memory"):  # one each: Redis 6.2
                 fields.update(client.info(section))
             if fields.get("cluster_enabled"):  # its shards: cluster_size
@@ -123,7 +124,16 @@ def unfit_redis(info: dict[str, Any]) -> str | None:
       laid out for a cluster (docs/deployment.md, "Hash tags"); the client is not. A
       one-node cluster owning every slot never redirects: it serves (the hash-tag tests
       run the shop on one).
+    * A **Sentinel** (``redis-server --sentinel``, port 26379) answers PING and INFO and
+      refuses every data command: serve failed on a fresh database with "Busy: the sale
+      of sku-1 was reset in the database (its orders deleted), but Redis refused the new
+      stock (unknown command 'WATCH')", on one with orders with "ResponseError: unknown
+      command 'HGETALL'" (a Redis HA audit).
     """
+    if info.get("redis_mode") == "sentinel":
+        return ("a Redis Sentinel (INFO server: redis_mode sentinel), which holds no "
+                "data: give the shop the address of the primary it watches (SENTINEL "
+                "get-master-addr-by-name <name>); the shop does not follow a failover")
     if info.get("role") == "slave":
         return ("a read-only replica (INFO replication: role slave): every purchase "
                 "would be refused; give the shop the primary")

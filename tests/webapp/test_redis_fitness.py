@@ -5,6 +5,8 @@ shop against each)."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from lockcore.embedded import RedisServer
+from lockcore.embedded import RedisServer, find_redis_server, free_ports, serving_pid
+from lockcore.lifeline import tied_to_parent
 from tests.clustermode import start_cluster, start_cluster_nodes, stopped_after
 from tests.webapp.conftest import make_app
 from webapp import sales
@@ -137,3 +140,41 @@ def test_an_acl_user_without_info_is_served_unchecked(started, tmp_path: Path):
     admin.close()
     url = f"redis://shop:pw@127.0.0.1:{server.port}/0"
     assert reachable_redis(url) == []
+
+
+@contextlib.contextmanager
+def a_sentinel(workdir: Path) -> Iterator[str]:
+    """A Redis Sentinel watching a primary that is not there (it answers all the same),
+    its URL; killed by pid after. (``RedisServer`` puts its options first, and a
+    Sentinel needs its config file first.)"""
+    port, watched = free_ports(2)
+    conf = workdir / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\n"
+                    f"sentinel monitor m 127.0.0.1 {watched} 1\n")
+    proc = subprocess.Popen(tied_to_parent([find_redis_server(), str(conf), "--sentinel",
+                                            "--logfile", str(workdir / "sentinel.log")],
+                                           "KILL"),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while serving_pid(port) != proc.pid:
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                (workdir / "sentinel.log").read_text(errors="replace")[-800:]
+            time.sleep(0.01)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_sentinel_is_refused_at_start_naming_it(tmp_path):
+    """serve against a Sentinel failed with "Busy: ... Redis refused the new stock
+    (unknown command 'WATCH')" on a fresh database and "ResponseError: unknown command
+    'HGETALL'" on one with orders (a Redis HA audit)."""
+    with a_sentinel(tmp_path) as url:
+        with pytest.raises(StartupError) as refused:
+            reachable_redis(url)
+    said = str(refused.value)
+    assert said.startswith(f"REDIS_URL {url}: a Redis Sentinel"), said
+    assert "primary" in said and "does not follow a failover" in said and "\n" not in said
