@@ -7,6 +7,7 @@ folder and a Redis on localhost (``seckill serve`` starts an embedded one and ex
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -209,6 +210,12 @@ def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
             if not all(port.isdigit() for port in query.get("port", [])):
                 raise ConfigError(f"{name}: {without_password(url)!r}: port= must be a "
                                   "number")
+            unknown = _unknown_options(pools[name][-1])
+            if unknown:
+                hint = (" (a Sentinel's service name: give the shop its primary's address; "
+                        "it does not follow a failover)" if "service_name" in unknown else "")
+                raise ConfigError(f"{name}: {without_password(url)!r} has an option redis-py "
+                                  f"does not take: {', '.join(unknown)}{hint}")
             if not unix and not (parts.hostname or query.get("host")):
                 # redis-py reads redis:// as localhost:6379, db 0: a CLI audit's shop
                 # seeded a Redis that was not its own, and the banner said "redis://"
@@ -223,6 +230,21 @@ def check_redis_urls(redis_url: str | None, redlock_urls: list[str]) -> None:
         check_independent([Redis(connection_pool=pool) for pool in pools["REDLOCK_URLS"]])
     except ValueError as exc:
         raise ConfigError(f"REDLOCK_URLS: {exc}") from None
+
+
+def _unknown_options(pool: Any) -> list[str]:
+    """The options of a Redis URL's query that its connections do not take. redis-py
+    passes on every option it does not parse itself, and the connection refuses it when
+    it is made: ``?service_name=x`` (a Sentinel's, which redis-py reads only through its
+    Sentinel client) started the shop into "could not start: TypeError: AbstractConnection
+    .__init__() got an unexpected keyword argument 'service_name'" (a Redis HA audit)."""
+    kind = pool.connection_class
+    if not isinstance(kind, type):  # ?connection_class=...: a string where a class goes
+        return ["connection_class"]
+    taken = {name for klass in kind.__mro__ if "__init__" in vars(klass) and klass is not object
+             for name, parameter in inspect.signature(klass.__init__).parameters.items()
+             if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)}
+    return sorted(set(pool.connection_kwargs) - taken)
 
 
 def check_zookeeper_hosts(hosts: str | None) -> None:

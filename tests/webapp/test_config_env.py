@@ -209,3 +209,32 @@ def test_a_redis_url_whose_query_port_is_no_number_is_refused(monkeypatch, tmp_p
     monkeypatch.setenv("REDIS_URL", "redis://?host=127.0.0.1&port=abc")
     with pytest.raises(config.ConfigError, match="port= must be a number"):
         config.served_from_env(str(tmp_path))
+
+
+@pytest.mark.parametrize("name, url, option", [
+    ("REDIS_URL", "redis://127.0.0.1:6399/0?service_name=mymaster", "service_name"),
+    ("REDIS_URL", "redis://127.0.0.1:6399/0?socket_timeout=2&timeout=3", "timeout"),
+    ("REDIS_URL", "redis://127.0.0.1:6399/0?ssl_cert_reqs=none", "ssl_cert_reqs"),
+    ("REDLOCK_URLS", "redis://127.0.0.1:1/0?sentinel=1,redis://127.0.0.1:2/0,"
+     "redis://127.0.0.1:3/0", "sentinel"),
+])
+def test_a_redis_url_with_an_option_redis_py_does_not_take_is_refused_naming_it(
+        monkeypatch, tmp_path, name, url, option):
+    """redis-py passed it on, and the first connection raised: "could not start:
+    TypeError: AbstractConnection.__init__() got an unexpected keyword argument
+    'service_name'" (a Redis HA audit)."""
+    monkeypatch.setenv(name, url)
+    with pytest.raises(config.ConfigError) as refused:
+        config.served_from_env(str(tmp_path))
+    said = str(refused.value)
+    assert said.startswith(f"{name}: ") and said.endswith(option if option != "service_name"
+                                                          else "follow a failover)"), said
+    assert f"does not take: {option}" in said and "\n" not in said
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6399/0?socket_timeout=2&max_connections=9",
+                                 "rediss://127.0.0.1:6399/0?ssl_cert_reqs=none",
+                                 "redis://127.0.0.1:6399/0?client_name=shop&protocol=3"])
+def test_a_redis_url_with_options_redis_py_takes_is_taken(monkeypatch, tmp_path, url):
+    monkeypatch.setenv("REDIS_URL", url)
+    config.served_from_env(str(tmp_path))
