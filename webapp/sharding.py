@@ -2,8 +2,12 @@
 
 ``atomic`` runs one Lua script on one key, so every buyer of a hot SKU queues on one
 Redis thread, and on a cluster on one shard. Here the stock of ``sku-1`` lives in
-``sale:{sku-1#0}:stock`` ... ``sale:{sku-1#N-1}:stock``: different hash tags, so a
-cluster spreads them over its nodes and N buyers can be served in parallel.
+``shard:{sku-1#0}:stock`` ... ``shard:{sku-1#N-1}:stock``: different hash tags, so a
+cluster spreads them over its nodes and N buyers can be served in parallel. Their own
+prefix, not ``sale:``: ``sale:{sku-1#0}:stock`` was also the stock key of a product
+whose sku is ``sku-1#0`` (a text audit: that product's ``atomic`` sale read and took
+the other sale's shard, and oversold by 10). A shard key's tag ends in ``#<index>``,
+so two (sku, index) pairs never make one key.
 
 **How a purchase picks a shard.** It starts at ``crc32(user_id) % N`` (a stable spread
 without a random generator, so tests are repeatable), runs ``sharded_take.lua`` on that
@@ -26,7 +30,7 @@ after, the stock is taken; if the row cannot be written, the unit goes back to t
 shard it came from, not to a shared key.
 
 **Resets amid buyers.** Each shard keeps the sale generation its units belong to
-(``sale:{sku#i}:stockgen``, written with the units in one script by every reset). The
+(``shard:{sku#i}:stockgen``, written with the units in one script by every reset). The
 take checks it against the generation the buyer looked up, the order row is written
 only in that generation, and a unit goes back only to its own generation's shard. A
 buyer who looked the sale up before a reset hears 503 busy and takes nothing from the
@@ -63,20 +67,20 @@ DEFAULT_SHARDS = 4
 
 
 def shard_key(sku: str, index: int) -> str:
-    """``sale:{sku#index}:stock``: the hash tag includes the index, so shards spread."""
-    return f"sale:{{{sku}#{index}}}:stock"
+    """``shard:{sku#index}:stock``: the hash tag includes the index, so shards spread."""
+    return f"shard:{{{sku}#{index}}}:stock"
 
 
 def shard_taken_key(sku: str, index: int) -> str:
-    """``sale:{sku#index}:taken``: user -> the nonce of the purchase whose take emptied
+    """``shard:{sku#index}:taken``: user -> the nonce of the purchase whose take emptied
     units from shard ``index`` (``undo_take.lua``, after a lost reply)."""
-    return f"sale:{{{sku}#{index}}}:taken"
+    return f"shard:{{{sku}#{index}}}:taken"
 
 
 def shard_gen_key(sku: str, index: int) -> str:
-    """``sale:{sku#index}:stockgen``: the sale generation shard ``index``'s units belong
+    """``shard:{sku#index}:stockgen``: the sale generation shard ``index``'s units belong
     to, in the shard's own slot, so one script checks it and takes (``sharded_take.lua``)."""
-    return f"sale:{{{sku}#{index}}}:stockgen"
+    return f"shard:{{{sku}#{index}}}:stockgen"
 
 
 def split(stock: int, shards: int) -> list[int]:

@@ -56,7 +56,7 @@ def users_starting_at(path: ShardedPath, shard: int, count: int) -> list[str]:
 def test_each_shard_has_its_own_hash_tag_so_a_cluster_spreads_them():
     slots = {key_slot(shard_key(SKU, i).encode()) for i in range(4)}
     assert len(slots) == 4
-    assert shard_key(SKU, 0) == "sale:{sku-1#0}:stock"
+    assert shard_key(SKU, 0) == "shard:{sku-1#0}:stock"
 
 
 def test_stock_is_dealt_over_the_shards_as_evenly_as_possible(deps, monkeypatch):
@@ -217,3 +217,24 @@ def test_a_give_back_between_the_flags_check_and_its_set_lifts_the_flag(deps, mo
     with pytest.raises(SoldOut):
         buy(deps, "dave")
     assert sales.audit(deps.sessions, deps.redis, SKU)["consistent"]
+
+
+def test_a_product_whose_sku_reads_like_a_shard_keeps_a_stock_of_its_own(deps, monkeypatch):
+    """A shard's key was ``sale:{sku-1#0}:stock``, the stock key of a product whose sku
+    is ``sku-1#0`` too (a text audit): that product's ``atomic`` sale read 25 units of
+    the shard for its 10 and sold 20. Shards have a prefix of their own now."""
+    twin = f"{SKU}#0"
+    sales.create_product(deps.sessions, twin, "Cable", 900, stock=10, strategy="atomic")
+    sales.reset_sale(deps.sessions, deps.redis, twin, stock=10, strategy="atomic")
+    open_sale(deps, monkeypatch, stock=100)
+    sold = 0
+    for i in range(20):
+        try:
+            checkout(deps, PurchaseRequest(twin, f"u{i}", 1))
+            sold += 1
+        except SoldOut:
+            pass
+    assert sold == 10
+    for sku in (SKU, twin):
+        audit = sales.audit(deps.sessions, deps.redis, sku)
+        assert audit["consistent"], audit

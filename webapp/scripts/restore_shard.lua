@@ -13,9 +13,9 @@
 -- restore_sale.lua replaces the single stock key; a shard of the same generation is
 -- left as it is (its buyers took from it); a newer one is never touched.
 --
--- KEYS[1]  sale:{sku#i}:stock     the shard's units
--- KEYS[2]  sale:{sku#i}:stockgen  the generation those units belong to
--- KEYS[3]  sale:{sku#i}:taken     the older generation's take marks (undo_take.lua)
+-- KEYS[1]  shard:{sku#i}:stock     the shard's units
+-- KEYS[2]  shard:{sku#i}:stockgen  the generation those units belong to
+-- KEYS[3]  shard:{sku#i}:taken     the older generation's take marks (undo_take.lua)
 -- ARGV[1]  generation             the reload's ('' : not known, units written NX only)
 -- ARGV[2]  units                  this shard's share of the database's remaining
 --

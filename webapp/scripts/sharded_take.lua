@@ -1,9 +1,9 @@
 -- sharded_take: take `quantity` units from ONE shard of a hot SKU's stock.
 --
--- KEYS[1]  sale:{sku#i}:stock   the units left in shard i (integer string); its own
+-- KEYS[1]  shard:{sku#i}:stock   the units left in shard i (integer string); its own
 --                               hash tag, so the shards of one sale spread over a cluster
--- KEYS[2]  sale:{sku#i}:stockgen the sale generation shard i's units belong to
--- KEYS[3]  sale:{sku#i}:taken   optional: user -> the nonce of the purchase that took
+-- KEYS[2]  shard:{sku#i}:stockgen the sale generation shard i's units belong to
+-- KEYS[3]  shard:{sku#i}:taken   optional: user -> the nonce of the purchase that took
 -- ARGV[4]  user_id              units from this shard for them (with ARGV[5]),
 -- ARGV[5]  nonce                optional: for undo_take.lua
 -- ARGV[1]  quantity             positive integer

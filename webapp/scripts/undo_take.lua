@@ -11,7 +11,7 @@
 -- (give_back.lua): the purchase that finds it lost reloads the sale, which counts them.
 --
 -- KEYS[1]  the stock key taken from (sale:{sku}:stock, or a shard's)
--- KEYS[2]  the taken marks in the same slot (sale:{sku}:taken, sale:{sku#i}:taken)
+-- KEYS[2]  the taken marks in the same slot (sale:{sku}:taken, shard:{sku#i}:taken)
 -- ARGV[1]  user_id
 -- ARGV[2]  nonce                 the lost purchase's
 -- ARGV[3]  quantity
