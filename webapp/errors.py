@@ -26,6 +26,7 @@ from lockcore import LockError
 
 from .logthrottle import PER_REQUEST
 from .problems import Busy, ShopError, Unauthorized, UnknownSku
+from .redishistory import HistoryChanged
 from .validation import too_long_body
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ def _unavailable(part: str, exc: Exception) -> tuple[Response, int]:
 
 @bp.app_errorhandler(RedisError)
 def redis_down(exc: RedisError) -> tuple[Response, int]:
+    if isinstance(exc, HistoryChanged):  # Redis is up: its data is checked (a moment)
+        return error_response("busy", str(exc), 503, 1)
     if isinstance(exc, ResponseError):
         # Redis answered, refusing (out of memory, no permission, read-only): "redis is
         # unavailable" sent the operator looking for a server that was up (a Redis audit)

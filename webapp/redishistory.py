@@ -1,22 +1,30 @@
 """Redis's replication history, watched: a Redis whose data is older than the database's
-sells nothing from it; every sale is reloaded from the database first.
+sells nothing from it; the sales it holds stale are reloaded from the database first.
 
 **Guarantee.** A shop whose Redis started a new history (a replica promoted by a
-failover, a primary failed back to, a restart from a snapshot) reloads each sale from
-the database, the truth, before a purchase uses the sale's old copy, as after a Redis
-that came back empty (``saleinfo.cached_sale``): the stock the database has left, its
-buyers, and a lock's fencing counter raised past the tokens its orders carry.
+failover, a primary failed back to, a restart from a snapshot) reloads from the
+database, the truth, each sale whose Redis stock is above the database's count, before
+a purchase sells from it, as after a Redis that came back empty (``saleinfo.
+cached_sale``): the stock the database has left, its buyers, and a lock's fencing
+counter raised past the tokens its orders carry. A sale whose stock agrees (a restart
+from an append-only file synced ``always``, a failover that lost nothing) is left as
+it is: no hold-off, no new generation.
 
 **How.** Redis names the history of its data (``INFO replication``:
 ``master_replid``). A primary keeps its ID while it runs; a replica promoted starts a
-new one, a replica takes its primary's, and a restart starts a new one (Redis 7.0,
-even from a snapshot). The shop writes the ID it last checked its sales under into
-Redis itself (``HISTORY_KEY``), where it is replicated and snapshotted with the sales.
-A worker compares the two at its start, before a purchase once a second
-(``CHECK_EVERY_S``), and before the next purchase after any new connection of the
-purchases' pool (a restart, a failover behind a DNS name: the shop reconnects). The
-worker that finds them apart swaps the key (``SET ... GET``: one worker of all wins)
-and drops every sale's copy (``saleinfo.forget_stale_copy``): the next buyer reloads it.
+new one, a replica takes its primary's, and a restart starts a new one (Redis 7.0, from
+a snapshot or an append-only file alike). The shop records the ID it last checked its
+sales under in Redis itself (``HISTORY_KEY``), where it is replicated and snapshotted
+with the sales. A worker compares the two at its start, before a purchase once a second
+(``CHECK_EVERY_S``), and on each new connection of the purchases' pool (a restart, a
+failover behind a DNS name: the shop reconnects), which is refused if the history
+changed, so the purchase that made it sells nothing. One
+that finds them apart compares every sale's Redis stock with the database's
+``remaining``, drops the copy of each that is ahead (``forget_stale_copy.lua``, the
+stock key with it for a lock path) so that the next buyer reloads it, and only then
+records the new ID (``history_seen.lua``): a drop that fails is tried again at the
+next look. The worker's other purchases wait for a look once a change or a reconnect
+is known; a routine look holds none of them up.
 
 **Failure timeline** (a Redis HA audit: Sentinel, a primary and one replica)::
 
@@ -26,20 +34,23 @@ and drops every sale's copy (``saleinfo.forget_stale_copy``): the next buyer rel
     sentinel: M1 becomes M2's replica: 63 units in Redis, none in the database
     operator: restarts the shop on M2, or fails back to M1: 63 units sold again
               (``token`` and ``atomic`` alike), fencing tokens handed out twice
-    fixed:    the key says R1, Redis says R2 (or R3): each sale is reloaded from
-              the database before its next purchase: 0 left, 409 sold out
+    fixed:    the key says R1, Redis says R2 (or R3); the sale's 63 are above the
+              database's 0: reloaded from the database, 409 sold out
 
 The same for a primary restarted from a snapshot of the same sale (``served.
 snapshot_redis``): the generations catch a snapshot from before a reset, this one
 from within the sale.
 
-**Not covered.** A purchase under way when the history changed may still use the old
-copy (one per worker at most, the one whose command reconnected); a primary failed
-back to within a second of a worker's last look, with no error and no reconnect in
-between, is used for that second. A Redis that refuses ``INFO`` (an ACL without it) is
-not watched (logged once). What the lost writes held is lost all the same: the orders
-the database has are kept, the units sold on the old primary stay sold.
-docs/workshop/07-failover.md is the lesson.
+**Not covered.** A purchase already past its look when the history changed may sell
+from the old copy (the ones in flight at that moment); a primary failed back to within
+a second of a worker's last look, with no reconnect in between, is used for the rest of
+that second. A Redis with no ``HISTORY_KEY`` yet (the first start of this version over
+a live sale, the key deleted) is recorded as it is, unchecked. A Redis that refuses
+``INFO`` or the key (an ACL without them, ``INFO`` renamed) is not watched (logged
+once). An old primary that has not heard of the failover goes on taking writes (the
+audit's 10 s; for as long as a partition lasts): Redis's ``min-replicas-to-write``
+bounds that. What the lost writes held is lost all the same: the orders the database
+has are kept. docs/workshop/07-failover.md is the lesson.
 """
 
 from __future__ import annotations
@@ -53,8 +64,9 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from . import scripts
 from .keys import SaleKeys
-from .models import Product
+from .models import Sale
 
 logger = logging.getLogger(__name__)
 
@@ -67,92 +79,167 @@ CHECK_EVERY_S = 1.0
 class HistoryWatch:
     """One worker's watch over its Redis's history (``Backends.history``): call
     ``before_purchase`` before a purchase uses Redis; ``reconnected`` is called by each
-    new connection of the purchases' pool."""
+    (re)connection of the purchases' pool."""
 
     def __init__(self, client: Any, sessions: sessionmaker[Session]) -> None:
         self.client, self.sessions = client, sessions
         self.checked_at = -CHECK_EVERY_S
-        self.suspect = True  # nothing looked at yet
+        #: a look is owed before the next purchase: nothing looked at yet, a reconnect,
+        #: a look that failed or found a replica; purchases wait for it
+        self.suspect = True
+        self.reloading = False  # a change found, the drop under way: purchases wait
+        self.changes = 0  # connections that found a change (or could not tell)
         self.off = False
         self._one = threading.Lock()
+        self._looking = threading.local()  # greenlet-local under gevent's patching
 
     def reconnected(self, connection: Any) -> None:
-        """A connect callback (redis-py's ``register_connect_callback``): the Redis behind
-        the address may be another one now."""
+        """A connect callback: the Redis behind the address may be another one now. The
+        purchase whose command made the connection has looked already, so the new
+        connection is asked at once (``INFO`` and the key, on it) and refused if the
+        history changed: that purchase hears 503 and the next one waits for the look.
+        (Only marked, a restarted Redis's first purchase of each worker sold from the
+        old copy: the reconnect happened inside it.) A connection to the same history
+        (the pool growing) changes nothing. Not while the watch itself looks."""
+        if self.off or getattr(self._looking, "now", False):
+            return
+        try:
+            connection.send_command("INFO", "replication")
+            info = connection.read_response()
+            connection.send_command("GET", HISTORY_KEY)
+            seen = connection.read_response()
+        except redis.RedisError:  # refused, renamed, loading, gone: the look will say
+            self.changes += 1
+            self.suspect = True
+            return
+        fields = dict(line.split(":", 1) for line in _text(info).splitlines() if ":" in line)
+        replid = fields.get("master_replid")
+        if seen is None or fields.get("role") != "master" or not replid or \
+                _text(seen) == replid:
+            return
+        self.changes += 1
         self.suspect = True
+        connection.disconnect()
+        raise HistoryChanged("Redis's data has a new history (a failover, or a restart): "
+                             "its sales are checked against the database first; try again")
 
     def before_purchase(self) -> None:
-        if self.off or (not self.suspect
-                        and time.monotonic() - self.checked_at < CHECK_EVERY_S):
+        if self.off:
             return
-        self.check()
+        if self.suspect or self.reloading:
+            self.check()  # waits for a look under way
+        elif time.monotonic() - self.checked_at >= CHECK_EVERY_S:
+            self.check(wait=False)  # a routine look: the others go on meanwhile
 
-    def check(self) -> None:
-        """Look now; reload every sale if the history changed. Redis errors propagate
-        (the purchase would meet them too): the next purchase looks again."""
-        with self._one:
-            if not self.suspect and time.monotonic() - self.checked_at < CHECK_EVERY_S:
+    def check(self, wait: bool = True) -> None:
+        """Look now, and reload the sales Redis holds stale if its history changed.
+        ``wait``: else return at once if another look is under way. Redis errors
+        propagate (the purchase would meet them too), and the next purchase looks
+        again."""
+        if not self._one.acquire(blocking=wait):
+            return
+        try:
+            if not (self.suspect or self.reloading) and \
+                    time.monotonic() - self.checked_at < CHECK_EVERY_S:
                 return  # another greenlet of this worker looked while this one waited
-            started = time.monotonic()
-            self.suspect = False  # a connection made from here on sets it again
+            started, changes, looked = time.monotonic(), self.changes, False
+            self._looking.now = True
             try:
-                info = self.client.info("replication")
-            except redis.exceptions.NoPermissionError as exc:
-                self.off = True
-                logger.warning("Redis refuses INFO (%s): a failover or a restart from a "
-                               "snapshot is not noticed, and the sales are not reloaded "
-                               "from the database after one (webapp/redishistory.py)", exc)
-                return
-            except redis.RedisError:
-                self.suspect = True
-                raise
+                looked = self._look()
+            finally:
+                self._looking.now = False
+                if looked:
+                    self.checked_at = started
+                    # a connection made during the look may be to yet another server
+                    self.suspect = self.changes != changes
+                else:  # failed, or a replica: the next purchase looks again, and waits
+                    self.suspect = True
+        finally:
+            self._one.release()
+
+    def _look(self) -> bool:
+        """One look; False if it must be tried again (a replica), raises on errors."""
+        try:
+            info = self.client.info("replication")
             replid = info.get("master_replid")
             if info.get("role") != "master" or not replid:
-                self.suspect = True  # a replica refuses the purchase; look again at the next
-                return
-            previous = self.client.set(HISTORY_KEY, replid, get=True)
-            if previous is not None and previous.decode() != replid:
-                try:
-                    dropped = forget_every_copy(self.client, self.sessions)
-                except Exception:
-                    self.client.set(HISTORY_KEY, previous)  # the next look tries again
-                    self.suspect = True
-                    raise
-                logger.warning(
-                    "Redis's data has a new history (replication ID %s, was %s): a "
-                    "failover, or a restart from a snapshot. Its copy of the sales may be "
-                    "older than the database: %d sales are reloaded from the database",
-                    replid[:8], previous.decode()[:8], dropped)
-            self.checked_at = started
+                return False  # a replica refuses the purchase; look again at the next
+            seen = self.client.get(HISTORY_KEY)
+            if seen is None:  # a new Redis (or one from before the watch): as it is
+                self.client.set(HISTORY_KEY, replid, nx=True)
+                return True
+            if _text(seen) == replid:
+                return True
+            self.reloading = True
+            try:
+                checked, dropped = forget_stale_copies(self.client, self.sessions)
+                recorded = scripts.script(self.client, "history_seen")(
+                    keys=[HISTORY_KEY], args=[_text(seen), replid])
+            finally:
+                self.reloading = False
+        except redis.exceptions.ResponseError as exc:  # NOPERM, INFO renamed
+            if isinstance(exc, redis.exceptions.ReadOnlyError):
+                raise
+            self.off = True
+            logger.warning("Redis refuses the look at its history (%s): a failover or a "
+                           "restart from a snapshot is not noticed, and the sales are "
+                           "not reloaded from the database after one "
+                           "(webapp/redishistory.py)", exc)
+            return True
+        logger.warning(
+            "Redis's data has a new history (replication ID %s, was %s): a failover, or "
+            "a restart. Of %d sales, %d had more stock in Redis than the database has "
+            "left: reloaded from the database%s", replid[:8], _text(seen)[:8], checked,
+            dropped, "" if recorded else " (another process recorded it first)")
+        return True
 
 
-def forget_every_copy(client: Any, sessions: sessionmaker[Session]) -> int:
-    """Drop the Redis copy of every product's sale (compare-and-delete, as
-    ``saleinfo.forget_stale_copy``: a reset's newer copy stands); the number dropped.
+class HistoryChanged(redis.exceptions.ConnectionError):
+    """A connection refused because its Redis has a new history nobody has checked
+    the sales under yet (``HistoryWatch.reconnected``): 503, try again."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def forget_stale_copies(client: Any, sessions: sessionmaker[Session]) -> tuple[int, int]:
+    """Drop the Redis copy of every sale whose Redis stock is above the database's
+    ``remaining`` (compare-and-delete, as ``saleinfo.forget_stale_copy``: a reset's
+    newer copy stands): ``(sales with a copy, copies dropped)``.
+
+    Above: a lost write. A purchase in flight has Redis below the database (its units
+    taken, its row not written), or, in a lock section between its row and its stock
+    write, above by its own units: that sale reloads for nothing, as after a loss.
 
     A path whose reload keeps a stock it finds (a lock path: ``restore_stock``'s
     ``SET NX``) loses its stock key too. Kept, a sale the database had sold out was
     reloaded sold out (409s, nothing oversold) with the old 7 units in Redis, and the
     audit inconsistent for good: no section ran to count it again. A path that starts
     a new generation on a reload (``atomic``, ``atomic-sharded``) replaces its stock."""
-    from . import scripts
     from .paths import path_for
     from .saleinfo import parsed_sale
 
     with sessions() as session:
-        skus = list(session.scalars(select(Product.sku)))
+        counts = {sku: left for sku, left in session.execute(select(Sale.sku, Sale.remaining))}
     forget = scripts.script(client, "forget_stale_copy")
-    dropped = 0
+    skus, checked, dropped = sorted(counts), 0, 0
     for start in range(0, len(skus), 500):
         chunk = skus[start:start + 500]
         pipe = client.pipeline(transaction=False)
         for sku in chunk:
             pipe.hgetall(SaleKeys(sku).info)
-        for sku, copy in zip(chunk, pipe.execute(), strict=True):
-            if not copy:
-                continue
-            sale = parsed_sale(sku, copy)
-            path = path_for(sale.strategy)
+        sales = [parsed_sale(sku, copy)
+                 for sku, copy in zip(chunk, pipe.execute(), strict=True) if copy]
+        paths = [path_for(sale.strategy) for sale in sales]
+        pipe = client.pipeline(transaction=False)
+        for sale, path in zip(sales, paths, strict=True):
+            pipe.mget(path.stock_keys(sale))
+        for sale, path, values in zip(sales, paths, pipe.execute(), strict=True):
+            checked += 1
+            stock = path.stock_of(values)
+            if stock is None or stock <= counts[sale.sku]:
+                continue  # lost (a reload of its own), or not ahead of the database
             with_it = ([] if path.new_generation_on_reload or path.stock_elsewhere
                        else path.stock_keys(sale))
             if sale.generation is None:  # a copy of before generations: as it is
@@ -160,7 +247,7 @@ def forget_every_copy(client: Any, sessions: sessionmaker[Session]) -> int:
             else:
                 dropped += int(forget(keys=[sale.keys.info, *with_it],
                                       args=[sale.generation]))
-    return dropped
+    return checked, dropped
 
 
 def history_watch_for(app: Any) -> HistoryWatch | None:

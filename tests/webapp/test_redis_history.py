@@ -165,19 +165,33 @@ def test_the_same_history_reloads_nothing(shop, pair):
     assert buy(client, "b").status_code == 201
 
 
-def test_a_worker_looks_again_after_it_reconnects(shop, pair, monkeypatch):
-    """A restart (or a failover behind one address) within a second of the last look:
-    the new connection has the worker look before its next purchase."""
+def test_a_reconnect_to_the_same_redis_sells_on_and_a_restarted_one_is_refused(
+        shop, pair, monkeypatch):
+    """The reconnect happens inside a purchase that has looked already: the new
+    connection asks on its own. The same history (the pool growing, a blip): sold on,
+    no look owed. A new one (a restart at the same address, within a second of the
+    worker's last look): that purchase is refused, and the next looks first."""
     client = shop.test_client()
     one_sale(shop, "atomic", 10)
     assert buy(client, "a").status_code == 201
     watch = backends(shop).history
     monkeypatch.setattr(redishistory, "CHECK_EVERY_S", 3600.0)  # only a reconnect now
     watch.check()
-    assert not watch.suspect
-    backends(shop).redis.connection_pool.disconnect()
+    pool = backends(shop).redis.connection_pool
+    pool.disconnect()
     assert buy(client, "b").status_code == 201  # its command reconnects
+    assert not watch.suspect
+    with redis.Redis.from_url(pair[0].url) as direct:
+        direct.save()  # 8 left in the snapshot
+    assert buy(client, "c").status_code == 201  # 7 left in Redis and the database
+    pair[0].restart()
+    refused = buy(client, "d")
+    assert refused.status_code == 503, refused.get_json()
+    assert "new history" in refused.get_json()["detail"]
     assert watch.suspect
+    assert sold(client, [f"e{i}" for i in range(8)]).count(201) == 7
+    audit = client.get(f"/api/sales/{SKU}/audit").get_json()
+    assert audit["consistent"] and audit["units_sold"] == 10, audit
 
 
 def _orders(app: Flask) -> list[dict[str, Any]]:
@@ -202,8 +216,149 @@ def test_a_redis_user_without_info_still_sells_and_is_told_once(sqlite_url, pair
         one_sale(app, "atomic", 10)
         client = app.test_client()
         assert [buy(client, f"u{i}").status_code for i in range(3)] == [201] * 3
-        told = [r for r in caplog.records if "refuses INFO" in r.getMessage()]
+        told = [r for r in caplog.records if "refuses the look" in r.getMessage()]
         assert len(told) == 1, told
         assert backends(app).history.off
     finally:
         backends(app).close()
+
+
+@pytest.fixture
+def restarted(sqlite_url: str) -> Iterator[tuple[Flask, RedisServer]]:
+    """An ``atomic`` sale of 10: 3 sold, a snapshot, 7 more sold (none left in the
+    database), Redis restarted from the snapshot (7 left in Redis). The watch has
+    looked before the restart."""
+    server = RedisServer().start()
+    app = make_app(sqlite_url, server.url)
+    try:
+        client = app.test_client()
+        one_sale(app, "atomic", 10)
+        assert sold(client, [f"a{i}" for i in range(3)]) == [201] * 3
+        with redis.Redis.from_url(server.url) as direct:
+            direct.save()
+        assert sold(client, [f"b{i}" for i in range(7)]) == [201] * 7
+        server.restart()
+        assert stock_in(server) == 7
+        yield app, server
+    finally:
+        backends(app).close()
+        server.cleanup()
+
+
+def test_a_drop_that_fails_midway_is_done_at_the_next_look(restarted, monkeypatch):
+    """The new history was recorded first (``SET ... GET``), then the copies dropped: a
+    drop that failed (Redis gone midway), or a lost reply to the SET, left it recorded
+    with the stale copy in Redis, and no later look reloaded it (a review: 7 of 7 sold
+    again). Recorded after the drop, the next look drops it."""
+    app, _ = restarted
+    client = app.test_client()
+
+    def gone_midway(*args: Any) -> Any:
+        raise redis.ConnectionError("Redis went away midway")
+
+    monkeypatch.setattr(redishistory, "forget_stale_copies", gone_midway)
+    # the reconnect's refusal, then the look's failure: 503s, nothing sold
+    assert [buy(client, f"x{i}").status_code for i in range(3)] == [503] * 3
+    monkeypatch.undo()
+    after = sold(client, [f"c{i}" for i in range(1, 8)])
+    assert after == [409] * 7, after
+
+
+def test_a_look_under_way_is_waited_for_by_the_workers_other_buyers(restarted,
+                                                                     monkeypatch):
+    """One buyer's look found the change and drops the copies; a second buyer of the
+    same worker went past it (it had looked under a second before) and sold from the
+    old copy (a review: the database's remaining went to -1)."""
+    import threading
+
+    app, _ = restarted
+    watch = backends(app).history
+    entered, go = threading.Event(), threading.Event()
+    real = redishistory.forget_stale_copies
+
+    def slow(*args: Any) -> Any:
+        entered.set()
+        go.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(redishistory, "forget_stale_copies", slow)
+    assert buy(app.test_client(), "x").status_code == 503  # the reconnect's refusal
+    first: list[int] = []
+    looking = threading.Thread(
+        target=lambda: first.append(buy(app.test_client(), "c0").status_code))
+    looking.start()
+    try:
+        assert entered.wait(10)
+        assert watch.reloading
+        second: list[int] = []
+        buying = threading.Thread(
+            target=lambda: second.append(buy(app.test_client(), "c1").status_code))
+        buying.start()
+        buying.join(0.5)
+        assert buying.is_alive(), second  # waits for the look
+    finally:
+        go.set()
+        looking.join(10)
+    buying.join(10)
+    assert first == [409] and second == [409], (first, second)
+
+
+@pytest.mark.parametrize("strategy", ["token", "atomic"])
+def test_a_restart_that_lost_nothing_reloads_nothing(sqlite_url, strategy, caplog):
+    """An append-only file synced ``always`` (what docs/deployment.md recommends) comes
+    back as it was, with a new history all the same: reloading every sale cost a lock
+    sale a hold-off of one lock TTL and an ``atomic`` one a new generation (a review).
+    Only a sale whose Redis stock is above the database's is reloaded."""
+    server = RedisServer(args=["--appendonly", "yes", "--appendfsync", "always"]).start()
+    app = make_app(sqlite_url, server.url, LOCK_TTL_MS=5_000)
+    try:
+        client = app.test_client()
+        one_sale(app, strategy, 10)
+        assert sold(client, [f"a{i}" for i in range(3)]) == [201] * 3
+        server.restart()
+        assert stock_in(server) == 7
+        first = buy(client, "b0")  # its reconnect finds the new history: refused
+        assert first.status_code == 503 and "new history" in first.get_json()["detail"]
+        assert buy(client, "b1").status_code == 201  # looked: nothing stale, no hold-off
+        said = [r.getMessage() for r in caplog.records if "new history" in r.getMessage()]
+        assert len(said) == 1 and "1 sales, 0 had more stock" in said[0], said
+    finally:
+        backends(app).close()
+        server.cleanup()
+
+
+def test_a_redis_with_info_renamed_still_sells(sqlite_url, tmp_path):
+    """``rename-command INFO ""``: a plain ResponseError, not NOPERM, and every purchase
+    was a 503 for good (a review). serve starts on such a Redis unchecked: so does
+    the watch."""
+    import subprocess
+
+    from lockcore.embedded import free_port
+
+    port = free_port()  # RedisServer waits for INFO: a process of the test's own
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no", "--dir", str(tmp_path),
+                               "--rename-command", "INFO", ""],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app = None
+    try:
+        direct = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                direct.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.05)
+        direct.close()
+        app = make_app(sqlite_url, f"redis://127.0.0.1:{port}/0")
+        one_sale(app, "atomic", 10)
+        client = app.test_client()
+        assert [buy(client, f"u{i}").status_code for i in range(3)] == [201] * 3
+        assert backends(app).history.off
+    finally:
+        if app is not None:
+            backends(app).close()
+        server.kill()
+        server.wait()
