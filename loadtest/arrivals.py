@@ -52,9 +52,20 @@ def winners(arrivals: Iterable[Arrival]) -> set[str]:
     return {a.user for a in arrivals if a.outcome == "order"}
 
 
-def fairness(arrivals: list[Arrival], first_n: int) -> float | None:
-    """Share of the first ``first_n`` buyers to arrive who got an order; None if nobody came."""
-    got = winners(arrivals)
+def cut_off(arrivals: Iterable[Arrival]) -> set[str]:
+    """Buyers whose attempt was still unanswered when the run stopped (``"cut_off"``)."""
+    return {a.user for a in arrivals if a.outcome == "cut_off"}
+
+
+def fairness(arrivals: list[Arrival], first_n: int,
+             served: Iterable[str] = ()) -> float | None:
+    """Share of the first ``first_n`` buyers to arrive who got an order; None if nobody came.
+
+    ``served``: buyers who got one without being told (cut off at the cap, their order
+    found by the audit). Counting only the 201s, a sale whose first 10 buyers got its 10
+    units scored 0.60: 4 of them were still waiting for the lock at the cap (a showdown
+    audit)."""
+    got = winners(arrivals) | set(served)
     first_seen: dict[str, float] = {}
     for a in arrivals:
         if a.user not in first_seen or a.sent < first_seen[a.user]:

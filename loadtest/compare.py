@@ -44,6 +44,10 @@ class StrategyResult:
     #: orders in the audit that no buyer of this run was told about (a backlog, a lost 201)
     unconfirmed: int = 0
     duplicates: int = 0
+    #: buyers whose attempt was still waiting at the cap (``"cut_off"``) and whom the
+    #: audit found with an order: the shop made it after the phase stopped listening
+    #: (among ``unconfirmed``; fairness counts them as served)
+    served_after_cap: int = 0
     consistent: bool = False
     rps: float = 0.0
     p50: float | None = None
@@ -111,11 +115,19 @@ def unsold_notes(results: list[StrategyResult]) -> list[str]:
             notes.append(f"note: {r.label} left {unsold} of {r.stock} units unsold while "
                          f"{busy} answers were 503 busy (a lock or Redis down mid-sale, "
                          f"or a lock timeout too short): exact, but no sell-out")
-        errors = r.outcomes.get("error", 0)
-        if errors or r.unconfirmed:
+        waiting = r.outcomes.get("cut_off", 0)
+        if waiting:  # they were in no count: "0 purchase attempts had no answer, and 4
+            # orders were made that no buyer was told about" (a showdown audit)
+            notes.append(f"note: {r.label}: {waiting} purchase attempts were still waiting "
+                         f"at the cap, and the shop made {r.served_after_cap} of those "
+                         "orders after it (fairness counts those buyers as served"
+                         + ("; sell-out is -: no answer timed the last unit)"
+                            if r.sell_out_s is None else ")"))
+        errors, untold = r.outcomes.get("error", 0), r.unconfirmed - r.served_after_cap
+        if errors or untold:
             # the shop's orders are what the table counts; the buyers may not have heard
             notes.append(f"note: {r.label}: {errors} purchase attempts had no answer or an "
-                         f"undocumented one, and {r.unconfirmed} orders were made that no "
+                         f"undocumented one, and {untold} orders were made that no "
                          "buyer was told about (see its Locust log in raw/)")
     return notes
 

@@ -27,6 +27,7 @@ import time
 import uuid
 from typing import Any
 
+from gevent import GreenletExit
 from locust import FastHttpUser, events, run_single_user, task
 from locust.env import Environment
 from locust.runners import WorkerRunner
@@ -155,20 +156,26 @@ class Buyer(FastHttpUser):
         else:
             path, name = f"/api/products/{self.sku}/purchase", verdict.PURCHASE_NAME
             judge = verdict.judge_purchase
-        with inflight.request(), self.client.post(
-                path, name=name, json={"user_id": self.user_id, "quantity": 1},
-                catch_response=True) as resp:
-            try:
-                body = resp.json()
-            except Exception:  # noqa: BLE001 - any unparsable body is a malformed answer
-                body = None
-            judged = judge(resp.status_code or 0, body, self.user_id)
-            if judged.outcome == verdict.ORDER and judged.failure is None:
-                judged = _tally.record(int(body["quantity"]))
-            if judged.failure:
-                resp.failure(judged.failure)
-            else:
-                resp.success()
+        try:
+            with inflight.request(), self.client.post(
+                    path, name=name, json={"user_id": self.user_id, "quantity": 1},
+                    catch_response=True) as resp:
+                try:
+                    body = resp.json()
+                except Exception:  # noqa: BLE001 - any unparsable body is a malformed answer
+                    body = None
+                judged = judge(resp.status_code or 0, body, self.user_id)
+                if judged.outcome == verdict.ORDER and judged.failure is None:
+                    judged = _tally.record(int(body["quantity"]))
+                if judged.failure:
+                    resp.failure(judged.failure)
+                else:
+                    resp.success()
+        except GreenletExit:  # the run stopped (its cap) while this one waited: logged,
+            # or the showdown never knew it was sent (``verdict.CUT_OFF``)
+            _log.append(arrivals.Arrival(self.user_id, attempt, sent, time.time(), 0,
+                                         verdict.CUT_OFF))
+            raise
         _log.append(arrivals.Arrival(self.user_id, attempt, sent, time.time(),
                                      resp.status_code or 0, judged.outcome))
         if judged.outcome != verdict.BUSY:

@@ -140,11 +140,13 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
                                 f"(see {locust_log})")
     if plan.mode not in NOOP_MODES:
         audit = shop.settled_audit(plan.sku, plan.drain_s if cut_short else 1.5)
-        _read_audit(result, audit, tried, shop.buyers(plan.sku))
+        late = _read_audit(result, audit, tried, shop.buyers(plan.sku))
         result.redis_per_purchase = commandstats.per_attempt(before, after, len(tried))
+    else:
+        late: set[str] = set()
     if plan.mode == "flash":
         result.sell_out_s = arrivals.time_to_sell_out(tried, plan.stock)
-        result.fairness = arrivals.fairness(tried, plan.stock)
+        result.fairness = arrivals.fairness(tried, plan.stock, late)
     elif plan.mode == "sustained":
         result.purchases_per_s = sustained.orders_per_s(tried)
     elif plan.mode == "noop":  # counted exactly as purchases are
@@ -201,10 +203,12 @@ def _read_locust(result: StrategyResult, prefix: Path,
 
 
 def _read_audit(result: StrategyResult, audit: dict[str, Any],
-                tried: list[arrivals.Arrival], ordered: set[str]) -> None:
+                tried: list[arrivals.Arrival], ordered: set[str]) -> set[str]:
     """The audit's figures into ``result``, and the orders lost and unconfirmed, buyer
     by buyer: ``ordered`` are the buyers the shop has an order for (read after the
     audit settled). *Lost*: told 201, no order; *unconfirmed*: an order, never told.
+    Returns the unconfirmed buyers whose attempt was cut off at the cap: they got a
+    unit, made after the phase stopped listening (``served_after_cap``).
 
     They were counts, told 201 minus orders and the other way round, and a lost order
     and one whose answer was lost (a 500, a timeout) cancelled out: "lost 0", verdict
@@ -221,3 +225,6 @@ def _read_audit(result: StrategyResult, audit: dict[str, Any],
                           "read, so the phase has no verdict")
     result.lost = len(told - ordered)
     result.unconfirmed = len(ordered - told)
+    late = (ordered - told) & arrivals.cut_off(tried)
+    result.served_after_cap = len(late)
+    return late

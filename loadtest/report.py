@@ -117,8 +117,10 @@ def _explained(results: list[StrategyResult]) -> str:
             "account for every unit: fewer buyers than units, or a phase that ended first "
             "(locks timing out under the spike answer <code>503 busy</code>). "
             "<em>fairness</em> is the share of the first buyers to arrive, one per unit, "
-            "who got one. <em>redis/purchase</em> counts every Redis command of the run "
-            "(browsing included) per purchase attempt.</p>")
+            "who got one (a buyer still waiting at the phase's cap counts if the audit "
+            "found the order the shop made after it). <em>redis/purchase</em> counts "
+            "every Redis command of the run (browsing included) per purchase "
+            "attempt.</p>")
 
 
 def render(results: list[StrategyResult], summary: dict[str, Any],

@@ -17,6 +17,11 @@ SOLD_OUT = "sold_out"
 ALREADY_PURCHASED = "already_purchased"
 BUSY = "busy"
 ERROR = "error"
+#: an attempt sent and still unanswered when Locust stopped the run (a flash sale's cap,
+#: a sustained run's --run-time): the buyer was killed mid-request and heard nothing.
+#: Not logged, a showdown audit's 4 buyers still waiting for the lock at the 35 s cap
+#: were missing from the log: "0 purchase attempts had no answer", fairness 0.60
+CUT_OFF = "cut_off"
 #: the no-op baseline's good answer (``POST /api/noop``)
 NOOP = "noop"
 

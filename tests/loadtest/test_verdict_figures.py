@@ -134,3 +134,30 @@ def test_buyers_that_disagree_with_the_audits_orders_leave_the_phase_without_a_v
                                           "counts 2 orders"):
         _read_audit(r, {"units_sold": 2, "orders": 2, "oversold": 0,
                         "duplicate_buyers": 0, "consistent": True}, [], {"u0"})
+
+
+def test_buyers_cut_off_at_the_cap_are_named_and_counted_as_served_when_the_shop_served_them():
+    """A showdown audit: 10 buyers, 10 units, 5 s sections; 6 were told 201 and 4 were
+    still waiting for the lock at the 35 s cap, served after it. The note said "0
+    purchase attempts had no answer ... 4 orders were made that no buyer was told
+    about", and fairness read 0.60 though the first 10 buyers got the 10 units."""
+    from loadtest import arrivals
+    from loadtest.arrivals import Arrival
+    from loadtest.phase import _read_audit
+
+    told = [Arrival(f"u{i}", 1, float(i), 5.0 * i, 201, "order") for i in range(6)]
+    waiting = [Arrival(f"u{i}", 2, 25.5, 35.0, 0, "cut_off") for i in range(6, 10)]
+    busy = [Arrival(f"u{i}", 1, float(i), 25.0, 503, "busy") for i in range(6, 10)]
+    tried = sorted(told + busy + waiting, key=lambda a: a.sent)
+    r = StrategyResult("token", True, users=10, stock=10)
+    r.outcomes = arrivals.outcome_counts(tried)
+    late = _read_audit(r, {"units_sold": 10, "orders": 10, "oversold": 0,
+                           "duplicate_buyers": 0, "consistent": True},
+                       tried, {f"u{i}" for i in range(10)})
+    r.fairness = arrivals.fairness(tried, 10, late)
+    r.sell_out_s = arrivals.time_to_sell_out(tried, 10)
+    assert (r.unconfirmed, r.served_after_cap, r.fairness, r.verdict) == (4, 4, 1.0, OK)
+    (note,) = unsold_notes([r])
+    assert note.startswith("note: token: 4 purchase attempts were still waiting at the "
+                           "cap, and the shop made 4 of those orders after it"), note
+    assert "sell-out is -" in note
