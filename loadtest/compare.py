@@ -48,7 +48,9 @@ class StrategyResult:
     #: audit found with an order: the shop made it after the phase stopped listening
     #: (among ``unconfirmed``; fairness counts them as served)
     served_after_cap: int = 0
-    consistent: bool = False
+    #: the audit's word; None: no audit (a phase that broke, an ERROR row, said "consistent
+    #: NO" of a sale nobody had audited: a showdown audit)
+    consistent: bool | None = None
     rps: float = 0.0
     p50: float | None = None
     p95: float | None = None
@@ -158,8 +160,8 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _yes(value: bool) -> str:
-    return "yes" if value else "NO"
+def _yes(value: bool | None) -> str:
+    return "-" if value is None else "yes" if value else "NO"
 
 
 COLUMNS = ["strategy", "safe", "sold", "oversold", "lost/dup", "consistent", "req/s",

@@ -125,8 +125,8 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
         _broken_run(shop, plan, f"Locust {_ended(exit_code)} (see {locust_log})")
     cut_short = plan.mode != "flash" or time.monotonic() - ran_from >= plan.cap_s
     after = commandstats.total_calls(redis_clients)
-    stats = _read_locust(result, prefix, plan)
     tried = arrivals.read_arrivals(log)
+    stats = _read_locust(result, prefix, plan, len(arrivals.cut_off(tried)))
     result.outcomes = arrivals.outcome_counts(tried)
     # Locust's stats count a purchase in the same step as the buyer logs it (no switch
     # between them; its CSV may lag a second behind, its final stats do not): fewer
@@ -183,13 +183,20 @@ def _broken_run(shop: ShopClient, plan: Plan, why: str) -> None:
     raise PhaseBroken(f"{why}; the phase has no verdict")
 
 
-def _read_locust(result: StrategyResult, prefix: Path,
-                 plan: Plan) -> dict[str, locust_csv.RequestStats]:
-    """Speed and latency into ``result``; returns the rows read, by request name."""
+def _read_locust(result: StrategyResult, prefix: Path, plan: Plan,
+                 in_flight: int = 0) -> dict[str, locust_csv.RequestStats]:
+    """Speed and latency into ``result``; returns the rows read, by request name.
+    ``in_flight``: purchases the arrival log has as cut off when the run stopped."""
     stats = locust_csv.read_stats(prefix)
     total = stats.get(locust_csv.AGGREGATED)
     if total is None or total.requests == 0:
-        raise PhaseBroken(f"Locust made no requests; see {prefix}.log")
+        # Locust counts a request when it is answered: a sustained run of 2 s with 3 s
+        # sections said "Locust made no requests" of one sent and still waiting
+        why = "Locust made no requests" if not in_flight else (
+            f"no request finished within the run: {in_flight} still in flight")
+        if plan.mode != "flash" and plan.work_ms >= 1000 * plan.duration:
+            why += f" (work_ms {plan.work_ms} >= the run's {plan.duration} s)"
+        raise PhaseBroken(f"{why}; see {prefix}.log")
     timed = total if plan.mode in NOOP_MODES else stats.get(PURCHASE_NAME, total)
     result.rps, result.failures = total.rps, total.failures
     result.p50, result.p95, result.p99 = timed.p50, timed.p95, timed.p99

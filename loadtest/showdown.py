@@ -238,18 +238,24 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
         except (ShopError, PhaseBroken) as exc:  # the shop said why (a refused reset),
             # or what the run lacks (Locust killed, a short arrival log): no traceback
             logger.error("phase %s failed: %s", shown, str(exc).splitlines()[0])
-            result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc),
-                                    round_no=round_no)
+            result = _broken(name, safe, phase_plan, round_no, str(exc))
         except Exception as exc:  # noqa: BLE001 - one broken phase must not hide the rest
             logger.exception("phase %s failed", shown)
-            result = StrategyResult(name, safe, mode=phase_plan.mode, error=str(exc),
-                                    round_no=round_no)
+            result = _broken(name, safe, phase_plan, round_no, str(exc))
         results.append(result)
         try:
             print(f"      {_summary(result)}", flush=True)
         except KeyboardInterrupt:
             raise ShowdownInterrupted(results, len(phases)) from None
     return results
+
+
+def _broken(name: str, safe: bool, plan: Plan, round_no: int, error: str) -> StrategyResult:
+    """A phase's ERROR row: its plan's buyers and stock, and no audit (consistent None).
+    It said "users 0, stock 0, consistent NO" of a sale no audit had read (a showdown
+    audit)."""
+    return StrategyResult(name, safe, mode=plan.mode, error=error, round_no=round_no,
+                          users=plan.users, stock=plan.stock)
 
 
 def _summary(r: StrategyResult) -> str:
@@ -312,6 +318,13 @@ def main(args: argparse.Namespace) -> int:
         # audit: the report's settings then said "stock: 1000000")
         problem = (f"--stock is for flash sales; a --sustained phase has {SUSTAINED_STOCK:,} "
                    "units, more than its buyers can buy")
+    if args.sustained and args.work_ms is not None and \
+            args.work_ms >= 1000 * (args.duration or 10):
+        # no purchase could be answered before the run's end: every phase broke with
+        # "Locust made no requests" (a showdown audit)
+        problem = (f"--work-ms {args.work_ms} is at or above the sustained phase's "
+                   f"--duration of {args.duration or 10} s: no purchase would be answered "
+                   "within it")
     if args.admin_token is not None and not args.url:  # was silently ignored
         problem = ("--admin-token is for a shop at --url; the shop the showdown serves "
                    "makes its own")

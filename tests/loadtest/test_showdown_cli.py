@@ -337,6 +337,12 @@ def test_duration_without_sustained_is_refused_not_ignored(capsys):
     (["--admin-token", "t"], "--admin-token is for a shop at --url"),
     # wrote no report and exited 0, where --json '' is refused (a showdown audit)
     (["--report", ""], "--report needs a directory name"),
+    # every phase broke: "ERROR: Locust made no requests" of purchases still waiting
+    # for their 3 s section when the 2 s run ended (a showdown audit)
+    (["--sustained", "--duration", "2", "--work-ms", "3000"],
+     "--work-ms 3000 is at or above the sustained phase's --duration of 2 s"),
+    (["--sustained", "--work-ms", "10000"],
+     "--work-ms 10000 is at or above the sustained phase's --duration of 10 s"),
 ])
 def test_options_the_run_would_ignore_are_refused_before_anything_starts(
         monkeypatch, capsys, argv, why):
@@ -544,3 +550,23 @@ def test_ctrl_c_in_the_first_phase_is_the_plain_interrupt(tmp_path, capsys, monk
     assert code == 130
     assert "showdown interrupted; everything it started is stopped" in captured.err
     assert not (tmp_path / "index.html").exists()  # nothing ran: nothing to report
+
+
+def test_a_broken_phases_row_has_its_plan_and_no_audit_not_consistent_no(tmp_path, monkeypatch):
+    """A broken phase's row and JSON said "consistent NO", users 0 and stock 0, of a
+    sale no audit had read (a showdown audit)."""
+    from loadtest import showdown as module
+    from loadtest.compare import format_table
+    from loadtest.phase import PhaseBroken, Plan
+
+    def broken(*args, **kwargs):
+        raise PhaseBroken("no request finished within the run: 1 still in flight")
+
+    monkeypatch.setattr(module, "run_phase", broken)
+    target = type("Target", (), {"shop": None, "redis_clients": []})()
+    results = module.run_showdown(target, ["token"], Plan(users=7, stock=3), tmp_path)
+    (row,) = [r.as_dict() for r in results]
+    assert (row["users"], row["stock"], row["consistent"], row["verdict"]) == \
+        (7, 3, None, "ERROR")
+    line = format_table(results).splitlines()[2].split()
+    assert line[5] == "-" and line[-1] == "ERROR", line

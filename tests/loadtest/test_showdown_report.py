@@ -389,3 +389,17 @@ def test_the_settings_list_leaves_out_what_the_runs_mode_does_not_use():
                         "settings": Plan(mode="sustained", duration=60).__dict__})
     assert "<li>duration: 60</li>" in sustained and "cap_s" not in sustained
     assert "<li>notes: [&#x27;no ZooKeeper&#x27;]</li>" in sustained
+
+
+def test_a_run_whose_purchases_all_outlast_it_says_so_not_that_locust_made_none(tmp_path):
+    """A sustained run of 2 s with 3 s sections: "Locust made no requests", though one
+    purchase was sent and still waiting when the run ended (a showdown audit)."""
+    from loadtest.phase import PhaseBroken, Plan, _read_locust
+
+    header = (FIXTURES / "flash_stats.csv").read_text().splitlines()[0]
+    (tmp_path / "x_stats.csv").write_text(
+        header + "\n" + ",Aggregated" + ",0" * (header.count(",") - 1) + "\n")
+    plan = Plan(mode="sustained", duration=2, work_ms=3000)
+    with pytest.raises(PhaseBroken, match=r"^no request finished within the run: 1 still "
+                       r"in flight \(work_ms 3000 >= the run's 2 s\)"):
+        _read_locust(result("token", True, mode="sustained"), tmp_path / "x", plan, 1)
