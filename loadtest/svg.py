@@ -115,9 +115,16 @@ def lines(title: str, series: dict[str, list[tuple[float, float]]], unit: str = 
     for s, (name, points) in enumerate(series.items()):
         if not points:
             continue
-        coords = " ".join(f"{LEFT + plot_w * x / right:.1f},{TOP + plot_h - plot_h * y / top:.1f}"
-                          for x, y in points)
-        parts.append(f'<polyline fill="none" stroke="{PALETTE[s % len(PALETTE)]}" '
+        xy = [(LEFT + plot_w * x / right, TOP + plot_h - plot_h * y / top) for x, y in points]
+        color = PALETTE[s % len(PALETTE)]
+        if len(xy) == 1:  # a one-point polyline draws nothing: a phase of one second
+            # of history was in the legend and nowhere on the chart (a showdown audit)
+            (cx, cy), = xy
+            parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="4" fill="{color}">'
+                         f'<title>{escape(name)}</title></circle>')
+            continue
+        coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
+        parts.append(f'<polyline fill="none" stroke="{color}" '
                      f'stroke-width="2" points="{coords}"><title>{escape(name)}</title>'
                      f'</polyline>')
     for i in range(TICKS + 1):  # the x axis: its round steps (only the last was named)

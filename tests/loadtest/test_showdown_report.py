@@ -403,3 +403,12 @@ def test_a_run_whose_purchases_all_outlast_it_says_so_not_that_locust_made_none(
     with pytest.raises(PhaseBroken, match=r"^no request finished within the run: 1 still "
                        r"in flight \(work_ms 3000 >= the run's 2 s\)"):
         _read_locust(result("token", True, mode="sustained"), tmp_path / "x", plan, 1)
+
+
+def test_a_throughput_series_of_one_point_is_drawn_as_a_marker():
+    """A one-point polyline draws nothing: a phase with one second of history was in
+    the legend and nowhere on the chart (a showdown audit)."""
+    chart = svg.lines("t", {"token": [(1.0, 50.0)], "atomic": [(0.0, 1.0), (3.0, 2.0)]})
+    (marker,) = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="4" fill="([^"]+)">'
+                           r'<title>token</title>', chart)
+    assert marker[2] == svg.PALETTE[0] and chart.count("<polyline") == 1
