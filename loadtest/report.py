@@ -123,6 +123,17 @@ def _explained(results: list[StrategyResult]) -> str:
             "attempt.</p>")
 
 
+def _fact(key: str, value: Any) -> str:
+    """A setting as read: a list of names comma-separated, the notes (sentences) a
+    list. Python's repr showed "strategies: ['naive', 'token', 'atomic']" and "notes:
+    ["zookeeper skipped: ..."]" (a showdown audit)."""
+    if not isinstance(value, list):
+        return escape(str(value))
+    if key == "notes":
+        return "<ul>" + "".join(f"<li>{escape(str(item))}</li>" for item in value) + "</ul>"
+    return escape(", ".join(str(item) for item in value))
+
+
 def render(results: list[StrategyResult], summary: dict[str, Any],
            raw_files: list[str] | None = None) -> str:
     machine = summary.get("machine", {})
@@ -131,7 +142,7 @@ def render(results: list[StrategyResult], summary: dict[str, Any],
     # ends with its stock, at cap_s), a sustained run the flash sale's cap, and both an
     # empty "notes: []" (a docs audit); summary.json keeps every field
     unused = {"duration"} if settings.get("mode", "flash") == "flash" else {"cap_s"}
-    facts = "".join(f"<li>{escape(str(k))}: {escape(str(v))}</li>"
+    facts = "".join(f"<li>{escape(str(k))}: {_fact(k, v)}</li>"
                     for k, v in {**machine, **settings}.items()
                     if k != "command" and k not in unused and v not in ([], "", None))
     return "\n".join([

@@ -388,7 +388,7 @@ def test_the_settings_list_leaves_out_what_the_runs_mode_does_not_use():
                        {"machine": {**machine, "notes": ["no ZooKeeper"]},
                         "settings": Plan(mode="sustained", duration=60).__dict__})
     assert "<li>duration: 60</li>" in sustained and "cap_s" not in sustained
-    assert "<li>notes: [&#x27;no ZooKeeper&#x27;]</li>" in sustained
+    assert "<li>notes: <ul><li>no ZooKeeper</li></ul></li>" in sustained
 
 
 def test_a_run_whose_purchases_all_outlast_it_says_so_not_that_locust_made_none(tmp_path):
@@ -412,3 +412,14 @@ def test_a_throughput_series_of_one_point_is_drawn_as_a_marker():
     (marker,) = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="4" fill="([^"]+)">'
                            r'<title>token</title>', chart)
     assert marker[2] == svg.PALETTE[0] and chart.count("<polyline") == 1
+
+
+def test_the_settings_list_names_comma_separated_and_notes_as_a_list():
+    """They showed as Python: "strategies: ['naive', 'token', 'atomic']" and "notes:
+    ["zookeeper skipped: ..."]" (a showdown audit)."""
+    page = render([result("token", True)],
+                  {"settings": {"strategies": ["naive", "token", "atomic"]},
+                   "machine": {"notes": ["zookeeper skipped: no ZOOKEEPER_HOSTS"]}})
+    assert "<li>strategies: naive, token, atomic</li>" in page
+    assert "<li>notes: <ul><li>zookeeper skipped: no ZOOKEEPER_HOSTS</li></ul></li>" in page
+    assert "[" not in page.split("Machine and settings")[1]
