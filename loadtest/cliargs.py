@@ -6,6 +6,7 @@ SIGHUP unwind every command like Ctrl-C: ``webapp.cli.stop_like_ctrl_c``.)"""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -19,9 +20,38 @@ def comma_names(text: str) -> list[str]:
     return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
 
 
+def missing_folders(path: Path) -> list[Path]:
+    """The folders ``path.mkdir(parents=True)`` would make, the deepest first."""
+    missing = []
+    for folder in (path, *path.parents):
+        if folder.exists() or folder.is_symlink():
+            break
+        missing.append(folder)
+    return missing
+
+
+def remove_folders(folders: list[Path]) -> None:
+    """Remove the folders a check before the run made (``missing_folders``), the deepest
+    first, if still empty: a run refused after it (a strategy the shop at --url cannot
+    run) left an empty --report folder behind (a showdown audit). The run makes them
+    again when it writes."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def unwritable_file(path: Path, *, make_parent: bool = False) -> str | None:
     """Why ``path`` could not be written, found before a run rather than after minutes
-    of it: its folder (made first, with ``make_parent``) must be a writable directory."""
+    of it: its folder (made for the check, with ``make_parent``, and removed again)
+    must be a writable directory."""
+    made = missing_folders(path.resolve().parent) if make_parent else []
+    try:
+        return _unwritable_file(path, make_parent=make_parent)
+    finally:
+        remove_folders(made)
+
+
+def _unwritable_file(path: Path, *, make_parent: bool) -> str | None:
     parent = path.resolve().parent
     if make_parent:
         try:

@@ -23,6 +23,8 @@ from pathlib import Path
 from .cliargs import (
     at_least,
     comma_names,
+    missing_folders,
+    remove_folders,
     seconds,
     seconds_up_to,
     unwritable_file,
@@ -275,27 +277,39 @@ def _summary(r: StrategyResult) -> str:
 
 
 def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
-    """Why the report could not be written, found before the run rather than after it."""
+    """Why the report could not be written, found before the run rather than after it.
+    The folders made to check are removed again (``remove_folders``)."""
     if report_dir is not None:
-        if report_dir.exists() and not report_dir.is_dir():  # was "File exists"
-            return (f"--report {report_dir}: a file, not a directory (--report names a "
-                    "folder: the run writes DIR/index.html and DIR/raw/)")
+        made = missing_folders(report_dir)
         try:
-            report_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            return f"--report {report_dir}: {exc.strerror or exc}"
-        if not os.access(report_dir, os.W_OK):
-            return f"--report {report_dir}: not writable"
-        # what the run writes into it: a file where raw/ goes, or a directory where a
-        # page goes, failed after the shop was served or after the whole run
-        raw = report_dir / "raw"
-        if raw.exists() and not raw.is_dir():
-            return f"--report {report_dir}: {raw} is not a directory"
-        for name in ("index.html", "summary.json"):
-            if (report_dir / name).is_dir():
-                return f"--report {report_dir}: {report_dir / name} is a directory"
+            problem = _unwritable_report(report_dir)
+        finally:
+            remove_folders(made)
+        if problem is not None:
+            return problem
     problem = None if json_file is None else unwritable_file(Path(json_file), make_parent=True)
     return None if problem is None else f"--json {json_file}: {problem}"
+
+
+def _unwritable_report(report_dir: Path) -> str | None:
+    if report_dir.exists() and not report_dir.is_dir():  # was "File exists"
+        return (f"--report {report_dir}: a file, not a directory (--report names a "
+                "folder: the run writes DIR/index.html and DIR/raw/)")
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--report {report_dir}: {exc.strerror or exc}"
+    if not os.access(report_dir, os.W_OK):
+        return f"--report {report_dir}: not writable"
+    # what the run writes into it: a file where raw/ goes, or a directory where a
+    # page goes, failed after the shop was served or after the whole run
+    raw = report_dir / "raw"
+    if raw.exists() and not raw.is_dir():
+        return f"--report {report_dir}: {raw} is not a directory"
+    for name in ("index.html", "summary.json"):
+        if (report_dir / name).is_dir():
+            return f"--report {report_dir}: {report_dir / name} is a directory"
+    return None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -402,6 +416,7 @@ def _run(args: argparse.Namespace, plan: Plan, report_dir: Path | None,
     if report_dir:
         from .report import write_report
         try:
+            report_dir.mkdir(parents=True, exist_ok=True)  # checked, not kept, up front
             (report_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             also = [kept_log.name] if kept_log is not None else []
             print(f"\nreport: {write_report(report_dir, results, summary, also).resolve()}")

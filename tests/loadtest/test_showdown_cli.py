@@ -419,6 +419,20 @@ def test_url_with_a_named_strategy_the_shop_cannot_run_is_one_line_before_any_ph
     assert shop.initial == 10  # nothing was reset
 
 
+def test_a_run_refused_before_any_phase_leaves_no_new_report_or_json_folder(tmp_path, capsys):
+    """The report folder was made up front, to check it could be written, and a run
+    refused after that (a strategy the shop cannot run) left it behind, empty (a
+    showdown audit)."""
+    shop = StubShop(strategies=("naive", "token", "zookeeper"), unusable=NO_ZOOKEEPER)
+    report, out = tmp_path / "new" / "report", tmp_path / "other" / "out.json"
+    with serve(shop) as url:
+        code = main(["showdown", "--url", url, "--admin-token", "t", "--users", "5",
+                     "--strategies", "token,zookeeper", "--report", str(report),
+                     "--json", str(out)])
+    assert code == 1 and "cannot run zookeeper" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_phase_the_shop_refuses_is_one_line_not_a_traceback(tmp_path, caplog):
     with serve(StubShop(failing_resets=99)) as url:
         assert showdown(url, tmp_path, "token") == 1
