@@ -349,6 +349,8 @@ def main(args: argparse.Namespace) -> int:
                    "for the showdown's drain)")
     if args.report == "":  # wrote no report and exited 0; --json '' was refused
         problem = "--report needs a directory name (like --report report/)"
+    if args.json == "":  # Path("") is ".": "--json : . is a directory, not a file"
+        problem = "--json needs a file name (like --json results.json)"
     if args.url and problem is None:  # the shop's Redis, read for redis/purchase: a bad
         problem = malformed_redis_urls()  # URL was a traceback after the shop was asked
     if args.url and problem is None:

@@ -337,6 +337,8 @@ def test_duration_without_sustained_is_refused_not_ignored(capsys):
     (["--admin-token", "t"], "--admin-token is for a shop at --url"),
     # wrote no report and exited 0, where --json '' is refused (a showdown audit)
     (["--report", ""], "--report needs a directory name"),
+    # said "--json : . is a directory, not a file" (a showdown audit)
+    (["--json", ""], "--json needs a file name (like --json results.json)"),
     # every phase broke: "ERROR: Locust made no requests" of purchases still waiting
     # for their 3 s section when the 2 s run ended (a showdown audit)
     (["--sustained", "--duration", "2", "--work-ms", "3000"],
