@@ -77,7 +77,8 @@ def charts(results: list[StrategyResult]) -> list[str]:
                      unit="units", colors=colors),
             latency, over_time,
             svg.bars("Fairness: share of the first buyers (one per unit) who got one",
-                     labels, {"fairness": [r.fairness for r in ran]}, unit="share")]
+                     labels, {"fairness": [r.fairness for r in ran]}, unit="share",
+                     top=1.0)]
 
 
 def _written_by(parts: tuple[str, ...], labels: set[str]) -> bool:

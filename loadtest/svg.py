@@ -69,9 +69,11 @@ def _label(text: str, most: int = 36) -> str:
 
 
 def bars(title: str, labels: list[str], series: dict[str, list[float | None]],
-         unit: str = "", colors: list[str] | None = None) -> str:
-    """One group per label, one bar per series; ``colors`` colours single-series bars."""
-    top = _top([v for values in series.values() for v in values if v is not None])
+         unit: str = "", colors: list[str] | None = None, top: float | None = None) -> str:
+    """One group per label, one bar per series; ``colors`` colours single-series bars;
+    ``top``: a fixed axis top (a share's is 1: fitted to the bars, fairness 0.6 and 0.9
+    filled the chart alike)."""
+    top = top or _top([v for values in series.values() for v in values if v is not None])
     # the labels slant down from under their bars: a long one ran out of the picture
     below = 14 + max([len(_label(label)) for label in labels] + [0]) * 6.2 * 0.574 + 6
     parts = _frame(title, top, unit, height=H + max(math.ceil(below - BOTTOM), 0))

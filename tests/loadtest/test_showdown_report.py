@@ -423,3 +423,12 @@ def test_the_settings_list_names_comma_separated_and_notes_as_a_list():
     assert "<li>strategies: naive, token, atomic</li>" in page
     assert "<li>notes: <ul><li>zookeeper skipped: no ZOOKEEPER_HOSTS</li></ul></li>" in page
     assert "[" not in page.split("Machine and settings")[1]
+
+
+def test_the_fairness_chart_is_drawn_on_a_share_axis_from_0_to_1():
+    """Fitted to its bars, a fairness of 0.6 reached the top of the chart: a glance read
+    it as perfect (a showdown audit)."""
+    chart = charts([result("token", True, fairness=0.6)])[-1]
+    assert "Fairness" in chart
+    ticks = re.findall(r'text-anchor="end" font-size="11">([\d.]+)</text>', chart)
+    assert ticks[-1] == "1", ticks
