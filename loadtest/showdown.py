@@ -20,6 +20,8 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from webapp.cli import stopping
+
 from .cliargs import (
     at_least,
     comma_names,
@@ -237,12 +239,16 @@ def run_showdown(target: Target, names: list[str], plan: Plan,
                                raw_dir, round_no)
         except KeyboardInterrupt:  # the phase under way is dropped: its figures are cut
             raise ShowdownInterrupted(results, len(phases)) from None
-        except (ShopError, PhaseBroken) as exc:  # the shop said why (a refused reset),
-            # or what the run lacks (Locust killed, a short arrival log): no traceback
-            logger.error("phase %s failed: %s", shown, str(exc).splitlines()[0])
-            result = _broken(name, safe, phase_plan, round_no, str(exc))
         except Exception as exc:  # noqa: BLE001 - one broken phase must not hide the rest
-            logger.exception("phase %s failed", shown)
+            if stopping():  # a Ctrl-C that kazoo swallowed: the next phase ran, with
+                # every later stop signal ignored (``webapp.cli.STOPPING``; a labs audit)
+                raise ShowdownInterrupted(results, len(phases)) from exc
+            if isinstance(exc, (ShopError, PhaseBroken)):  # the shop said why (a refused
+                # reset), or what the run lacks (Locust killed, a short arrival log): no
+                logger.error("phase %s failed: %s", shown,  # traceback
+                             str(exc).splitlines()[0])
+            else:
+                logger.exception("phase %s failed", shown)
             result = _broken(name, safe, phase_plan, round_no, str(exc))
         results.append(result)
         try:
@@ -369,6 +375,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         return _run(args, plan, report_dir, started)
     except (ShopUnreachable, StartupError) as exc:
+        if stopping():  # the Ctrl-C, swallowed while serving the shop (by kazoo)
+            raise
         print(f"seckill showdown: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

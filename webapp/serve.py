@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import config as settings
+from .cli import stopping
 from .served import (
     ServedApp,
     StartupError,
@@ -122,6 +123,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         served.start()  # stops what it started if it fails
     except Exception as exc:  # noqa: BLE001 - one line, whatever it was
+        if stopping():  # a Ctrl-C that kazoo swallowed on the way: "could not start",
+            raise  # exit 1, for an interrupt (``webapp.cli.STOPPING``; a labs audit)
         unwritable = _unwritable_instance(log.parent, bool(os.environ.get("DATABASE_URL")))
         if unwritable is not None:  # not "DATABASE_URL ...", set or not (a CLI audit)
             print(f"seckill serve: {unwritable}", file=sys.stderr)

@@ -133,7 +133,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         verdict: Verdict = module.run(narrator)
     except Exception as exc:  # the lab itself broke: say so, in the one verdict line
-        if interrupted(exc):  # Ctrl-C, then cleanup against a frozen server timed out
+        from webapp.cli import stopping
+
+        # Ctrl-C, then cleanup against a frozen server timed out; or the Ctrl-C itself
+        # swallowed by kazoo and raised as ConnectionClosedError, no KeyboardInterrupt
+        # in the chain (ghost-node said "VERDICT: lab error", exit 1; a labs audit)
+        if interrupted(exc) or stopping():
             raise KeyboardInterrupt from exc
         if isinstance(exc, BrokenPipeError):
             from webapp.cli import reader_gone

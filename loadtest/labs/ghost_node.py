@@ -52,11 +52,22 @@ def zookeeper_sessions(narrator: Narrator, count: int) -> Iterator[list[KazooCli
         for _ in range(count):
             client = KazooClient(hosts=server.hosts, timeout=10)
             client.start(timeout=30)
-            stack.callback(client.close)
-            stack.callback(client.stop)
+            stack.callback(stop_and_close, client)
             clients.append(client)
         yield clients
     narrator("ZooKeeper stopped")
+
+
+def stop_and_close(client: KazooClient) -> None:
+    """Stop ``client``'s session, then free its socket: close only once stop returned.
+
+    Two callbacks (close, then stop, on the stack) failed a Ctrl-C that came during
+    stop: close raised "Cannot close connection until it is stopped", and ExitStack
+    left the KeyboardInterrupt out of that error's chain, so the run said "VERDICT: lab
+    error" with exit 1, not 130 (a labs audit). An interrupted stop now propagates as
+    it is; the process is on its way out, and its socket with it."""
+    client.stop()
+    client.close()
 
 
 class LostReply:

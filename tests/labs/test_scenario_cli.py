@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -130,6 +131,122 @@ def test_an_error_while_unwinding_a_ctrl_c_is_an_interrupt_not_a_lab_error(
     captured = capsys.readouterr()
     assert "VERDICT" not in captured.out
     assert "interrupted; everything it started is stopped" in captured.err
+
+
+@pytest.fixture
+def stop_signals_restored() -> Iterator[None]:
+    """``webapp.cli.stop_on_term`` ignores every stop signal and sets ``STOPPING``: as
+    they were, for the tests that follow."""
+    import signal
+
+    from webapp import cli
+
+    previous = {stop_signal: signal.getsignal(stop_signal) for stop_signal in cli.STOP_SIGNALS}
+    yield
+    for stop_signal, handler in previous.items():
+        signal.signal(stop_signal, handler)
+    cli.STOPPING.clear()
+
+
+def _interrupt_swallowed() -> None:
+    """A Ctrl-C (``webapp.cli.stop_on_term``) inside kazoo's ``KazooClient._call``, whose
+    bare ``except:`` around the socket write raises ConnectionClosedError instead."""
+    import signal
+
+    from webapp.cli import stop_on_term
+
+    exceptions = pytest.importorskip("kazoo.exceptions")
+    try:
+        stop_on_term(signal.SIGINT, None)
+    except BaseException:  # noqa: BLE001 - kazoo's bare except
+        raise exceptions.ConnectionClosedError("Connection has been closed") from None
+
+
+@pytest.mark.usefixtures("stop_signals_restored")
+def test_an_error_after_a_ctrl_c_that_kazoo_swallowed_is_an_interrupt_not_a_lab_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Ctrl-C during ghost-node's release of B's lock: "VERDICT: lab error, nothing
+    # demonstrated: ConnectionClosedError", a traceback and exit 1 (a labs audit)
+    def run(narrator: Narrator) -> Verdict:
+        _interrupt_swallowed()
+        return Verdict(True, "never")
+
+    monkeypatch.setattr(labs, "load", lambda name: _fake_lab(run))
+    assert main(["scenario", "fake"]) == 130
+    captured = capsys.readouterr()
+    assert "VERDICT" not in captured.out
+    assert "Traceback" not in captured.err
+    assert "seckill scenario: interrupted; everything it started is stopped" in captured.err
+
+
+@pytest.mark.usefixtures("stop_signals_restored")
+def test_any_command_whose_ctrl_c_came_back_as_another_error_exits_130(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # the same swallowed Ctrl-C in a command with no catch-all of its own (bench,
+    # serve, showdown ask kazoo too): a traceback, not "interrupted" and 130
+    def command(args: object) -> int:
+        _interrupt_swallowed()
+        return 0
+
+    monkeypatch.setattr(labs, "main", command)
+    assert main(["scenario", "fake"]) == 130
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert "seckill scenario: interrupted; everything it started is stopped" in captured.err
+
+
+def test_a_lab_error_with_no_stop_signal_since_the_last_one_is_still_a_lab_error(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``STOPPING`` is per run: a Ctrl-C of an earlier in-process run does not turn a
+    real error of this one into an interrupt."""
+    from webapp import cli
+
+    def run(narrator: Narrator) -> Verdict:
+        raise RuntimeError("redis-server did not start")
+
+    cli.STOPPING.set()
+    try:
+        monkeypatch.setattr(labs, "load", lambda name: _fake_lab(run))
+        assert main(["scenario", "fake"]) == 1
+    finally:
+        cli.STOPPING.clear()
+    assert "VERDICT: lab error" in capsys.readouterr().out
+
+
+def test_a_ctrl_c_while_a_ghost_node_client_stops_stays_an_interrupt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``client.close`` and ``client.stop`` were two ExitStack callbacks: a Ctrl-C in
+    stop made close raise "Cannot close connection until it is stopped", with no
+    KeyboardInterrupt in its chain, and the run said "VERDICT: lab error" (a labs
+    audit)."""
+    pytest.importorskip("kazoo")
+    from contextlib import nullcontext
+
+    from loadtest.labs import ghost_node
+
+    class Client:
+        def __init__(self, **kwargs: object) -> None:
+            self.stopped = False
+
+        def start(self, timeout: float) -> None:
+            pass
+
+        def stop(self) -> None:
+            raise KeyboardInterrupt  # Ctrl-C while its session closes
+
+        def close(self) -> None:  # as kazoo's does, on a client not stopped
+            if not self.stopped:
+                raise Exception("Cannot close connection until it is stopped")  # noqa: TRY002
+
+    class Server:
+        pid, hosts = 1, "127.0.0.1:1"
+
+    monkeypatch.setattr(ghost_node, "KazooClient", Client)
+    monkeypatch.setattr(ghost_node, "ZooKeeperServer", lambda: nullcontext(Server()))
+    with pytest.raises(BaseException) as raised:
+        with ghost_node.zookeeper_sessions(Narrator(io.StringIO()), 2):
+            pass
+    assert labs.interrupted(raised.value), repr(raised.value)
 
 
 def test_ctrl_c_while_the_watchdog_labs_redis_is_frozen_exits_130_and_leaves_nothing(

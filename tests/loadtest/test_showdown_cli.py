@@ -586,3 +586,33 @@ def test_a_broken_phases_row_has_its_plan_and_no_audit_not_consistent_no(tmp_pat
         (7, 3, None, "ERROR")
     line = format_table(results).splitlines()[2].split()
     assert line[5] == "-" and line[-1] == "ERROR", line
+
+
+def test_a_ctrl_c_that_came_back_from_a_phase_as_another_error_stops_the_run(
+        tmp_path, capsys, monkeypatch):
+    """A Ctrl-C swallowed on its way (kazoo's bare ``except:`` raises
+    ConnectionClosedError instead) was one broken phase: the next phases ran, with every
+    later Ctrl-C ignored (``webapp.cli.stop_on_term``; a labs audit)."""
+    from loadtest import showdown as module
+    from webapp import cli
+
+    real_phase = module.run_phase
+    calls = []
+
+    def interrupted_second(*args, **kwargs):
+        calls.append(args[2])
+        if len(calls) == 2:
+            cli.STOPPING.set()  # what ``webapp.cli.stop_on_term`` does first
+            raise ConnectionError("Connection has been closed")
+        return real_phase(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run_phase", interrupted_second)
+    try:
+        with serve(StubShop()) as url:
+            code = showdown(url, tmp_path, "token,naive,atomic")
+    finally:
+        cli.STOPPING.clear()
+    out = capsys.readouterr().out
+    assert code == 130
+    assert calls == ["token", "naive"]  # the third phase never ran
+    assert "showdown interrupted after 1 of 3 phases" in out, out[-2000:]

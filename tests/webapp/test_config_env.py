@@ -110,6 +110,28 @@ def test_serve_gives_its_shop_the_zookeeper_hosts_the_workers_read(monkeypatch, 
     assert config.zookeeper_hosts() == workers_read  # what showdown and bench read too
 
 
+def test_serve_whose_ctrl_c_came_back_from_its_start_as_another_error_is_interrupted(
+        monkeypatch, tmp_path, capsys):
+    # a Ctrl-C that kazoo swallowed (its bare ``except:`` raises ConnectionClosedError
+    # instead) said "could not start: ...", exit 1: it is "interrupted", 130 (a labs audit)
+    from webapp import cli, serve
+
+    class Interrupted(serve.ServedApp):
+        def start(self):
+            cli.STOPPING.set()  # what ``webapp.cli.stop_on_term`` does first
+            raise ConnectionError("Connection has been closed")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(serve, "ServedApp", Interrupted)
+    try:
+        assert cli.main(["serve", "--port", "0"]) == 130
+    finally:
+        cli.STOPPING.clear()
+    err = capsys.readouterr().err
+    assert "could not start" not in err
+    assert "seckill serve: interrupted; everything it started is stopped" in err
+
+
 @pytest.mark.parametrize("url", ["sqlite://x.sqlite", "sqlite://localhost/x.sqlite"])
 def test_a_sqlite_url_with_two_slashes_is_refused_for_its_host_not_called_in_memory(
         monkeypatch, tmp_path, url):
