@@ -6,6 +6,8 @@ labs) on free loopback ports, so these tests need no fixtures beyond a quiet nar
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from loadtest.labs import Narrator, Verdict, oversell, process_lock, run_lab
@@ -22,6 +24,8 @@ def test_watchdog_lab_shows_renewal_keeps_long_work_safe_and_reports_loss() -> N
     assert verdict.facts["rival_got_in_without_watchdog"] is True
     assert verdict.facts["refused_without"] is True
     assert verdict.facts["rival_got_in_with_watchdog"] is False
+    assert verdict.facts["rival_tries_with_watchdog"] > 0
+    assert re.search(r"B tried \d+ times while A worked .*: never got it", narrator.text())
     assert verdict.facts["on_lost_called"] is True
     assert verdict.facts["with_raised_lock_lost"] is True
     assert "renewal" in verdict.facts["lost_reason"]
@@ -214,6 +218,27 @@ def test_a_flash_sale_interrupted_before_its_start_signal_does_not_hang(monkeypa
     assert not thread.is_alive(), "flash_sale hung after the interrupt"
     assert outcome and isinstance(outcome[0], KeyboardInterrupt), outcome
     assert time.monotonic() - began < 15
+
+
+def test_the_watchdog_lab_narrates_each_of_bs_tries_that_failed(monkeypatch) -> None:
+    """Act 2 narrated A acquiring and releasing and nothing of B, though B tries every
+    50 ms, while its verdict said "with the watchdog it never did" (a labs audit)."""
+    from loadtest.labs import watchdog
+
+    class Refused:
+        tries = 0
+
+        def acquire(self, blocking: bool) -> bool:
+            self.tries += 1
+            return False
+
+    monkeypatch.setattr(watchdog, "WORK_S", 0.05)
+    monkeypatch.setattr(watchdog, "RIVAL_POLL_S", 0.01)
+    narrator, rival = Narrator(quiet=True), Refused()
+    got_in, tries = watchdog._work_while_rival_tries(narrator, rival)  # type: ignore[arg-type]
+    assert (got_in, tries) == (False, rival.tries) and tries > 0
+    assert f"B tried {tries} times while A worked (every 10 ms): never got it" in \
+        narrator.text()
 
 
 def test_the_watchdog_lab_interrupted_mid_work_lets_go_of_its_lock(redis_client,
