@@ -82,13 +82,25 @@ def any_answers(hosts: str, timeout: float = 0.5) -> bool:
 
 
 def classpath() -> str:
-    """zookeeper.jar (its manifest pulls in netty, jute, ...) plus a quiet slf4j binding."""
+    """zookeeper.jar (its manifest pulls in netty, jute, ...) plus a quiet slf4j binding.
+
+    ZooKeeperMissing names the part that is missing: it said "needs java on PATH and
+    .../zookeeper.jar" whichever one it was, or both (a labs audit)."""
     java = shutil.which("java")
     server_jar = JAR_DIR / "zookeeper.jar"
-    if java is None or not server_jar.exists():
+    jars_hint = "ZOOKEEPER_JARS names another folder of its jars"
+    if java is None and not server_jar.exists():
         raise ZooKeeperMissing(
-            f"ZooKeeper needs java on PATH and {server_jar} (Debian: apt-get install "
-            "zookeeper; ZOOKEEPER_JARS names another folder of its jars)")
+            f"ZooKeeper needs java on PATH and {server_jar}: neither is here (Debian: "
+            f"apt-get install zookeeper; {jars_hint})")
+    if java is None:
+        raise ZooKeeperMissing(
+            f"ZooKeeper needs java on PATH: there is none ({server_jar} is here; Debian: "
+            "apt-get install default-jre-headless)")
+    if not server_jar.exists():
+        raise ZooKeeperMissing(
+            f"ZooKeeper needs {server_jar}: it is not there (java is on PATH; Debian: "
+            f"apt-get install zookeeper; {jars_hint})")
     jars = [server_jar]
     for binding in ("slf4j-simple.jar", "slf4j-nop.jar"):
         if (JAR_DIR / binding).exists():

@@ -74,3 +74,23 @@ def test_missing_jars_raise_zookeeper_unavailable(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(zkserver, "JAR_DIR", tmp_path)
     with pytest.raises(ZooKeeperUnavailable, match="zookeeper.jar"):
         ZooKeeperServer().start()
+
+
+@pytest.mark.parametrize(("java", "jar", "said"), [
+    (True, False, "ZooKeeper needs {jar}: it is not there (java is on PATH;"),
+    (False, True, "ZooKeeper needs java on PATH: there is none ({jar} is here;"),
+    (False, False, "ZooKeeper needs java on PATH and {jar}: neither is here"),
+], ids=["no-jar", "no-java", "neither"])
+def test_what_is_missing_for_zookeeper_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                java: bool, jar: bool, said: str) -> None:
+    # "needs java on PATH and /usr/share/java/zookeeper.jar" whichever was missing, with
+    # ZOOKEEPER_JARS=/empty and with no java alike (a labs audit)
+    monkeypatch.setattr(zkserver, "JAR_DIR", tmp_path)
+    if jar:
+        (tmp_path / "zookeeper.jar").write_bytes(b"")
+    monkeypatch.setattr(zkserver.shutil, "which",
+                        lambda name: f"/usr/bin/{name}" if java else None)
+    with pytest.raises(zkserver.ZooKeeperMissing) as raised:
+        zkserver.classpath()
+    assert str(raised.value).startswith(said.format(jar=tmp_path / "zookeeper.jar")), \
+        str(raised.value)
