@@ -108,7 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # first: the parser imports every sub-command (a second and more), and a background
     # job's SIGINT stays ignored until here (a Ctrl-C then was lost, and serve started)
     stop_like_ctrl_c()
-    command = "seckill"
+    # named before the parser runs: a Ctrl-C in its first second (importing every
+    # sub-command) said "seckill: interrupted", not "seckill scenario: ..." (a labs audit)
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = f"seckill {words[0]}" if words and words[0] in COMMANDS else "seckill"
     try:
         # known first: the top parser said "unrecognized arguments" with its own usage,
         # not the sub-command's; and an unavailable one with an argument hid why it was

@@ -195,6 +195,20 @@ def test_any_command_whose_ctrl_c_came_back_as_another_error_exits_130(
     assert "seckill scenario: interrupted; everything it started is stopped" in captured.err
 
 
+def test_a_ctrl_c_before_the_command_is_dispatched_names_the_command(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # in the first second (the parser imports every sub-command) it said "seckill:
+    # interrupted; ..." (a labs audit)
+    from webapp import cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["scenario", "ghost-node"]) == 130
+    assert capsys.readouterr().err.startswith("seckill scenario: interrupted; ")
+
+
 def test_a_lab_error_with_no_stop_signal_since_the_last_one_is_still_a_lab_error(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """``STOPPING`` is per run: a Ctrl-C of an earlier in-process run does not turn a
