@@ -123,6 +123,12 @@ def has_control_character(text: str) -> bool:
     return any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in text)
 
 
+# The longest SECKILL_ADMIN_TOKEN, in UTF-8 bytes: gunicorn refuses a header line
+# longer than 8190 bytes (limit_request_field_size) with 431, and nginx's default
+# large_client_header_buffers holds 8k; half of that leaves room for both.
+MAX_ADMIN_TOKEN_BYTES = 4096
+
+
 def _admin_token() -> str:
     """``SECKILL_ADMIN_TOKEN``, or '' (the app then makes a random one). A blank token, or
     one with spaces around it, is refused: the shop strips what follows ``Bearer``, so
@@ -131,7 +137,10 @@ def _admin_token() -> str:
     call, a wrong token's too, was a 500 (a CLI audit). So is one with a control
     character inside (a tab aside, as HTTP allows): no header carries a newline, so
     ``seckill serve`` printed a token split over two lines that every admin call was
-    refused for, and the showdown it served broke every phase (a CLI audit)."""
+    refused for, and the showdown it served broke every phase (a CLI audit). So is one
+    longer than MAX_ADMIN_TOKEN_BYTES: a 9,000-character one was served and printed, and
+    every admin call was 431 from gunicorn, which caps a header line at 8190 bytes (a
+    text audit)."""
     token = os.environ.get("SECKILL_ADMIN_TOKEN", "")
     if not_utf8(token):
         raise ConfigError("SECKILL_ADMIN_TOKEN is not UTF-8 text (its bytes are in another "
@@ -145,6 +154,11 @@ def _admin_token() -> str:
         raise ConfigError("SECKILL_ADMIN_TOKEN has a control character (a pasted newline?) "
                           "that no Authorization header can carry: unset it (a random one "
                           "is made and printed) or give one without it")
+    if len(token.encode("utf-8")) > MAX_ADMIN_TOKEN_BYTES:
+        raise ConfigError(f"SECKILL_ADMIN_TOKEN is {len(token.encode('utf-8'))} bytes long, "
+                          "more than an Authorization header carries through gunicorn "
+                          f"and nginx: give one of at most {MAX_ADMIN_TOKEN_BYTES} bytes, "
+                          "or unset it (a random one is made and printed)")
     return token
 
 
