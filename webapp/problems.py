@@ -17,6 +17,17 @@ def first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [""])[0]
 
 
+#: how many characters of a client's own text an error detail quotes
+QUOTED_MOST = 64
+
+
+def quoted(text: str, most: int = QUOTED_MOST) -> str:
+    """``text`` quoted (``repr``) for an error detail, cut to ``most`` characters with
+    "…": a 32,000-character duplicate JSON key came back whole in a 32 KB 400, and an
+    8,000-character Content-Encoding too (a text audit)."""
+    return repr(text if len(text) <= most else text[:most] + "…")
+
+
 class ShopError(Exception):
     code: ClassVar[str] = "error"
     status: ClassVar[int] = 500
@@ -59,7 +70,7 @@ def not_enough(sku: str, left: int) -> SoldOut:
 
 def already_bought(user_id: str, sku: str) -> AlreadyPurchased:
     """The 409 for a user who has an order in this sale."""
-    return AlreadyPurchased(f"{user_id!r} already bought {sku}")
+    return AlreadyPurchased(f"{quoted(user_id)} already bought {sku}")
 
 
 class Busy(ShopError):

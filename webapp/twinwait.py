@@ -26,7 +26,7 @@ from typing import Any
 
 from . import scripts
 from .keys import SaleKeys
-from .problems import Busy
+from .problems import Busy, quoted
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class TwinWait:
             if self._drop_left_reservation():
                 return
         again = " with the same Idempotency-Key" if self._keyed else ""
-        raise Busy(f"an earlier purchase of {self._sku} by {self._user_id!r} is still "
+        raise Busy(f"an earlier purchase of {self._sku} by {quoted(self._user_id)} is still "
                    f"running; try again{again}")
 
     def _drop_left_reservation(self) -> bool:

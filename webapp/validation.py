@@ -16,7 +16,7 @@ from flask import Request
 from werkzeug.exceptions import ClientDisconnected, HTTPException, RequestEntityTooLarge
 
 from .batching import gevent_time_limit
-from .problems import InvalidRequest, SlowBody
+from .problems import InvalidRequest, SlowBody, quoted
 
 MAX_KEY_LENGTH = 128
 
@@ -147,11 +147,11 @@ def json_object(request: Request) -> dict[str, Any]:
                              f"{request.content_length} bytes its Content-Length announced")
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):  # it was "not valid JSON": name the real problem
-        raise InvalidRequest(f"Content-Encoding {encoding!r} is not accepted: send the JSON "
+        raise InvalidRequest(f"Content-Encoding {quoted(encoding)} is not accepted: send the JSON "
                              "body uncompressed")
     coding = _transfer_coding(request)
     if coding is not None:
-        raise InvalidRequest(f"Transfer-Encoding {coding!r} is not accepted: send the JSON "
+        raise InvalidRequest(f"Transfer-Encoding {quoted(coding)} is not accepted: send the JSON "
                              "body uncompressed (chunked alone, or a Content-Length)")
     try:  # one decoder of ours: get_json's checks again and its hooks cost more, and
         # json.loads with a hook builds a new decoder per call (twice the parse time)
@@ -159,7 +159,7 @@ def json_object(request: Request) -> dict[str, Any]:
     except RecursionError:  # "[[[[..." deeper than the parser's stack
         raise InvalidRequest("the JSON body is nested too deeply") from None
     except DuplicateKey as exc:
-        raise InvalidRequest(f"the JSON body names {exc.args[0]!r} twice") from None
+        raise InvalidRequest(f"the JSON body names {quoted(exc.args[0])} twice") from None
     except (json.JSONDecodeError, UnicodeDecodeError):  # not JSON, or not UTF-8/16/32
         raise InvalidRequest("the body is not valid JSON (send a JSON object, UTF-8)") from None
     except ValueError:  # the only other: an integer past Python's 4,300 digits

@@ -72,6 +72,32 @@ def test_a_compressed_body_is_400_naming_the_encoding(client):
     assert "Content-Encoding 'gzip'" in response.get_json()["detail"]
 
 
+@pytest.mark.parametrize("header, value", [
+    ("Content-Encoding", "x" * 8000),
+    ("Transfer-Encoding", "y" * 8000 + ", chunked"),
+    ("duplicate key", "k" * 32_000),
+])
+def test_an_error_quotes_at_most_64_characters_of_what_the_client_sent(client, header, value):
+    """A 32,000-character key named twice came back whole in a 32 KB 400, and an
+    8,000-character Content-Encoding too (a text audit): the detail quotes 64 and "…"."""
+    import json
+
+    data, headers, environ = b'{"user_id": "ann"}', {"Content-Type": "application/json"}, {}
+    if header == "duplicate key":
+        data = json.dumps({"user_id": "ann"}).encode()[:-1] + \
+            f', "{value}": 1, "{value}": 2}}'.encode()
+    elif header == "Content-Encoding":
+        headers[header] = value
+    else:
+        environ = {"HTTP_TRANSFER_ENCODING": value, "wsgi.input_terminated": True}
+    response = client.post(f"/api/products/{SKU}/purchase", data=data, headers=headers,
+                           environ_overrides=environ)
+    assert response.status_code == 400
+    detail = response.get_json()["detail"]
+    assert repr(value[:64] + "…") in detail
+    assert len(detail) < 200
+
+
 @pytest.mark.parametrize("codings, named", [("gzip, chunked", "gzip"),
                                             ("deflate, chunked", "deflate"),
                                             ("identity, Compress ,chunked", "compress")])
