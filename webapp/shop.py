@@ -71,7 +71,8 @@ def index() -> Response:
     except (RedisError, DBAPIError, PoolTimeout) as exc:
         return _unavailable(exc)
     return page(render_template("shop.html", products=products,
-                                purchase_timeout_s=purchase_timeout_s(backends.config)))
+                                purchase_timeout_s=purchase_timeout_s(backends.config),
+                                max_user_id=backends.config["MAX_USER_ID_LENGTH"]))
 
 
 def _unavailable(exc: Exception) -> Response:

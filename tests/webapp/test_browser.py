@@ -1139,6 +1139,32 @@ def test_a_name_the_shop_cannot_take_marks_the_field(page):
         expect(name).to_be_focused()
 
 
+def test_a_name_past_the_basic_plane_is_bought_whole_or_refused_never_cut(page):
+    """The field's maxlength="64" counted UTF-16 units, the shop characters: 40 × 😀 was
+    cut to 32 and 8 families (👩‍👩‍👧‍👦) to 41 characters ending in a joiner, and the
+    order was made for a name the buyer did not type (a text audit)."""
+    from playwright.sync_api import expect
+
+    family = "\U0001f469\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"
+    with ServedApp(workers=1) as app:
+        reset_sale(app, "sku-1", stock=5, strategy="atomic")
+        page.goto(app.url + "/")
+        card = page.locator('.card[data-sku="sku-1"]')
+        for name in ("\U0001f600" * 40, family * 8, "\U00020000" * 64):
+            page.fill("#user-name", name)
+            card.locator(".buy").click()
+            expect(card.locator(".message")).to_have_text(
+                re.compile(r"Confirmed! Order #\d+ for " + re.escape(name) + r"\."))
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(request.url))
+        page.fill("#user-name", "\U00020000" * 65)
+        card.locator(".buy").click()
+        expect(card.locator(".message")).to_have_text(
+            "Your name must be at most 64 characters (it has 65).")
+        expect(page.locator("#user-name")).to_have_attribute("aria-invalid", "true")
+        assert not any("/purchase" in url for url in asked)
+
+
 def _polls_seen(page, responses: list[str], count: int) -> None:
     """Wait (10 s at most) until the page has fetched ``/api/products`` ``count`` more
     times than it had."""
