@@ -269,10 +269,17 @@ def create_product(sessions: sessionmaker[Session], sku: str, name: str, price_c
     done"), as it must when it cannot tell the two apart (a data-at-scale audit).
 
     :raises ValueError: for a sku the API answers 404 (``validation.plausible_sku``):
-        a product ``..`` was listed on the storefront and no browser could buy it."""
+        a product ``..`` was listed on the storefront and no browser could buy it; and
+        for a name or description longer than its column: SQLite stored a 10,000-character
+        name past String(200), which PostgreSQL refuses (a text audit)."""
     if not plausible_sku(sku):
         raise ValueError(f"sku {sku!r} cannot be reached through the API: 1-64 printable "
                          "characters, no '/', not only dots")
+    for field, value in (("name", name), ("description", description)):
+        most = Product.__table__.c[field].type.length
+        if most is not None and len(value) > most:
+            raise ValueError(f"the product's {field} is {len(value)} characters long; "
+                             f"its column holds at most {most}")
     from sqlalchemy.exc import IntegrityError
 
     try:

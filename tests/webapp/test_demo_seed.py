@@ -119,3 +119,22 @@ def test_a_restart_with_a_reset_mark_left_in_redis_starts(shop, redis_url, redis
     assert time.monotonic() - started < 3.0
     assert "sku-2 not reloaded into Redis" in caplog.text
     assert redis_client.exists("sale:{sku-3}:info")  # the sales after it are loaded
+
+
+@pytest.mark.parametrize("field, most", [("name", 200), ("description", 500)])
+def test_a_name_or_description_longer_than_its_column_is_refused_naming_it(shop, field, most):
+    # SQLite stored a 10,000-character name past String(200), which PostgreSQL refuses,
+    # and its card stretched the storefront (a text audit)
+    _, sessions = shop
+    text = {"name": "Lamp", "description": ""}
+    with pytest.raises(ValueError, match=f"^the product's {field} is {most + 1} characters "
+                                         f"long; its column holds at most {most}$"):
+        sales.create_product(sessions, "sku-long", **{**text, field: "x" * (most + 1)},
+                             price_cents=100, stock=1, strategy="atomic")
+    assert sales.create_product(sessions, "sku-long", **{**text, field: "x" * most},
+                                price_cents=100, stock=1, strategy="atomic")
+
+
+def test_every_demo_product_fits_its_columns():
+    for sku, name, _, _, _, description in demo.PRODUCTS:
+        assert len(name) <= 200 and len(description) <= 500, sku
