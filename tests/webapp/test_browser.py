@@ -600,6 +600,50 @@ def test_nothing_runs_past_the_edge_of_a_phone_screen(page):
             assert page.evaluate("document.documentElement.scrollWidth") <= 375
 
 
+def test_a_huge_name_or_description_stays_inside_its_card_at_375_px(page):
+    """A name of one grapheme cluster ("Z" and 360 combining marks) made the page scroll
+    sideways at 375 px and painted over the next card; a 200-character name and a
+    500-character description without spaces made one card 1,225 px tall (a text
+    audit). Each is clamped to a few lines, all of it in a title, on the cards the
+    server draws and on one shop.js adds."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    from webapp import sales
+
+    def tower(length: int) -> str:  # one grapheme cluster as long as the column takes
+        return "Z" + "".join(chr(0x300 + i % 0x70) for i in range(length - 1))
+
+    products = {"sku-tower": (tower(200), "marks"), "sku-long": ("N" * 200, "D" * 500),
+                "sku-both": (tower(200), tower(500))}
+    with ServedApp(workers=1) as app:
+        engine = create_engine(app.database_url)
+        try:
+            for sku, (name, description) in products.items():
+                assert sales.create_product(sessionmaker(engine), sku, name, 100, stock=3,
+                                            strategy="atomic", description=description)
+        finally:
+            engine.dispose()
+        page.set_viewport_size({"width": 375, "height": 800})
+        page.goto(app.url + "/")
+        page.wait_for_timeout(600)  # a first poll
+        page.evaluate("""() => document.querySelector('.card[data-sku="sku-both"]')
+            .remove()""")  # the next poll adds it from shop.js's template
+        page.locator('.card[data-sku="sku-both"]').wait_for()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375
+        for sku, (name, description) in products.items():
+            card = page.locator(f'.card[data-sku="{sku}"]')
+            box = card.bounding_box()
+            assert box is not None and box["height"] < 560, (sku, box)
+            past = card.evaluate("""c => { const r = c.getBoundingClientRect();
+                return [...c.querySelectorAll('h2, .description')].filter(e => {
+                    const b = e.getBoundingClientRect();
+                    return b.right > r.right + 0.5 || b.bottom > r.bottom + 0.5; }).length; }""")
+            assert past == 0, sku
+            assert card.locator("h2").get_attribute("title") == name
+            assert card.locator(".description").get_attribute("title") == description
+
+
 def test_a_keyboard_shopper_buys_with_enter_keeps_focus_and_hears_the_sell_out(page):
     # the name field ignored Enter; the Buy button, disabled while buying, dropped the
     # focus to <body>; and a sell-out changed only numbers no screen reader is told of

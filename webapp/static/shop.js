@@ -147,8 +147,11 @@ function addCard(product) {
   // a product seeded after the page loaded: the same card the server renders
   const el = document.getElementById("card-template").content.firstElementChild.cloneNode(true);
   el.dataset.sku = product.sku;
+  // each clamped to a few lines (style.css), the whole in its title
   el.querySelector("h2").textContent = product.name;
+  el.querySelector("h2").title = product.name;
   el.querySelector(".description").textContent = product.description || "";
+  el.querySelector(".description").title = product.description || "";
   el.querySelector(".price").textContent = `$${Number(product.price).toFixed(2)}`;
   el.querySelector(".meter").setAttribute("aria-label", `${product.name}: stock left`);
   // the button's name is its visible label and then the product: "Buy now – Lamp"
