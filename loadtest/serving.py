@@ -43,8 +43,8 @@ def strategy_names() -> list[str]:
 def strategy_safety(name: str) -> bool:
     """Whether ``name`` is marked safe: the shop's path knows, else lockcore's registry."""
     try:
-        from webapp.paths import path_for
-        return bool(path_for(name).safe)
+        from webapp.paths import known  # path_for logs a sale's unknown strategy
+        return bool(known(name).safe)
     except Exception:  # noqa: BLE001 - unknown to the shop (or no shop): ask lockcore
         pass
     try:

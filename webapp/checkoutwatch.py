@@ -98,7 +98,7 @@ class CheckoutWatch:
             return False
         info = SaleInfo(row.id, row.sku, row.strategy, row.work_ms, row.per_user_limit,
                         row.initial_stock, generation(row.started_at))
-        path = path_for(row.strategy)
+        path = path_for(row.strategy, row.sku)
         stock = path.read_stock(self.redis, info)
         copied = self.redis.hget(info.keys.info, "generation")
         if (stock is None or copied is None or row.remaining <= stock

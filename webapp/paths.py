@@ -24,8 +24,17 @@ from .commits import reading
 from .deadlines import LATE, LOST_REPLY, deadline, too_late
 from .groupcommit import stock_after
 from .keys import SaleKeys
+from .logthrottle import PER_REQUEST
 from .orders import give_back, insert_grouped, landed_batch, maybe_written, record_order
-from .problems import InvalidRequest, OrderInDoubt, SaleReset, SoldOut, not_enough
+from .problems import (
+    Busy,
+    InvalidRequest,
+    OrderInDoubt,
+    SaleReset,
+    SoldOut,
+    not_enough,
+    quoted,
+)
 from .saleinfo import generation, sale_fields, stock_key_lost
 from .services import Checkout, PurchaseRequest, SaleInfo, over_the_limit, undo_take
 from .statements import SALE_STOCK_GENERATION_STRATEGY
@@ -374,9 +383,42 @@ def names() -> list[str]:
     return list(_paths())
 
 
-def path_for(name: str) -> StockPath:
+def known(name: str) -> StockPath:
+    """The path of a strategy a client names (an admin's reset): 400 if unknown."""
     try:
         return _paths()[name]
     except KeyError:
-        raise InvalidRequest(f"unknown strategy {name!r}; choose one of "
+        raise InvalidRequest(f"unknown strategy {quoted(name)}; choose one of "
                              f"{', '.join(_paths())}") from None
+
+
+class UnknownStrategy(Busy):
+    """A sale's row names a strategy this shop does not know: the server's data, not the
+    request's."""
+
+
+def path_for(name: str, sku: str | None = None) -> StockPath:
+    """The path of a sale's strategy (``sku``'s, when the caller knows it), as the
+    database or Redis hold it.
+
+    **Failure timeline** (a text audit)::
+
+        operator: UPDATE sales SET strategy = 'Token' (a strategy no shop has)
+        buyer:    every purchase, and GET /api/sales/<sku>/audit: 400 invalid_request
+                  "unknown strategy 'Token'; choose one of ...", the buyer blamed for
+                  the server's data; and the admin reset that would mend it was 400 too
+        fixed:    503 busy naming the sale's strategy and the reset that mends it,
+                  logged once a minute; the reset takes the sale from there
+    """
+    try:
+        return _paths()[name]
+    except KeyError:
+        pass
+    sale = f"the sale of {sku}" if sku is not None else "this sale"
+    PER_REQUEST.log(logger, logging.ERROR, ("unknown strategy", name, sku),
+                    "%s names the strategy %s, which this shop does not know: its purchases "
+                    "and audit are refused (503) until an admin resets it with one of %s",
+                    sale, quoted(name), ", ".join(_paths()))
+    raise UnknownStrategy(f"{sale} names the strategy {quoted(name)}, which this shop does "
+                          "not know: an admin reset of it with a known strategy mends it",
+                          retry_after_s=5)

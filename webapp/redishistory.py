@@ -217,7 +217,7 @@ def forget_stale_copies(client: Any, sessions: sessionmaker[Session]) -> tuple[i
     reloaded sold out (409s, nothing oversold) with the old 7 units in Redis, and the
     audit inconsistent for good: no section ran to count it again. A path that starts
     a new generation on a reload (``atomic``, ``atomic-sharded``) replaces its stock."""
-    from .paths import path_for
+    from .paths import _paths, path_for
     from .saleinfo import parsed_sale
 
     with sessions() as session:
@@ -231,7 +231,10 @@ def forget_stale_copies(client: Any, sessions: sessionmaker[Session]) -> tuple[i
             pipe.hgetall(SaleKeys(sku).info)
         sales = [parsed_sale(sku, copy)
                  for sku, copy in zip(chunk, pipe.execute(), strict=True) if copy]
-        paths = [path_for(sale.strategy) for sale in sales]
+        # a strategy this shop does not know (an operator's row): its buyers hear so
+        # (``paths.UnknownStrategy``); its copy is not this look's to judge
+        sales = [sale for sale in sales if sale.strategy in _paths()]
+        paths = [path_for(sale.strategy, sale.sku) for sale in sales]
         pipe = client.pipeline(transaction=False)
         for sale, path in zip(sales, paths, strict=True):
             pipe.mget(path.stock_keys(sale))

@@ -339,7 +339,7 @@ def _restore_stock(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     """
     from .paths import path_for  # paths imports services, which imports this module
 
-    if path_for(sale.strategy).new_generation_on_reload and sale.generation is not None:
+    if path_for(sale.strategy, sale.sku).new_generation_on_reload and sale.generation is not None:
         started = new_generation(sessions, sale, logged=not at_start)
         if started is None:
             return None  # a reset or another process's reload moved the sale on first
@@ -356,7 +356,7 @@ def _write_back(redis: Any, sessions: sessionmaker[Session], sale: SaleInfo,
     from . import scripts
     from .paths import path_for
 
-    path = path_for(sale.strategy)
+    path = path_for(sale.strategy, sale.sku)
     staged = f"{sale.keys.buyers}:restoring:{uuid.uuid4().hex}"  # the same slot
     with sessions() as session:
         read, issued = session.execute(

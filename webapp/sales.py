@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from .commits import reading
 from .keys import SaleKeys
 from .models import Order, Product, Sale, shown_sale_start
-from .paths import StockPath, path_for
-from .problems import Busy, InvalidRequest, UnknownSku, first_line
+from .paths import StockPath, UnknownStrategy, path_for
+from .problems import Busy, UnknownSku, first_line
 from .saleinfo import SaleInfo, generation, next_started_at
 from .validation import plausible_sku
 
@@ -46,7 +46,7 @@ def _live_stock(sale: Sale, redis: Any) -> int | None:
     """The sale's stock in Redis; None if Redis did not answer (within its timeout) or
     has no stock for it (it lost its data, and no buyer has reloaded it yet)."""
     try:
-        return path_for(sale.strategy).read_stock(redis, _info(sale))
+        return path_for(sale.strategy, sale.sku).read_stock(redis, _info(sale))
     except RedisError:
         return None
 
@@ -95,8 +95,8 @@ def _live_stocks(sales: list[Sale], redis: Any) -> list[int | None]:
     plans: list[tuple[StockPath, SaleInfo, list[str]] | None] = []
     for sale in sales:
         try:
-            path = path_for(sale.strategy)
-        except InvalidRequest:  # a strategy this shop does not know: the database's count
+            path = path_for(sale.strategy, sale.sku)
+        except UnknownStrategy:  # a strategy this shop does not know: the database's count
             plans.append(None)
             continue
         info = _info(sale)
@@ -357,7 +357,7 @@ def audit(sessions: sessionmaker[Session], redis: Any, sku: str) -> dict[str, An
     initial, db_remaining, orders, units, duplicates = books
     if initial is None:  # deleted since the first read
         raise UnknownSku(f"no product with sku {sku!r}")
-    remaining = path_for(info.strategy).read_stock(redis, info)
+    remaining = path_for(info.strategy, info.sku).read_stock(redis, info)
     copied = remaining is not None
     if remaining is None:  # Redis has no copy (the caller reloads one first: api.audit)
         remaining = 0

@@ -152,7 +152,7 @@ def checkout(deps: Checkout, request: PurchaseRequest) -> PurchaseResult:
         else:
             sale = cached_sale(deps.redis, deps.sessions, request.sku,
                                None if fast is None else fast.info, deps.fence)
-        path = _path_for(sale.strategy)
+        path = _path_for(sale.strategy, sale.sku)
     except BaseException:  # the script reserved (and for atomic took): undo it
         if fast is not None and fast.reserved:
             _undo_fast(deps, request, fast)
@@ -217,7 +217,7 @@ def over_the_limit(limit: int) -> InvalidRequest:
     return InvalidRequest(f"quantity must be between 1 and {limit} for this sale")
 
 
-def _path_for(strategy: str) -> Any:
+def _path_for(strategy: str, sku: str) -> Any:
     """``paths.path_for``; the module is imported on first use, not at every purchase
     (an import statement in a function costs a lookup through importlib each time),
     nor at the top (paths imports this module's dataclasses)."""
@@ -226,7 +226,7 @@ def _path_for(strategy: str) -> Any:
         from . import paths
 
         _paths = paths
-    return _paths.path_for(strategy)
+    return _paths.path_for(strategy, sku)
 
 
 class _Fast:
