@@ -849,6 +849,45 @@ def test_health_checks_slow_down_with_jitter_in_a_hidden_tab_and_while_the_shop_
         assert [url for url, at in asked if at >= answered_at][-1].endswith("/healthz"), asked
 
 
+def test_the_admin_page_sends_the_sku_as_typed_and_shows_a_long_one_bounded(page):
+    """The admin page trimmed the sku: the product ' pg space ' (buyable from the
+    storefront) could not be reset or audited there ("unknown_sku"); and a
+    3,000-character sku was printed in full twice (a text audit)."""
+    from playwright.sync_api import expect
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    from webapp import sales
+
+    spaced = " pg space "
+    with ServedApp(workers=1) as app:
+        engine = create_engine(app.database_url)
+        try:
+            assert sales.create_product(sessionmaker(engine), spaced, "Spaced", 100,
+                                        stock=4, strategy="atomic")
+        finally:
+            engine.dispose()
+        page.goto(app.url + "/admin")
+        page.fill("#token", app.admin_token)
+        page.fill("#sku", spaced)
+        expect(page.locator("#a-strategy")).to_have_text("atomic")
+        expect(page.locator("#a-initial_stock")).to_have_text("4")
+        expect(page.locator("#stock")).to_have_value("4")
+        page.fill("#stock", "6")
+        page.click("#reset-form button")
+        expect(page.locator("#reset-message")).to_have_text(
+            f"Reset {spaced}: 6 units, strategy atomic, work 0 ms, no limit.")
+        expect(page.locator("#a-initial_stock")).to_have_text("6")
+
+        page.fill("#sku", "S" * 3000)
+        expect(page.locator("#audit-message")).to_contain_text("No audit of SSS")
+        assert page.locator("#audit-sku").text_content() == "S" * 64 + "…"
+        assert len(page.locator("#audit-message").text_content()) < 200
+        page.fill("#sku", "   ")  # spaces only: no product, asked for none
+        expect(page.locator("#audit-message")).to_have_text(
+            "Enter a product's sku to see its audit.")
+
+
 def test_a_reset_from_the_admin_page_keeps_what_the_admin_did_not_change(page):
     """The form always said token, 100 units, no work and sent no limit: "Reset sku-3:
     20 units" from the page switched a sql sale with a limit of 3 to token with no limit

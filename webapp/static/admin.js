@@ -30,6 +30,20 @@ function dotsOnly(sku) {
   return sku !== "" && sku.replace(/\./g, "") === "";
 }
 
+// The sku as typed: trimmed, the product " pg space " (buyable from the storefront)
+// could not be reset or audited here ("unknown_sku"; a text audit). Spaces only is none.
+function typedSku() {
+  const sku = $("sku").value;
+  return sku.trim() ? sku : "";
+}
+
+// What the page shows of a sku: a 3,000-character one was printed in full twice (a text
+// audit). No product's is past 64 characters (code points, as the shop counts them).
+function shown(sku) {
+  const chars = [...sku];
+  return chars.length > 64 ? chars.slice(0, 64).join("") + "…" : sku;
+}
+
 function say(id, text, kind) {
   // a live region rewritten with the same text (every 500 ms) may be read out again
   if ($(id).textContent !== text) $(id).textContent = text;
@@ -54,15 +68,15 @@ let filling = Promise.resolve();
 Object.keys(SALE).forEach((id) => $(id).addEventListener("input", () => edited.add(id)));
 
 function fillFromSale() {
-  const sku = $("sku").value.trim();
+  const sku = typedSku();
   edited = new Set();
   filling = (async () => {
-    if (dotsOnly(sku)) return;  // not a product: nothing to fill from
+    if (!sku || dotsOnly(sku)) return;  // not a product: nothing to fill from
     try {
       const response = await fetch(`/api/products/${encodeURIComponent(sku)}`,
                                    { cache: "no-store" });
       // no such product (the reset will say so), or the shop down: the form stays
-      if (!response.ok || $("sku").value.trim() !== sku) return;
+      if (!response.ok || typedSku() !== sku) return;
       const sale = await response.json();
       for (const [id, field] of Object.entries(SALE)) {
         if (edited.has(id) || sale[field] === undefined) continue;
@@ -81,7 +95,7 @@ $("reset-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const token = $("token").value.trim();
   sessionStorage.setItem("seckill-token", token);
-  const sku = $("sku").value.trim();
+  const sku = typedSku();
   const message = $("reset-message");
   const button = event.submitter || $("reset-form").querySelector("button");
   const focused = document.activeElement === button;
@@ -197,8 +211,8 @@ document.addEventListener("visibilitychange", () => {
 
 async function refresh() {
   nextAudit = null;  // in flight
-  const sku = $("sku").value.trim();
-  $("audit-sku").textContent = sku;
+  const sku = typedSku();
+  $("audit-sku").textContent = shown(sku);
   if (!sku) {  // it asked for the audit of "" ("No audit of : The requested URL ...")
     clearAudit();
     say("audit-message", "Enter a product's sku to see its audit.", "warn");
@@ -248,7 +262,7 @@ async function refresh() {
       } catch (err) {
         // not the shop's JSON: the status says enough
       }
-      say("audit-message", sentence(`No audit of ${sku}: ${why}`),
+      say("audit-message", sentence(`No audit of ${shown(sku)}: ${why}`),
           response.status === 404 ? "warn" : "error");
     }
   } catch (err) {
