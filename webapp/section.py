@@ -175,8 +175,9 @@ def stock_if_still(deps: Checkout, sale: SaleInfo, token: int | None = None) -> 
             # the hold-off's rest, not 1 s: a page retried every second for 10 s (a UI
             # audit); read only here, off the usual path
             left_s = max(1, math.ceil(max(deps.redis.pttl(sale.keys.holdoff), 0) / 1000))
-            raise Busy(f"Redis restarted: {sale.sku} sells again once a lock holder from "
-                       f"before it is done (in about {left_s} s); try again",
+            raise Busy(f"Redis restarted (or failed over): {sale.sku} sells again once a "
+                       f"lock holder from before it is done (in about {left_s} s); try "
+                       "again",
                        retry_after_s=left_s)
         return _reread_stock(deps, sale)
     return SectionStock(int(stock), None if stock_gen is None else int(stock_gen))
