@@ -13,6 +13,7 @@ from .extensions import make_engine
 from .problems import Busy
 from .saleinfo import Fence, cached_sale
 from .sales import create_product, reset_sale
+from .sharding import move_old_shard_keys
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ def seed(database_url: str, redis_url: str, *, reset: bool = False,
     client = redis.Redis.from_url(redis_url)
     try:
         sessions = sessionmaker(engine, expire_on_commit=False)
+        move_old_shard_keys(client, sessions)  # a shop of before 8e6bd40 left them
         for sku, name, price, stock, strategy, description in PRODUCTS:
             if sku == "sku-1" and featured_strategy:
                 strategy = featured_strategy

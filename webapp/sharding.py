@@ -83,6 +83,53 @@ def shard_gen_key(sku: str, index: int) -> str:
     return f"shard:{{{sku}#{index}}}:stockgen"
 
 
+def _old_shard_keys(sku: str, index: int) -> tuple[str, str, str]:
+    """A shard's keys before they had a prefix of their own (8e6bd40): stock, stockgen,
+    taken. The same hash tag as the new ones: one slot, so RENAMENX works on a cluster."""
+    return tuple(f"sale:{{{sku}#{index}}}:{part}"  # type: ignore[return-value]
+                 for part in ("stock", "stockgen", "taken"))
+
+
+def move_old_shard_keys(redis: Any, sessions: Any) -> int:
+    """Move every ``atomic-sharded`` sale's shards left under their old names
+    (``sale:{sku#i}:*``) to the new ones (``shard:{sku#i}:*``), where no new one is; the
+    number of shards moved. Called once a shop starts (``demo.seed``), before its
+    workers sell.
+
+    A sale left by a shop of the old names had its copy and no shard under the new:
+    every purchase was 503 "reset while in flight" and its audit inconsistent until an
+    admin reset (a review). Not for a shard whose old name is also a product's own key
+    (a product whose sku is ``sku#i``: the very clash the rename ends): that sale waits
+    for its reset."""
+    from sqlalchemy import select
+
+    from .models import Product, Sale
+
+    with sessions() as session:
+        sharded = list(session.scalars(select(Sale.sku).where(Sale.strategy == "atomic-sharded")))
+        skus = set(session.scalars(select(Product.sku)))
+    from .paths import _paths
+
+    shards = getattr(_paths().get("atomic-sharded"), "shards", DEFAULT_SHARDS)
+    moved = 0
+    for sku in sharded:
+        for index in range(shards):
+            if f"{sku}#{index}" in skus:
+                continue
+            new = (shard_key(sku, index), shard_gen_key(sku, index), shard_taken_key(sku, index))
+            old = _old_shard_keys(sku, index)
+            if redis.exists(*new) or not redis.exists(old[1]):
+                continue
+            for before, after in zip(old, new, strict=True):
+                if redis.exists(before):
+                    redis.renamenx(before, after)
+            moved += 1
+    if moved:
+        logger.warning("moved %d atomic-sharded shards to their new key names "
+                       "(shard:{sku#i}:*, from sale:{sku#i}:*)", moved)
+    return moved
+
+
 def split(stock: int, shards: int) -> list[int]:
     """``stock`` units dealt over ``shards`` as evenly as possible (10 over 4: 3 3 2 2)."""
     base, extra = divmod(stock, shards)
