@@ -113,6 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     command = f"seckill {words[0]}" if words and words[0] in COMMANDS else "seckill"
     try:
+        return _run(argv, command)
+    finally:  # a stop seen here is this run's: a later caller in-process starts clean
+        STOPPING.clear()
+
+
+def _run(argv: Sequence[str] | None, command: str) -> int:
+    try:
         # known first: the top parser said "unrecognized arguments" with its own usage,
         # not the sub-command's; and an unavailable one with an argument hid why it was
         # unavailable behind that error (a CLI audit)

@@ -462,3 +462,29 @@ def test_a_line_narrated_from_another_thread_into_a_closed_pipe_raises_nothing_t
     with pytest.raises(BrokenPipeError):
         narrator("VERDICT: ...")  # the main thread: the lab ends here
     assert len(narrator.lines) == 2
+
+
+@pytest.mark.usefixtures("stop_signals_restored")
+def test_a_stop_in_one_cli_run_is_not_seen_by_a_later_caller(monkeypatch):
+    """``cli.STOPPING`` stayed set after an interrupted run: a lab called in-process
+    afterwards turned its own error into an interrupt (a review: KeyboardInterrupt,
+    which ended the whole pytest session)."""
+    import argparse
+    import signal
+
+    from loadtest import labs
+    from webapp import cli
+
+    def interrupted(args):
+        cli.stop_on_term(signal.SIGINT, None)
+
+    monkeypatch.setattr(labs, "main", interrupted)
+    assert cli.main(["scenario", "fake"]) == 130
+    monkeypatch.undo()
+
+    def run(narrator):
+        raise RuntimeError("redis-server did not start")
+
+    monkeypatch.setattr(labs, "load", lambda name: _fake_lab(run))
+    assert not cli.STOPPING.is_set()
+    assert labs.main(argparse.Namespace(list=False, name="fake")) == 1
