@@ -65,11 +65,11 @@ def run_migrations_online() -> None:
                 sqlite_file_layout(connection.connection.cursor())
             context.configure(connection=connection, target_metadata=target_metadata,
                               render_as_batch=url.startswith("sqlite"))
-            with context.begin_transaction():
-                wait_s = db.MIGRATION_WAIT_S  # read here: a test shortens it
+            wait_s = db.MIGRATION_WAIT_S  # read here: a test shortens it
+            # around the BEGIN too: SQLite's BEGIN IMMEDIATE waits there for another
+            with tables_locked_elsewhere(wait_s), context.begin_transaction():
                 one_migration_at_a_time(connection, wait_s)  # before the revision is read
-                with tables_locked_elsewhere(wait_s):
-                    context.run_migrations()
+                context.run_migrations()
     finally:
         engine.dispose()
 

@@ -263,7 +263,8 @@ def one_migration_at_a_time(connection: Connection, wait_s: float = MIGRATION_WA
 @contextlib.contextmanager
 def tables_locked_elsewhere(wait_s: float = MIGRATION_WAIT_S) -> Iterator[None]:
     """Around the migrations (``migrations/env.py``): a statement that waited past the
-    lock timeout ``one_migration_at_a_time`` set is ``MigrationBusy`` naming the cause,
+    lock timeout ``one_migration_at_a_time`` set (or a SQLite BEGIN past its busy
+    timeout) is ``MigrationBusy`` naming the cause,
     not the driver's "canceling statement due to lock timeout" and a traceback. The
     transaction is rolled back: nothing of the migration stays."""
     try:
@@ -271,9 +272,15 @@ def tables_locked_elsewhere(wait_s: float = MIGRATION_WAIT_S) -> Iterator[None]:
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
             raise MigrationBusy(
-                f"the migration waited over {wait_s:g}s for a table another session holds "
-                "locked (an open transaction: see pg_stat_activity); nothing was "
-                "changed") from None
+                "the migration waited past its lock timeout (120 s unless the session "
+                "sets its own) for a table another session holds locked (an open "
+                "transaction: see pg_stat_activity); nothing was changed") from None
+        if isinstance(exc.orig, sqlite3.OperationalError) and "locked" in str(exc.orig):
+            # BEGIN IMMEDIATE waited out its busy timeout (``sqlite_transactional_ddl``):
+            # it was the driver's "database is locked" and a traceback (a review)
+            raise MigrationBusy(f"another process has been writing this SQLite file for "
+                                f"over {wait_s:g}s (another migration, or a shop's "
+                                "long write); nothing was changed") from None
         raise
 
 

@@ -413,6 +413,25 @@ def test_alembic_commands_at_once_on_one_sqlite_file_wait_for_each_other(tmp_pat
     assert _tables_and_revision(f"sqlite:///{path}")[1] == ["0004"]
 
 
+def test_a_sqlite_migration_behind_a_writer_gives_up_and_says_why(tmp_path, monkeypatch):
+    """``BEGIN IMMEDIATE`` waits ``MIGRATION_WAIT_S`` for another writer, then it was the
+    driver's "database is locked" and a traceback (a review); now ``MigrationBusy``."""
+    import sqlite3
+
+    path = tmp_path / "busy.sqlite"
+    db.upgrade(f"sqlite:///{path}", "0003")
+    monkeypatch.setattr(db, "MIGRATION_WAIT_S", 0.5)
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        with pytest.raises(db.MigrationBusy, match="writing this SQLite file"):
+            db.upgrade(f"sqlite:///{path}")
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert _tables_and_revision(f"sqlite:///{path}")[1] == ["0003"]
+
+
 def test_the_alembic_command_line_makes_a_sqlite_files_folder(tmp_path):
     """The command ``migrations/alembic.ini`` shows, on a fresh clone (no ``instance/``):
     "unable to open database file", where ``seckill serve`` makes the folder."""
