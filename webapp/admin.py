@@ -83,6 +83,9 @@ def reset_sale(sku: str) -> Response:
         # the 404 (an API fuzz audit): the purchase's check, on the error path only
         refuse_unknown(backends, sku)
         raise
+    # a new history's refused connections are cleared by a look, not only a buyer's:
+    # the audit and the reset that mends a sale were 503 until one came (a review)
+    backends.history.before_purchase()
     with _one_reset_at_a_time(backends, sku):
         _wait_out_holders_redis_forgot(backends, sku)
         with _current_lock(backends, sku):

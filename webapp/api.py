@@ -208,6 +208,7 @@ def audit(sku: str) -> Response:
     sku = _known_sku(sku)
     # a Redis that lost its data has no copy to compare: reload it as the next buyer
     # would (stock, buyers, the lock's fence), so the audit compares the sale it sells
+    backends.history.before_purchase()  # a new history's stale copy: dropped first
     reload_lost_sale(backends, sku)
     return jsonify(sales.audit(backends.sessions, backends.redis, sku))
 

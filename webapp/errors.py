@@ -26,7 +26,7 @@ from lockcore import LockError
 
 from .logthrottle import PER_REQUEST
 from .problems import Busy, ShopError, Unauthorized, UnknownSku
-from .redishistory import HistoryChanged
+from .redishistory import HistoryChanged, HistoryUnknown
 from .validation import too_long_body
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def _unavailable(part: str, exc: Exception) -> tuple[Response, int]:
 
 @bp.app_errorhandler(RedisError)
 def redis_down(exc: RedisError) -> tuple[Response, int]:
-    if isinstance(exc, HistoryChanged):  # Redis is up: its data is checked (a moment)
+    if isinstance(exc, (HistoryChanged, HistoryUnknown)):  # said in the shop's words
         return error_response("busy", str(exc), 503, 1)
     if isinstance(exc, ResponseError):
         # Redis answered, refusing (out of memory, no permission, read-only): "redis is

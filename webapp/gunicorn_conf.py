@@ -234,6 +234,9 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
 
     def periodic() -> None:
         look_at_clock()
+        if history is not None and history.suspect:  # a quiet shop's refused connections
+            with contextlib.suppress(Exception):  # (the undo drains' too) are cleared
+                history.check()
         if watch is not None:
             watch()
 

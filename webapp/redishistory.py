@@ -15,16 +15,20 @@ it is: no hold-off, no new generation.
 new one, a replica takes its primary's, and a restart starts a new one (Redis 7.0, from
 a snapshot or an append-only file alike). The shop records the ID it last checked its
 sales under in Redis itself (``HISTORY_KEY``), where it is replicated and snapshotted
-with the sales. A worker compares the two at its start, before a purchase once a second
-(``CHECK_EVERY_S``), and on each new connection of the purchases' pool (a restart, a
-failover behind a DNS name: the shop reconnects), which is refused if the history
-changed, so the purchase that made it sells nothing. One
+with the sales. A worker compares the two at its start, before a purchase (an audit,
+an admin reset) once a second (``CHECK_EVERY_S``), from its periodic loop while a look
+is owed, and on each new connection of the purchases' pool (a restart, a failover
+behind a DNS name: the shop reconnects), which is refused if the history changed, so
+the purchase that made it sells nothing. One
 that finds them apart compares every sale's Redis stock with the database's
 ``remaining``, drops the copy of each that is ahead (``forget_stale_copy.lua``, the
 stock key with it for a lock path) so that the next buyer reloads it, and only then
 records the new ID (``history_seen.lua``): a drop that fails is tried again at the
 next look. The worker's other purchases wait for a look once a change or a reconnect
-is known; a routine look holds none of them up.
+is known (and hear 503 for ``RETRY_LOOK_S`` after one that failed: Redis frozen); a
+routine look holds none of them up. A refusal during a look (out of memory,
+``NOREPLICAS``) is looked at again; only ``INFO`` or the key refused for good (an ACL
+without them, ``INFO`` renamed) turns the watch off.
 
 **Failure timeline** (a Redis HA audit: Sentinel, a primary and one replica)::
 
@@ -74,6 +78,8 @@ logger = logging.getLogger(__name__)
 HISTORY_KEY = "seckill:redis-history"
 #: a worker that sells looks at least this often
 CHECK_EVERY_S = 1.0
+#: after a look that failed, a purchase owing one hears 503 for this long, not a look
+RETRY_LOOK_S = 1.0
 
 
 class HistoryWatch:
@@ -89,6 +95,7 @@ class HistoryWatch:
         self.suspect = True
         self.reloading = False  # a change found, the drop under way: purchases wait
         self.changes = 0  # connections that found a change (or could not tell)
+        self.failed_at = -RETRY_LOOK_S  # the last look that raised
         self.off = False
         self._one = threading.Lock()
         self._looking = threading.local()  # greenlet-local under gevent's patching
@@ -124,9 +131,16 @@ class HistoryWatch:
                              "its sales are checked against the database first; try again")
 
     def before_purchase(self) -> None:
+        """Before a purchase (and an audit, a reset) uses the sale's Redis copy."""
         if self.off:
             return
         if self.suspect or self.reloading:
+            if time.monotonic() - self.failed_at < RETRY_LOOK_S:
+                # the look failed a moment ago (Redis frozen, down): 503 now. Each buyer
+                # looking again in turn waited k x the socket timeout (a review: the
+                # 8th buyer of a frozen Redis answered after 7.7 s, not 2)
+                raise HistoryUnknown("Redis did not answer a look at its history a moment "
+                                     "ago; try again")
             self.check()  # waits for a look under way
         elif time.monotonic() - self.checked_at >= CHECK_EVERY_S:
             self.check(wait=False)  # a routine look: the others go on meanwhile
@@ -135,7 +149,7 @@ class HistoryWatch:
         """Look now, and reload the sales Redis holds stale if its history changed.
         ``wait``: else return at once if another look is under way. Redis errors
         propagate (the purchase would meet them too), and the next purchase looks
-        again."""
+        again, from ``RETRY_LOOK_S`` on."""
         if not self._one.acquire(blocking=wait):
             return
         try:
@@ -146,6 +160,9 @@ class HistoryWatch:
             self._looking.now = True
             try:
                 looked = self._look()
+            except Exception:
+                self.failed_at = time.monotonic()
+                raise
             finally:
                 self._looking.now = False
                 if looked:
@@ -161,24 +178,9 @@ class HistoryWatch:
         """One look; False if it must be tried again (a replica), raises on errors."""
         try:
             info = self.client.info("replication")
-            replid = info.get("master_replid")
-            if info.get("role") != "master" or not replid:
-                return False  # a replica refuses the purchase; look again at the next
             seen = self.client.get(HISTORY_KEY)
-            if seen is None:  # a new Redis (or one from before the watch): as it is
-                self.client.set(HISTORY_KEY, replid, nx=True)
-                return True
-            if _text(seen) == replid:
-                return True
-            self.reloading = True
-            try:
-                checked, dropped = forget_stale_copies(self.client, self.sessions)
-                recorded = scripts.script(self.client, "history_seen")(
-                    keys=[HISTORY_KEY], args=[_text(seen), replid])
-            finally:
-                self.reloading = False
-        except redis.exceptions.ResponseError as exc:  # NOPERM, INFO renamed
-            if isinstance(exc, redis.exceptions.ReadOnlyError):
+        except redis.exceptions.ResponseError as exc:
+            if not _refused_for_good(exc):
                 raise
             self.off = True
             logger.warning("Redis refuses the look at its history (%s): a failover or a "
@@ -186,12 +188,41 @@ class HistoryWatch:
                            "not reloaded from the database after one "
                            "(webapp/redishistory.py)", exc)
             return True
+        # from here a refusal (out of memory, NOREPLICAS, MISCONF) is for now: raised,
+        # and looked again. Taken for good, one refused write turned the watch off for
+        # the worker's life, and its next snapshot restart oversold 7 (a review)
+        replid = info.get("master_replid")
+        if info.get("role") != "master" or not replid:
+            return False  # a replica refuses the purchase; look again at the next
+        if seen is None:  # a new Redis (or one from before the watch): as it is
+            self.client.set(HISTORY_KEY, replid, nx=True)
+            return True
+        if _text(seen) == replid:
+            return True
+        self.reloading = True
+        try:
+            checked, dropped = forget_stale_copies(self.client, self.sessions)
+            recorded = scripts.script(self.client, "history_seen")(
+                keys=[HISTORY_KEY], args=[_text(seen), replid])
+        finally:
+            self.reloading = False
         logger.warning(
             "Redis's data has a new history (replication ID %s, was %s): a failover, or "
             "a restart. Of %d sales, %d had more stock in Redis than the database has "
             "left: reloaded from the database%s", replid[:8], _text(seen)[:8], checked,
             dropped, "" if recorded else " (another process recorded it first)")
         return True
+
+
+def _refused_for_good(exc: redis.exceptions.ResponseError) -> bool:
+    """A refusal of ``INFO`` or ``GET`` that will not pass: no permission (an ACL), or
+    no such command (``rename-command INFO ""``)."""
+    return isinstance(exc, redis.exceptions.NoPermissionError) or \
+        str(exc).lower().startswith("unknown command")
+
+
+class HistoryUnknown(redis.exceptions.ConnectionError):
+    """A purchase owing a look while the last one failed a moment ago: 503, try again."""
 
 
 class HistoryChanged(redis.exceptions.ConnectionError):
@@ -209,8 +240,10 @@ def forget_stale_copies(client: Any, sessions: sessionmaker[Session]) -> tuple[i
     newer copy stands): ``(sales with a copy, copies dropped)``.
 
     Above: a lost write. A purchase in flight has Redis below the database (its units
-    taken, its row not written), or, in a lock section between its row and its stock
-    write, above by its own units: that sale reloads for nothing, as after a loss.
+    taken, or a lock section's stock written, its row not yet); only ``sql``'s copy of
+    its stock, written after its row, runs ahead for a moment: that sale reloads for
+    nothing, as after a loss. A reset between the two reads may have its new copy
+    dropped: a reload too (a lock sale's hold-off), not a sale from a stale copy.
 
     A path whose reload keeps a stock it finds (a lock path: ``restore_stock``'s
     ``SET NX``) loses its stock key too. Kept, a sale the database had sold out was
