@@ -8,7 +8,7 @@ from sqlalchemy.exc import OperationalError
 
 from webapp import orders, sales
 from webapp.keys import SaleKeys
-from webapp.problems import AlreadyPurchased, Busy, InvalidRequest, SoldOut
+from webapp.problems import AlreadyPurchased, Busy, SoldOut
 from webapp.services import Checkout, PurchaseRequest, checkout
 
 SKU = "sku-1"
@@ -90,8 +90,10 @@ def test_a_lock_not_granted_is_busy_and_frees_the_buyer_reservation(deps, lock):
 
 def test_a_sale_whose_strategy_this_worker_lacks_drops_the_reservation(deps, lock):
     """The first script reserves the buyer before Python looks at the sale's strategy."""
+    from webapp.paths import UnknownStrategy
+
     deps.redis.hset(SaleKeys(SKU).info, "strategy", "registered-elsewhere")
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(UnknownStrategy):  # the server's data, not the buyer's request
         checkout(deps, PurchaseRequest(SKU, "ann"))
     assert not deps.redis.sismember(SaleKeys(SKU).buyers, "ann") and lock.calls == []
 
