@@ -416,9 +416,12 @@ def path_for(name: str, sku: str | None = None) -> StockPath:
         pass
     sale = f"the sale of {sku}" if sku is not None else "this sale"
     PER_REQUEST.log(logger, logging.ERROR, ("unknown strategy", name, sku),
-                    "%s names the strategy %s, which this shop does not know: its purchases "
-                    "and audit are refused (503) until an admin resets it with one of %s",
+                    "%s names the strategy %s, which this shop does not know: what reads it "
+                    "(a purchase once Redis's copy is reloaded, the product, the audit) is "
+                    "refused (503) until an admin resets it with one of %s",
                     sale, quoted(name), ", ".join(_paths()))
-    raise UnknownStrategy(f"{sale} names the strategy {quoted(name)}, which this shop does "
-                          "not know: an admin reset of it with a known strategy mends it",
-                          retry_after_s=5)
+    # a buyer's page says "try again in Ns": no sooner than an admin could act (it said
+    # 5 s, to a buyer, of a sale only a reset mends; a UI audit)
+    raise UnknownStrategy(f"{sale} is stopped: it names a strategy this shop does not "
+                          f"know ({quoted(name)}); an admin reset with a known strategy "
+                          "mends it", retry_after_s=60)

@@ -886,6 +886,9 @@ def test_the_admin_page_sends_the_sku_as_typed_and_shows_a_long_one_bounded(page
         page.fill("#sku", "   ")  # spaces only: no product, asked for none
         expect(page.locator("#audit-message")).to_have_text(
             "Enter a product's sku to see its audit.")
+        # nor reset: it sent PUT /api/admin/sales/, werkzeug's "URL not found" (a UI audit)
+        page.click("#reset-form button")
+        expect(page.locator("#reset-message")).to_have_text("Enter a product's sku first.")
 
 
 def test_a_reset_from_the_admin_page_keeps_what_the_admin_did_not_change(page):

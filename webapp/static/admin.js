@@ -103,9 +103,9 @@ $("reset-form").addEventListener("submit", async (event) => {
   message.className = "message pending";
   message.textContent = "Resetting…";
   try {
-    if (dotsOnly(sku)) {
-      message.className = "message error";
-      message.textContent = DOTS_ONLY;
+    if (!sku || dotsOnly(sku)) {  // spaces only sent PUT /api/admin/sales/: werkzeug's
+      message.className = "message error";  // "URL not found" text (a UI audit)
+      message.textContent = sku ? DOTS_ONLY : "Enter a product's sku first.";
       return;
     }
     await filling;  // the sale's own values, for the fields not changed here
