@@ -17,8 +17,14 @@ pytestmark = pytest.mark.zookeeper
 kazoo_client = pytest.importorskip("kazoo.client")
 
 
-def _client(hosts: str) -> kazoo_client.KazooClient:
-    client = kazoo_client.KazooClient(hosts=hosts, timeout=4.0)
+#: for the tests that restart ZooKeeper: kazoo's default gave up reconnecting ("Failed
+#: connecting to Zookeeper within the connection retry policy") while a busy machine's
+#: JVM was still starting, and the test failed waiting for its clients
+RECONNECT_FOR_EVER = {"max_tries": -1, "max_delay": 1.0}
+
+
+def _client(hosts: str, **options: Any) -> kazoo_client.KazooClient:
+    client = kazoo_client.KazooClient(hosts=hosts, timeout=4.0, **options)
     client.start(timeout=10)
     return client
 
@@ -496,9 +502,10 @@ def test_a_release_the_connection_s_loss_failed_is_sent_again_in_the_same_sessio
 
     with ZooKeeperServer() as server:
         # a session that outlives the restart: what a shop's client has across a blip
-        client = KazooClient(hosts=server.hosts, timeout=30.0)  # the longest: see the next test
+        client = KazooClient(hosts=server.hosts, timeout=30.0,  # the longest: the next test
+                             connection_retry=RECONNECT_FOR_EVER)
         client.start(timeout=10)
-        other = _client(server.hosts)
+        other = _client(server.hosts, connection_retry=RECONNECT_FOR_EVER)
         try:
             session = client.client_id[0]
             holder = lockcore.create("zookeeper", client, request.node.name)
@@ -510,7 +517,7 @@ def test_a_release_the_connection_s_loss_failed_is_sent_again_in_the_same_sessio
             os.kill(server.pid, signal.SIGKILL)  # dies with the delete unread (kill()
             server.kill()  # alone would let it go on first, and answer it), then reaped
             server.start()
-            assert _wait_until(lambda: client.connected and other.connected, 30)
+            assert _wait_until(lambda: client.connected and other.connected, 60)
             assert client.client_id[0] == session  # the same session: its node lives on
             later = lockcore.create("zookeeper", other, request.node.name)
             assert later.acquire(timeout=10), client.get_children(holder.path)
@@ -538,9 +545,10 @@ def test_a_waiter_that_gave_up_while_zookeeper_froze_leaves_no_node_behind(reque
     with ZooKeeperServer() as server:
         # outlives the restart: the server's longest session (20 s expired in a suite run
         # beside load tests: a JVM starting on a busy machine)
-        client = KazooClient(hosts=server.hosts, timeout=30.0)
+        client = KazooClient(hosts=server.hosts, timeout=30.0,
+                             connection_retry=RECONNECT_FOR_EVER)
         client.start(timeout=10)
-        other = _client(server.hosts)
+        other = _client(server.hosts, connection_retry=RECONNECT_FOR_EVER)
         try:
             holder = lockcore.create("zookeeper", client, request.node.name)
             assert holder.acquire(timeout=2)
@@ -563,7 +571,7 @@ def test_a_waiter_that_gave_up_while_zookeeper_froze_leaves_no_node_behind(reque
             os.kill(server.pid, signal.SIGKILL)  # its cleanup's delete dies unread
             server.kill()
             server.start()
-            assert _wait_until(lambda: client.connected and other.connected, 30)
+            assert _wait_until(lambda: client.connected and other.connected, 60)
             holder.release()
             later = lockcore.create("zookeeper", other, request.node.name)
             assert later.acquire(timeout=10), client.get_children(holder.path)

@@ -60,8 +60,16 @@ def _offset(server: RedisServer) -> int:
 
 
 def stock_in(server: RedisServer) -> int:
+    """The sale's stock in ``server``, once it has loaded its data (a restart from an
+    append-only file answers "LOADING" for a moment)."""
+    deadline = time.monotonic() + 15
     with redis.Redis.from_url(server.url) as client:
-        return int(client.get(f"sale:{{{SKU}}}:stock") or -1)
+        while True:
+            try:
+                return int(client.get(f"sale:{{{SKU}}}:stock") or -1)
+            except redis.exceptions.BusyLoadingError:
+                assert time.monotonic() < deadline, "Redis never finished loading"
+                time.sleep(0.05)
 
 
 @pytest.fixture
