@@ -253,8 +253,9 @@ class Backends:
     @functools.cached_property
     def history(self) -> HistoryWatch:
         """This worker's watch over its Redis's history (``redishistory.py``): a failover
-        or a restart from a snapshot reloads the sales from the database. Each
-        connection the purchases' pool makes has it look again (``_redis_connected``)."""
+        or a restart from a snapshot reloads the stale sales from the database. Each
+        connection the purchases' pool makes is asked too, and refused if the history
+        changed (``_redis_connected``)."""
         return HistoryWatch(self.redis, self.sessions)
 
     def _redis_connected(self, connection: Any) -> None:
