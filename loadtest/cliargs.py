@@ -10,7 +10,7 @@ import contextlib
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -20,7 +20,7 @@ def comma_names(text: str) -> list[str]:
     return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
 
 
-def missing_folders(path: Path) -> list[Path]:
+def _missing_folders(path: Path) -> list[Path]:
     """The folders ``path.mkdir(parents=True)`` would make, the deepest first."""
     missing = []
     for folder in (path, *path.parents):
@@ -30,25 +30,27 @@ def missing_folders(path: Path) -> list[Path]:
     return missing
 
 
-def remove_folders(folders: list[Path]) -> None:
-    """Remove the folders a check before the run made (``missing_folders``), the deepest
-    first, if still empty: a run refused after it (a strategy the shop at --url cannot
-    run) left an empty --report folder behind (a showdown audit). The run makes them
-    again when it writes."""
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            folder.rmdir()
+@contextlib.contextmanager
+def folders_made_for_a_check(path: Path) -> Iterator[None]:
+    """Around a check before the run that may make ``path`` and its missing parents:
+    on leaving, the folders it made are removed, the deepest first, if still empty. A
+    run refused after the check (a strategy the shop at --url cannot run) left an empty
+    --report folder behind (a showdown audit). The run makes them again when it writes."""
+    made = _missing_folders(path)
+    try:
+        yield
+    finally:
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def unwritable_file(path: Path, *, make_parent: bool = False) -> str | None:
     """Why ``path`` could not be written, found before a run rather than after minutes
     of it: its folder (made for the check, with ``make_parent``, and removed again)
     must be a writable directory."""
-    made = missing_folders(path.resolve().parent) if make_parent else []
-    try:
+    with folders_made_for_a_check(path.resolve().parent):
         return _unwritable_file(path, make_parent=make_parent)
-    finally:
-        remove_folders(made)
 
 
 def _unwritable_file(path: Path, *, make_parent: bool) -> str | None:

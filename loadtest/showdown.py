@@ -25,8 +25,7 @@ from webapp.cli import stopping
 from .cliargs import (
     at_least,
     comma_names,
-    missing_folders,
-    remove_folders,
+    folders_made_for_a_check,
     seconds,
     seconds_up_to,
     unwritable_file,
@@ -284,13 +283,10 @@ def _summary(r: StrategyResult) -> str:
 
 def _unwritable(report_dir: Path | None, json_file: str | None) -> str | None:
     """Why the report could not be written, found before the run rather than after it.
-    The folders made to check are removed again (``remove_folders``)."""
+    The folders made to check are removed again (``folders_made_for_a_check``)."""
     if report_dir is not None:
-        made = missing_folders(report_dir)
-        try:
+        with folders_made_for_a_check(report_dir):
             problem = _unwritable_report(report_dir)
-        finally:
-            remove_folders(made)
         if problem is not None:
             return problem
     problem = None if json_file is None else unwritable_file(Path(json_file), make_parent=True)
