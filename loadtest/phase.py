@@ -126,8 +126,9 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     cut_short = plan.mode != "flash" or time.monotonic() - ran_from >= plan.cap_s
     after = commandstats.total_calls(redis_clients)
     tried = arrivals.read_arrivals(log)
-    stats = _read_locust(result, prefix, plan, len(arrivals.cut_off(tried)))
     result.outcomes = arrivals.outcome_counts(tried)
+    in_flight = result.outcomes.get(CUT_OFF, 0)  # a buyer has one request at a time
+    stats = _read_locust(result, prefix, plan, in_flight)
     # Locust's stats count a purchase in the same step as the buyer logs it (no switch
     # between them; its CSV may lag a second behind, its final stats do not): fewer
     # lines than its count means the log lost some, and an order told 201 among them
@@ -136,17 +137,16 @@ def run_phase(shop: ShopClient, redis_clients: list[Any], name: str, safe: bool,
     counted = stats[logged].requests if logged in stats else 0
     # the attempts cut off at the run's end are lines Locust never counted: only the
     # answered ones stand for its count (with them, 5 cut-off lines hid 3 lost; a review)
-    answered = sum(1 for arrival in tried if arrival.outcome != CUT_OFF)
+    answered = len(tried) - in_flight
     if answered < counted:
         _broken_run(shop, plan, f"the arrival log has {answered} of the {counted} "
                                 f"purchase attempts Locust counted: it is incomplete "
                                 f"(see {locust_log})")
+    late: set[str] = set()  # buyers cut off at the cap whom the shop served after it
     if plan.mode not in NOOP_MODES:
         audit = shop.settled_audit(plan.sku, plan.drain_s if cut_short else 1.5)
         late = _read_audit(result, audit, tried, shop.buyers(plan.sku))
         result.redis_per_purchase = commandstats.per_attempt(before, after, len(tried))
-    else:
-        late: set[str] = set()
     if plan.mode == "flash":
         result.sell_out_s = arrivals.time_to_sell_out(tried, plan.stock)
         result.fairness = arrivals.fairness(tried, plan.stock, late)
