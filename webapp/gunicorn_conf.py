@@ -223,23 +223,27 @@ def post_worker_init(worker):  # type: ignore[no-untyped-def]
 
     app = getattr(worker, "wsgi", None)
     watch, clock, history = watch_for(app), clock_watch_for(app), history_watch_for(app)
-    if history is not None:  # a Redis of a new history (a failover): before the first sale
-        with contextlib.suppress(Exception):  # Redis down: the first purchase looks again
-            history.check()
 
     def look_at_clock() -> None:
         if clock is not None:
             with contextlib.suppress(Exception):  # Redis down: /healthz and buyers say it
                 clock()
 
+    def look_at_history() -> None:
+        # while a look is owed: at the start (a Redis of a new history, a failover:
+        # before the first sale), and a quiet shop's refused connections (the undo
+        # drains' too), cleared without a buyer
+        if history is not None and history.suspect:
+            with contextlib.suppress(Exception):  # Redis down: the next purchase looks
+                history.check()
+
     def periodic() -> None:
         look_at_clock()
-        if history is not None and history.suspect:  # a quiet shop's refused connections
-            with contextlib.suppress(Exception):  # (the undo drains' too) are cleared
-                history.check()
+        look_at_history()
         if watch is not None:
             watch()
 
+    look_at_history()  # a new watch owes a look
     look_at_clock()  # before the first purchase, not 5 s after
     drain_every(RETRY_LATER_EVERY_S, also=periodic)
 
