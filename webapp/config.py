@@ -154,8 +154,9 @@ def _admin_token() -> str:
         raise ConfigError("SECKILL_ADMIN_TOKEN has a control character (a pasted newline?) "
                           "that no Authorization header can carry: unset it (a random one "
                           "is made and printed) or give one without it")
-    if len(token.encode("utf-8")) > MAX_ADMIN_TOKEN_BYTES:
-        raise ConfigError(f"SECKILL_ADMIN_TOKEN is {len(token.encode('utf-8'))} bytes long, "
+    size = len(token.encode("utf-8"))
+    if size > MAX_ADMIN_TOKEN_BYTES:
+        raise ConfigError(f"SECKILL_ADMIN_TOKEN is {size} bytes long, "
                           "more than an Authorization header carries through gunicorn "
                           f"and nginx: give one of at most {MAX_ADMIN_TOKEN_BYTES} bytes, "
                           "or unset it (a random one is made and printed)")

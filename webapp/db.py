@@ -264,16 +264,16 @@ def one_migration_at_a_time(connection: Connection, wait_s: float = MIGRATION_WA
 def tables_locked_elsewhere(wait_s: float = MIGRATION_WAIT_S) -> Iterator[None]:
     """Around the migrations (``migrations/env.py``): a statement that waited past the
     lock timeout ``one_migration_at_a_time`` set (or a SQLite BEGIN past its busy
-    timeout) is ``MigrationBusy`` naming the cause,
-    not the driver's "canceling statement due to lock timeout" and a traceback. The
-    transaction is rolled back: nothing of the migration stays."""
+    timeout) is ``MigrationBusy`` naming the cause, not the driver's "canceling
+    statement due to lock timeout" and a traceback. The transaction is rolled back:
+    nothing of the migration stays."""
     try:
         yield
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) == "55P03":  # lock_not_available
             raise MigrationBusy(
-                "the migration waited past its lock timeout (120 s unless the session "
-                "sets its own) for a table another session holds locked (an open "
+                f"the migration waited past its lock timeout ({wait_s:g} s unless the "
+                "session sets its own) for a table another session holds locked (an open "
                 "transaction: see pg_stat_activity); nothing was changed") from None
         if isinstance(exc.orig, sqlite3.OperationalError) and "locked" in str(exc.orig):
             # BEGIN IMMEDIATE waited out its busy timeout (``sqlite_transactional_ddl``):

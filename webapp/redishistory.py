@@ -250,12 +250,13 @@ def forget_stale_copies(client: Any, sessions: sessionmaker[Session]) -> tuple[i
     reloaded sold out (409s, nothing oversold) with the old 7 units in Redis, and the
     audit inconsistent for good: no section ran to count it again. A path that starts
     a new generation on a reload (``atomic``, ``atomic-sharded``) replaces its stock."""
-    from .paths import _paths, path_for
+    from .paths import names, path_for
     from .saleinfo import parsed_sale
 
     with sessions() as session:
         counts = {sku: left for sku, left in session.execute(select(Sale.sku, Sale.remaining))}
     forget = scripts.script(client, "forget_stale_copy")
+    registered = set(names())
     skus, checked, dropped = sorted(counts), 0, 0
     for start in range(0, len(skus), 500):
         chunk = skus[start:start + 500]
@@ -266,7 +267,7 @@ def forget_stale_copies(client: Any, sessions: sessionmaker[Session]) -> tuple[i
                  for sku, copy in zip(chunk, pipe.execute(), strict=True) if copy]
         # a strategy this shop does not know (an operator's row): its buyers hear so
         # (``paths.UnknownStrategy``); its copy is not this look's to judge
-        sales = [sale for sale in sales if sale.strategy in _paths()]
+        sales = [sale for sale in sales if sale.strategy in registered]
         paths = [path_for(sale.strategy, sale.sku) for sale in sales]
         pipe = client.pipeline(transaction=False)
         for sale, path in zip(sales, paths, strict=True):

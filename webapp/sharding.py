@@ -104,13 +104,12 @@ def move_old_shard_keys(redis: Any, sessions: Any) -> int:
     from sqlalchemy import select
 
     from .models import Product, Sale
+    from .paths import known
 
     with sessions() as session:
         sharded = list(session.scalars(select(Sale.sku).where(Sale.strategy == "atomic-sharded")))
         skus = set(session.scalars(select(Product.sku)))
-    from .paths import _paths
-
-    shards = getattr(_paths().get("atomic-sharded"), "shards", DEFAULT_SHARDS)
+    shards = getattr(known("atomic-sharded"), "shards", DEFAULT_SHARDS)
     moved = 0
     for sku in sharded:
         for index in range(shards):

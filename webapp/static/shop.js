@@ -396,8 +396,9 @@ async function buy(el) {
   // counted UTF-16 units and cut 40 × 😀 to 32, or a family emoji to a dangling joiner,
   // and the order was made for a name the buyer did not type (a text audit)
   const most = Number(document.getElementById("user-name").dataset.maxLength) || 64;
-  if ([...user].length > most) {
-    nameRefused(el, `Your name must be at most ${most} characters (it has ${[...user].length}).`);
+  const length = [...user].length;
+  if (length > most) {
+    nameRefused(el, `Your name must be at most ${most} characters (it has ${length}).`);
     return;
   }
   const button = el.querySelector(".buy");
