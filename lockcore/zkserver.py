@@ -142,7 +142,7 @@ class ZooKeeperServer:
         config = self.workdir / "zoo.cfg"
         config.write_text(
             f"tickTime={self.tick_ms}\ninitLimit=10\nsyncLimit=5\n"
-            f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout=30000\n"
+            f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout=60000\n"
             f"dataDir={self.workdir / 'data'}\nclientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr\nmaxClientCnxns=200\n")

@@ -502,7 +502,7 @@ def test_a_release_the_connection_s_loss_failed_is_sent_again_in_the_same_sessio
 
     with ZooKeeperServer() as server:
         # a session that outlives the restart: what a shop's client has across a blip
-        client = KazooClient(hosts=server.hosts, timeout=30.0,  # the longest: the next test
+        client = KazooClient(hosts=server.hosts, timeout=60.0,  # the longest: the next test
                              connection_retry=RECONNECT_FOR_EVER)
         client.start(timeout=10)
         other = _client(server.hosts, connection_retry=RECONNECT_FOR_EVER)
@@ -545,7 +545,7 @@ def test_a_waiter_that_gave_up_while_zookeeper_froze_leaves_no_node_behind(reque
     with ZooKeeperServer() as server:
         # outlives the restart: the server's longest session (20 s expired in a suite run
         # beside load tests: a JVM starting on a busy machine)
-        client = KazooClient(hosts=server.hosts, timeout=30.0,
+        client = KazooClient(hosts=server.hosts, timeout=60.0,
                              connection_retry=RECONNECT_FOR_EVER)
         client.start(timeout=10)
         other = _client(server.hosts, connection_retry=RECONNECT_FOR_EVER)
